@@ -1,0 +1,91 @@
+"""One Transformer layer under each residual/normalization scheme (SPEC.md table).
+
+A layer is 2 sublayers (self-attention, FFN), or 3 (self-attention, cross-attention, FFN) in
+the decoder of an encoder-decoder model. Per sublayer with function G:
+
+* ``post_ln``:  x ← LN(x + G(x))
+* ``pre_ln``:   x ← x + G(LN(x))
+* ``deepnorm``: x ← LN(α·x + G(x))    (DeepNet eq. in Fig. 2a; α scales the residual x)
+* ``subln``:    x ← x + G(LN(x)), G with an extra LN before its output projection
+                (Magneto eq. 1–5; cross-attention has only the input LN)
+
+Dropout (``config.dropout``) is applied to G's output before the residual sum. DLCL layers are
+``pre_ln`` (``dlcl_pre``) or ``post_ln`` (``dlcl_post``) layers; the cross-layer combination
+lives in ``stacks.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import flax.linen as nn
+import jax
+
+from deepnet_jax.layers import FeedForward, MultiHeadAttention, constrain, layer_norm
+from deepnet_jax.model_config import TransformerConfig
+
+SIDES = ("encoder", "decoder")
+
+
+def residual_scheme(scheme: str) -> str:
+    """The per-layer residual form of a scheme (DLCL layers are vanilla pre/post-LN)."""
+    return {"dlcl_pre": "pre_ln", "dlcl_post": "post_ln"}.get(scheme, scheme)
+
+
+class TransformerLayer(nn.Module):
+    """One encoder or decoder layer: x [B, T, D] → [B, T, D].
+
+    Attributes:
+      config: model hyper-parameters.
+      side: "encoder" or "decoder"; selects DeepNorm's (α, β) or Sub-LN's γ for that side.
+      has_cross: add cross-attention over ``enc_out`` (decoder of an encoder-decoder).
+      deterministic: disable dropout.
+      carry_output: return ``(x, None)`` instead of ``x`` (the ``nn.scan`` convention).
+
+    Call: ``layer(x [B,T,D], self_mask [B|1,1,T|1,T], enc_out [B,S,D] | None,
+    enc_mask [B,1,1,S] | None)``.
+    """
+
+    config: TransformerConfig
+    side: str = "encoder"
+    has_cross: bool = False
+    deterministic: bool = True
+    carry_output: bool = False
+
+    @nn.compact
+    def __call__(
+        self,
+        x_BTD: jax.Array,
+        self_mask: jax.Array | None,
+        enc_out_BSD: jax.Array | None = None,
+        enc_mask: jax.Array | None = None,
+    ):
+        c = self.config
+        scheme = residual_scheme(c.scheme)
+        alpha, gain = c.side_constants(self.side)
+        cross_gain = gain if scheme == "deepnorm" else 1.0  # Sub-LN leaves cross-attn unscaled
+        inner = scheme == "subln"
+        drop = nn.Dropout(c.dropout)
+
+        def sublayer(x: jax.Array, g: Callable[[jax.Array], jax.Array], norm: str) -> jax.Array:
+            if scheme in ("pre_ln", "subln"):
+                y = x + drop(g(layer_norm(c, norm)(x)), deterministic=self.deterministic)
+            else:  # post_ln (α = 1) and deepnorm
+                y = layer_norm(c, norm)(alpha * x + drop(g(x), deterministic=self.deterministic))
+            return constrain(y)
+
+        x_BTD = constrain(x_BTD)
+        self_attn = MultiHeadAttention(c, gain, inner, self.deterministic, name="self_attn")
+        x_BTD = sublayer(x_BTD, lambda h: self_attn(h, h, self_mask), "self_attn_layer_norm")
+        if self.has_cross:
+            if enc_out_BSD is None:
+                raise ValueError("a layer with cross-attention needs the encoder output")
+            cross_attn = MultiHeadAttention(
+                c, cross_gain, False, self.deterministic, name="cross_attn"
+            )
+            x_BTD = sublayer(
+                x_BTD, lambda h: cross_attn(h, enc_out_BSD, enc_mask), "cross_attn_layer_norm"
+            )
+        ffn = FeedForward(c, gain, inner, self.deterministic, name="ffn")
+        x_BTD = sublayer(x_BTD, ffn, "final_layer_norm")
+        return (x_BTD, None) if self.carry_output else x_BTD

@@ -1,0 +1,79 @@
+"""DeepNorm and Sub-LN constants as pure functions of the architecture and depth.
+
+N is the number of encoder layers and M the number of decoder layers; the tables are
+``../shared/SPEC.md`` (DeepNet Figure 2b and Section 4.3; Magneto Figure 2 and Section 3.2):
+
+=========================  ======================  =======================  ====================
+architecture               DeepNorm α              DeepNorm β               Sub-LN γ
+=========================  ======================  =======================  ====================
+encoder-only               (2N)^(1/4)              (8N)^(-1/4)              √(ln 2N)
+decoder-only               (2M)^(1/4)              (8M)^(-1/4)              √(ln 2M)
+encoder-decoder, encoder   0.81·(N⁴·M)^(1/16)      0.87·(N⁴·M)^(-1/16)      √((1/3)·ln(3M)·ln(2N))
+encoder-decoder, decoder   (3M)^(1/4)              (12M)^(-1/4)             √(ln 3M)
+=========================  ======================  =======================  ====================
+
+α multiplies the residual in x ← LN(α·x + G(x)); β and γ are Xavier-normal gains of the FFN,
+value and output projections. Post-LN is DeepNorm with α = β = 1.
+"""
+
+from __future__ import annotations
+
+import math
+
+ARCHS = ("encoder", "decoder", "encdec")
+
+
+def _check_depths(arch: str, num_encoder_layers: int, num_decoder_layers: int) -> None:
+    if arch not in ARCHS:
+        raise ValueError(f"arch={arch!r} is not one of {', '.join(map(repr, ARCHS))}")
+    if arch in ("encoder", "encdec") and not num_encoder_layers >= 1:
+        raise ValueError(
+            f"num_encoder_layers={num_encoder_layers!r} must be an integer >= 1 for arch={arch!r}"
+        )
+    if arch in ("decoder", "encdec") and not num_decoder_layers >= 1:
+        raise ValueError(
+            f"num_decoder_layers={num_decoder_layers!r} must be an integer >= 1 for arch={arch!r}"
+        )
+
+
+def deepnorm(
+    arch: str, num_encoder_layers: int = 0, num_decoder_layers: int = 0
+) -> dict[str, dict[str, float]]:
+    """DeepNorm residual weight α and init gain β for each side of ``arch``.
+
+    Returns e.g. ``{"encoder": {"alpha": a, "beta": b}, "decoder": {"alpha": a, "beta": b}}``
+    with only the sides the architecture has.
+    """
+    _check_depths(arch, num_encoder_layers, num_decoder_layers)
+    N, M = num_encoder_layers, num_decoder_layers
+    if arch == "encoder":
+        return {"encoder": {"alpha": (2 * N) ** 0.25, "beta": (8 * N) ** -0.25}}
+    if arch == "decoder":
+        return {"decoder": {"alpha": (2 * M) ** 0.25, "beta": (8 * M) ** -0.25}}
+    return {
+        "encoder": {
+            "alpha": 0.81 * (N**4 * M) ** (1 / 16),
+            "beta": 0.87 * (N**4 * M) ** (-1 / 16),
+        },
+        "decoder": {"alpha": (3 * M) ** 0.25, "beta": (12 * M) ** -0.25},
+    }
+
+
+def subln(
+    arch: str, num_encoder_layers: int = 0, num_decoder_layers: int = 0
+) -> dict[str, dict[str, float]]:
+    """Sub-LN (Magneto) init gain γ for each side of ``arch``.
+
+    Returns e.g. ``{"encoder": {"gamma": g}, "decoder": {"gamma": g}}`` with only the sides the
+    architecture has.
+    """
+    _check_depths(arch, num_encoder_layers, num_decoder_layers)
+    N, M = num_encoder_layers, num_decoder_layers
+    if arch == "encoder":
+        return {"encoder": {"gamma": math.sqrt(math.log(2 * N))}}
+    if arch == "decoder":
+        return {"decoder": {"gamma": math.sqrt(math.log(2 * M))}}
+    return {
+        "encoder": {"gamma": math.sqrt(math.log(3 * M) * math.log(2 * N) / 3)},
+        "decoder": {"gamma": math.sqrt(math.log(3 * M))},
+    }

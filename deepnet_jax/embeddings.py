@@ -1,0 +1,92 @@
+"""Token embeddings (optionally tied to the output projection) and position embeddings."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from deepnet_jax.initializers import embedding_normal, sinusoidal_table
+from deepnet_jax.model_config import TransformerConfig
+
+
+class TokenEmbedding(nn.Module):
+    """Token table E [vocab, d_model] (logical axes ``vocab``, ``embed``), init N(0, d^-1/2).
+
+    ``__call__`` maps tokens [B, T] to E[tokens]·√d_model [B, T, D]; ``attend`` maps hidden
+    states [B, T, D] to logits x·Eᵀ [B, T, vocab] for a tied output projection.
+    """
+
+    config: TransformerConfig
+
+    def setup(self) -> None:
+        c = self.config
+        self.embedding = self.param(
+            "embedding",
+            nn.with_logical_partitioning(embedding_normal(c.d_model), ("vocab", "embed")),
+            (c.vocab_size, c.d_model),
+            c.storage_dtype,
+        )
+
+    def __call__(self, tokens_BT: jax.Array) -> jax.Array:
+        c = self.config
+        table = self.embedding.astype(c.compute_dtype)
+        return jnp.take(table, tokens_BT, axis=0) * jnp.asarray(c.d_model**0.5, c.compute_dtype)
+
+    def attend(self, x_BTD: jax.Array) -> jax.Array:
+        c = self.config
+        return jnp.einsum(
+            "btd,vd->btv", x_BTD.astype(c.compute_dtype), self.embedding.astype(c.compute_dtype)
+        )
+
+
+class OutputProjection(nn.Module):
+    """Untied vocabulary projection: x [B, T, D] → x·W [B, T, vocab], W init N(0, d^-1/2)."""
+
+    config: TransformerConfig
+
+    @nn.compact
+    def __call__(self, x_BTD: jax.Array) -> jax.Array:
+        c = self.config
+        kernel = self.param(
+            "kernel",
+            nn.with_logical_partitioning(embedding_normal(c.d_model), ("embed", "vocab")),
+            (c.d_model, c.vocab_size),
+            c.storage_dtype,
+        )
+        return jnp.einsum(
+            "btd,dv->btv", x_BTD.astype(c.compute_dtype), kernel.astype(c.compute_dtype)
+        )
+
+
+class PositionEmbedding(nn.Module):
+    """Position features [T, D] for positions 0 … T-1: fixed sinusoids or a learned table."""
+
+    config: TransformerConfig
+
+    @nn.compact
+    def __call__(self, length: int) -> jax.Array:
+        c = self.config
+        if length > c.max_len:
+            raise ValueError(f"sequence length {length} exceeds model.max_len={c.max_len}")
+        if c.positions == "sinusoidal":
+            return sinusoidal_table(length, c.d_model).astype(c.compute_dtype)
+        table = self.param(
+            "embedding",
+            nn.with_logical_partitioning(embedding_normal(c.d_model), ("positions", "embed")),
+            (c.max_len, c.d_model),
+            c.storage_dtype,
+        )
+        return table[:length].astype(c.compute_dtype)
+
+
+def embed(
+    tokens_BT: jax.Array,
+    token_embedding: TokenEmbedding,
+    positions: PositionEmbedding,
+    config: TransformerConfig,
+    deterministic: bool,
+) -> jax.Array:
+    """E[tokens]·√d + P[0:T], then dropout: [B, T] → [B, T, D]."""
+    x_BTD = token_embedding(tokens_BT) + positions(tokens_BT.shape[1])[None]
+    return nn.Dropout(config.dropout)(x_BTD, deterministic=deterministic)

@@ -1,0 +1,159 @@
+"""Sublayer building blocks: projections, LayerNorm, multi-head attention and the FFN.
+
+Every parameter carries logical axis names (``embed``, ``heads``, ``kv``, ``mlp``, ``norm``) via
+``nn.with_logical_partitioning``; gains are part of each kernel's initializer (SPEC.md), never
+applied afterwards. Parameters are stored in ``config.param_dtype`` and cast to
+``config.dtype`` for compute; LayerNorm statistics and the attention softmax run in float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+
+from deepnet_jax.initializers import xavier_normal
+from deepnet_jax.model_config import TransformerConfig
+
+# Activation layout at sublayer boundaries: [batch, length, embed].
+ACTIVATION_AXES = ("batch", "length", "embed")
+
+
+def layer_norm(config: TransformerConfig, name: str, axis_name: str = "norm") -> nn.LayerNorm:
+    """LayerNorm over the last axis with float32 statistics; scale/bias on ``axis_name``."""
+    return nn.LayerNorm(
+        epsilon=config.layernorm_eps,
+        dtype=config.compute_dtype,
+        param_dtype=config.storage_dtype,
+        use_fast_variance=False,
+        scale_init=nn.with_logical_partitioning(nn.initializers.ones, (axis_name,)),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (axis_name,)),
+        name=name,
+    )
+
+
+class Projection(nn.Module):
+    """y = x·W + b, contracting the last ``len(in_shape)`` axes of x with W.
+
+    The kernel has shape ``in_shape + out_shape`` and logical names ``in_names + out_names``;
+    it is Xavier-normal with gain ``gain`` whose fans are the products of the in/out shapes.
+    ``tag`` names the output for ``checkpoint_name``-based remat policies.
+    """
+
+    in_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    in_names: tuple[str, ...]
+    out_names: tuple[str, ...]
+    config: TransformerConfig
+    gain: float = 1.0
+    tag: str | None = None
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        n_in, n_out = len(self.in_shape), len(self.out_shape)
+        init = xavier_normal(
+            self.gain, in_axis=tuple(range(n_in)), out_axis=tuple(range(n_in, n_in + n_out))
+        )
+        kernel = self.param(
+            "kernel",
+            nn.with_logical_partitioning(init, self.in_names + self.out_names),
+            self.in_shape + self.out_shape,
+            self.config.storage_dtype,
+        )
+        dtype = self.config.compute_dtype
+        y = jnp.tensordot(x.astype(dtype), kernel.astype(dtype), axes=n_in)
+        if self.config.use_bias:
+            bias = self.param(
+                "bias",
+                nn.with_logical_partitioning(nn.initializers.zeros, self.out_names),
+                self.out_shape,
+                self.config.storage_dtype,
+            )
+            y = y + bias.astype(dtype)
+        if self.tag is not None:
+            y = checkpoint_name(y, self.tag)
+        return y
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention (self, causal self or cross).
+
+    Inputs: queries ``x_q`` [B, T, D], keys/values ``x_kv`` [B, S, D] and a boolean ``mask``
+    broadcastable to [B, H, T, S] (True = may attend). Output [B, T, D].
+
+    ``value_gain`` is the Xavier gain of ``v_proj`` and ``out_proj`` (β for DeepNorm, γ for
+    Sub-LN); ``q_proj``/``k_proj`` keep gain 1. ``inner_norm`` adds Sub-LN's ``inner_attn_ln``
+    on the concatenated heads before ``out_proj`` (Magneto eq. 2).
+    """
+
+    config: TransformerConfig
+    value_gain: float = 1.0
+    inner_norm: bool = False
+    deterministic: bool = True
+
+    @nn.compact
+    def __call__(self, x_q: jax.Array, x_kv: jax.Array, mask: jax.Array | None) -> jax.Array:
+        c = self.config
+        D, H, K = c.d_model, c.num_heads, c.head_dim
+
+        def proj_in(name: str, gain: float) -> Projection:
+            return Projection(
+                (D,), (H, K), ("embed",), ("heads", "kv"), c, gain, tag=name, name=name
+            )
+
+        q_BTHK = proj_in("q_proj", 1.0)(x_q)
+        k_BSHK = proj_in("k_proj", 1.0)(x_kv)
+        v_BSHK = proj_in("v_proj", self.value_gain)(x_kv)
+
+        logits_BHTS = jnp.einsum("bthk,bshk->bhts", q_BTHK, k_BSHK).astype(jnp.float32)
+        logits_BHTS = logits_BHTS * (K**-0.5)
+        if mask is not None:
+            logits_BHTS = jnp.where(mask, logits_BHTS, jnp.finfo(jnp.float32).min)
+        probs_BHTS = jax.nn.softmax(logits_BHTS, axis=-1).astype(c.compute_dtype)
+        probs_BHTS = nn.Dropout(c.attention_dropout)(probs_BHTS, deterministic=self.deterministic)
+        out_BTHK = jnp.einsum("bhts,bshk->bthk", probs_BHTS, v_BSHK)
+
+        if self.inner_norm:
+            B, T = out_BTHK.shape[:2]
+            out_BTD = layer_norm(c, "inner_attn_ln")(out_BTHK.reshape(B, T, D))
+            out_BTHK = out_BTD.reshape(B, T, H, K)
+        return Projection(
+            (H, K), (D,), ("heads", "kv"), ("embed",), c, self.value_gain, name="out_proj"
+        )(out_BTHK)
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: x [B, T, D] → fc2(φ(fc1(x))) [B, T, D].
+
+    ``gain`` is the Xavier gain of ``fc1`` and ``fc2``; ``inner_norm`` adds Sub-LN's
+    ``ffn_layernorm`` on the hidden activation before ``fc2`` (Magneto eq. 4).
+    """
+
+    config: TransformerConfig
+    gain: float = 1.0
+    inner_norm: bool = False
+    deterministic: bool = True
+
+    @nn.compact
+    def __call__(self, x_BTD: jax.Array) -> jax.Array:
+        c = self.config
+        h_BTF = Projection(
+            (c.d_model,), (c.ffn_dim,), ("embed",), ("mlp",), c, self.gain, tag="fc1", name="fc1"
+        )(x_BTD)
+        h_BTF = (
+            jax.nn.relu(h_BTF) if c.activation == "relu" else jax.nn.gelu(h_BTF, approximate=False)
+        )
+        h_BTF = nn.Dropout(c.activation_dropout)(h_BTF, deterministic=self.deterministic)
+        if self.inner_norm:
+            h_BTF = layer_norm(c, "ffn_layernorm", axis_name="mlp")(h_BTF)
+        return Projection(
+            (c.ffn_dim,), (c.d_model,), ("mlp",), ("embed",), c, self.gain, name="fc2"
+        )(h_BTF)
+
+
+def constrain(x: jax.Array, axes: Sequence[str] = ACTIVATION_AXES) -> jax.Array:
+    """Sharding constraint by logical axis names (a no-op outside a mesh with rules)."""
+    return nn.with_logical_constraint(x, tuple(axes))

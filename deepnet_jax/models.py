@@ -1,0 +1,214 @@
+"""Encoder-only (MLM), decoder-only (causal LM) and encoder-decoder (translation) models.
+
+Public API::
+
+    from deepnet_jax import models
+    cfg = models.default_config()            # ml_collections.ConfigDict
+    model = models.build(cfg)                # EncoderOnly, DecoderOnly or EncoderDecoder
+    logits = model.apply(variables, src_BS, tgt_in_BT, deterministic=True)   # [B, T, vocab]
+
+Token id 0 is padding (masked as attention keys); sequences are right-padded. Logits are
+float32 whatever the compute dtype.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from deepnet_jax.embeddings import OutputProjection, PositionEmbedding, TokenEmbedding, embed
+from deepnet_jax.model_config import TransformerConfig, default_config, validate
+from deepnet_jax.stacks import apply_layers
+
+__all__ = [
+    "Decoder",
+    "DecoderOnly",
+    "Encoder",
+    "EncoderDecoder",
+    "EncoderOnly",
+    "TransformerConfig",
+    "build",
+    "causal_mask",
+    "default_config",
+    "padding_mask",
+    "validate",
+]
+
+PAD_ID = 0
+
+
+def padding_mask(tokens_BT: jax.Array) -> jax.Array:
+    """Key-padding mask [B, 1, 1, T]: True where the token is not padding (id 0)."""
+    return (tokens_BT != PAD_ID)[:, None, None, :]
+
+
+def causal_mask(length: int) -> jax.Array:
+    """Causal mask [1, 1, T, T]: query t may attend to keys 0 … t."""
+    return jnp.tril(jnp.ones((length, length), dtype=bool))[None, None]
+
+
+class Encoder(nn.Module):
+    """Embedding + N bidirectional layers: tokens [B, S] → hidden states [B, S, D]."""
+
+    config: TransformerConfig
+    token_embedding: TokenEmbedding
+
+    @nn.compact
+    def __call__(self, tokens_BS: jax.Array, deterministic: bool = True) -> jax.Array:
+        c = self.config
+        x = embed(
+            tokens_BS,
+            self.token_embedding,
+            PositionEmbedding(c, name="embed_positions"),
+            c,
+            deterministic,
+        )
+        return apply_layers(
+            self,
+            c,
+            "encoder",
+            x,
+            padding_mask(tokens_BS),
+            None,
+            None,
+            has_cross=False,
+            deterministic=deterministic,
+        )
+
+
+class Decoder(nn.Module):
+    """Embedding + M causal layers (with cross-attention when ``has_cross``).
+
+    tokens [B, T] (and encoder output [B, S, D] with its mask [B, 1, 1, S]) → [B, T, D].
+    """
+
+    config: TransformerConfig
+    token_embedding: TokenEmbedding
+    has_cross: bool = False
+
+    @nn.compact
+    def __call__(
+        self,
+        tokens_BT: jax.Array,
+        enc_out_BSD: jax.Array | None = None,
+        enc_mask: jax.Array | None = None,
+        deterministic: bool = True,
+    ) -> jax.Array:
+        c = self.config
+        x = embed(
+            tokens_BT,
+            self.token_embedding,
+            PositionEmbedding(c, name="embed_positions"),
+            c,
+            deterministic,
+        )
+        self_mask = causal_mask(tokens_BT.shape[1]) & padding_mask(tokens_BT)
+        return apply_layers(
+            self,
+            c,
+            "decoder",
+            x,
+            self_mask,
+            enc_out_BSD,
+            enc_mask,
+            has_cross=self.has_cross,
+            deterministic=deterministic,
+        )
+
+
+def _logits(
+    config: TransformerConfig,
+    table: TokenEmbedding,
+    head: OutputProjection | None,
+    x_BTD: jax.Array,
+) -> jax.Array:
+    out = table.attend(x_BTD) if config.tie_embeddings else head(x_BTD)
+    return out.astype(jnp.float32)
+
+
+class EncoderOnly(nn.Module):
+    """BERT-like masked LM: tokens [B, T] → logits [B, T, vocab]."""
+
+    config: TransformerConfig
+
+    def setup(self) -> None:
+        c = self.config
+        self.embed_tokens = TokenEmbedding(c)
+        self.encoder = Encoder(c, self.embed_tokens)
+        self.output_projection = None if c.tie_embeddings else OutputProjection(c)
+
+    def __call__(self, tokens_BT: jax.Array, deterministic: bool = True) -> jax.Array:
+        x = self.encoder(tokens_BT, deterministic)
+        return _logits(self.config, self.embed_tokens, self.output_projection, x)
+
+
+class DecoderOnly(nn.Module):
+    """GPT-like causal LM: tokens [B, T] → next-token logits [B, T, vocab]."""
+
+    config: TransformerConfig
+
+    def setup(self) -> None:
+        c = self.config
+        self.embed_tokens = TokenEmbedding(c)
+        self.decoder = Decoder(c, self.embed_tokens)
+        self.output_projection = None if c.tie_embeddings else OutputProjection(c)
+
+    def __call__(self, tokens_BT: jax.Array, deterministic: bool = True) -> jax.Array:
+        x = self.decoder(tokens_BT, deterministic=deterministic)
+        return _logits(self.config, self.embed_tokens, self.output_projection, x)
+
+
+class EncoderDecoder(nn.Module):
+    """Translation model: source [B, S] and shifted target [B, T] → logits [B, T, vocab].
+
+    With ``share_embeddings`` one table ``embed_tokens`` serves source, target (and, when
+    tied, the output projection); otherwise ``encoder_embed_tokens`` and
+    ``decoder_embed_tokens``.
+    """
+
+    config: TransformerConfig
+
+    def setup(self) -> None:
+        c = self.config
+        if c.share_embeddings:
+            self.embed_tokens = TokenEmbedding(c)
+            src_table = tgt_table = self.embed_tokens
+        else:
+            self.encoder_embed_tokens = TokenEmbedding(c)
+            self.decoder_embed_tokens = TokenEmbedding(c)
+            src_table, tgt_table = self.encoder_embed_tokens, self.decoder_embed_tokens
+        self.target_table = tgt_table
+        self.encoder = Encoder(c, src_table)
+        self.decoder = Decoder(c, tgt_table, has_cross=True)
+        self.output_projection = None if c.tie_embeddings else OutputProjection(c)
+
+    def encode(self, src_BS: jax.Array, deterministic: bool = True) -> jax.Array:
+        """Source tokens [B, S] → encoder output [B, S, D]."""
+        return self.encoder(src_BS, deterministic)
+
+    def decode(
+        self,
+        tgt_in_BT: jax.Array,
+        enc_out_BSD: jax.Array,
+        src_BS: jax.Array,
+        deterministic: bool = True,
+    ) -> jax.Array:
+        """Shifted target [B, T] + encoder output → logits [B, T, vocab]."""
+        x = self.decoder(tgt_in_BT, enc_out_BSD, padding_mask(src_BS), deterministic)
+        return _logits(self.config, self.target_table, self.output_projection, x)
+
+    def __call__(
+        self, src_BS: jax.Array, tgt_in_BT: jax.Array, deterministic: bool = True
+    ) -> jax.Array:
+        return self.decode(tgt_in_BT, self.encode(src_BS, deterministic), src_BS, deterministic)
+
+
+_MODELS = {"encoder": EncoderOnly, "decoder": DecoderOnly, "encdec": EncoderDecoder}
+
+
+def build(model_config: ml_collections.ConfigDict) -> nn.Module:
+    """Validate ``model_config`` and return the model for its ``arch``."""
+    config = TransformerConfig.from_config(model_config)
+    return _MODELS[config.arch](config)

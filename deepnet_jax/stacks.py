@@ -1,0 +1,159 @@
+"""Layer stacks over depth: scanned and rematerialized, a Python loop, or DLCL.
+
+Scanned stacks are ``nn.scan(nn.remat(TransformerLayer))`` with parameters stacked on a leading
+``layers`` axis, so a 1,000-layer stack traces and compiles one layer body. With remat, the
+backward pass keeps one residual [B, T, D] per layer (the scan carry) and recomputes each layer's
+internals. ``scan_layers=False`` unrolls the same layers in Python (``layers_0``, ``layers_1``,
+…) for comparison; ``deepnet_jax.layout`` converts parameters between the two layouts.
+
+DLCL (Wang et al. 2019, eq. 8–9) feeds layer l+1 a learned combination of *all* earlier outputs
+y_0 … y_l, so its carry grows with depth and has no fixed shape; it cannot be expressed as a scan
+with a constant carry and runs as an unrolled, per-layer rematerialized loop.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from deepnet_jax.blocks import TransformerLayer, residual_scheme
+from deepnet_jax.layers import constrain, layer_norm
+from deepnet_jax.model_config import TransformerConfig
+
+# Names tagged with ``checkpoint_name`` inside each layer, saved by the "qkv_fc1" policy.
+SAVED_NAMES = ("q_proj", "k_proj", "v_proj", "fc1")
+
+
+def remat_policy(name: str):
+    """The ``jax.checkpoint`` policy for a ``model.remat_policy`` name (None: no remat)."""
+    policies = {
+        "none": None,
+        "full": jax.checkpoint_policies.nothing_saveable,
+        "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+        "qkv_fc1": jax.checkpoint_policies.save_only_these_names(*SAVED_NAMES),
+    }
+    if name not in policies:
+        raise ValueError(f"model.remat_policy={name!r}; allowed values are {', '.join(policies)}")
+    return policies[name]
+
+
+def _layer_class(config: TransformerConfig, scanned: bool):
+    if config.remat_policy == "none":
+        return TransformerLayer
+    # prevent_cse=False is safe (and faster) only inside scan, as jax.checkpoint documents.
+    return nn.remat(
+        TransformerLayer, policy=remat_policy(config.remat_policy), prevent_cse=not scanned
+    )
+
+
+def num_layers(config: TransformerConfig, side: str) -> int:
+    return config.num_encoder_layers if side == "encoder" else config.num_decoder_layers
+
+
+def has_final_norm(config: TransformerConfig) -> bool:
+    """Pre-LN-style stacks (pre_ln, subln, dlcl_pre) end with a LayerNorm."""
+    return residual_scheme(config.scheme) in ("pre_ln", "subln")
+
+
+def dlcl_weight_init(size: int, fill: str) -> np.ndarray:
+    """Lower-triangular [size, size] DLCL weights: row i combines y_0 … y_i.
+
+    ``fill`` "one" gives all ones (the paper's "fix 1"); "avg" gives 1/(i+1) (the paper's
+    "fix 1/N"), which is also the starting point of the learnable weights.
+    """
+    rows = np.arange(size)[:, None]
+    tril = (np.arange(size)[None, :] <= rows).astype(np.float32)
+    return tril if fill == "one" else tril / (rows + 1)
+
+
+def apply_layers(
+    owner: nn.Module,
+    config: TransformerConfig,
+    side: str,
+    x_BTD: jax.Array,
+    self_mask: jax.Array | None,
+    enc_out_BSD: jax.Array | None,
+    enc_mask: jax.Array | None,
+    has_cross: bool,
+    deterministic: bool,
+) -> jax.Array:
+    """Run one side's layers (and its final LN) as submodules of ``owner``.
+
+    ``owner`` is the Encoder/Decoder whose compact ``__call__`` is running; layers are created
+    in its scope (``owner/layers`` scanned, ``owner/layers_{i}`` unrolled).
+    """
+    L = num_layers(config, side)
+    args = (x_BTD, self_mask, enc_out_BSD, enc_mask)
+    if config.scheme.startswith("dlcl"):
+        return _dlcl(owner, config, side, *args, has_cross, deterministic)
+    kwargs = dict(config=config, side=side, has_cross=has_cross, deterministic=deterministic)
+    if config.scan_layers:
+        scanned = nn.scan(
+            _layer_class(config, scanned=True),
+            variable_axes={"params": 0},
+            split_rngs={"params": True, "dropout": True},
+            in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
+            length=L,
+            metadata_params={nn.PARTITION_NAME: "layers"},
+        )
+        x_BTD, _ = scanned(**kwargs, carry_output=True, name="layers")(*args)
+    else:
+        layer_cls = _layer_class(config, scanned=False)
+        for i in range(L):
+            x_BTD = layer_cls(**kwargs, name=f"layers_{i}")(x_BTD, *args[1:])
+    if has_final_norm(config):
+        x_BTD = layer_norm(config, "layer_norm")(x_BTD)
+    return constrain(x_BTD)
+
+
+def _dlcl(owner, config, side, x_BTD, self_mask, enc_out_BSD, enc_mask, has_cross, deterministic):
+    """DLCL stack: x_{l+1} = Σ_k W[l, k]·LN_k(y_k) (pre) or LN(Σ_k W[l, k]·y_k) (post).
+
+    W is lower-triangular [(L+1), (L+1)]; row l < L feeds layer l+1 and row L forms the stack
+    output (followed by the final LN for dlcl_pre).
+    """
+    L = num_layers(config, side)
+    pre = config.scheme == "dlcl_pre"
+    use_ln = config.dlcl_layer_norm
+    if config.dlcl_weights == "learnable":
+        # Logical axes unmapped: a tiny matrix, replicated.
+        W = owner.param(
+            "dlcl_weights",
+            nn.with_logical_partitioning(
+                lambda key, shape, dtype: jnp.asarray(dlcl_weight_init(shape[0], "avg"), dtype),
+                (None, None),
+            ),
+            (L + 1, L + 1),
+            jnp.float32,
+        )
+        W = W * jnp.asarray(dlcl_weight_init(L + 1, "one"))  # keep it lower-triangular
+    else:
+        W = jnp.asarray(dlcl_weight_init(L + 1, config.dlcl_weights.removeprefix("fix_")))
+    layer_cls = _layer_class(config, scanned=False)
+
+    def push(y: jax.Array, k: int) -> jax.Array:
+        return layer_norm(config, f"history_layer_norm_{k}")(y) if pre and use_ln else y
+
+    def combine(history: list[jax.Array], row: int) -> jax.Array:
+        w = W[row, : row + 1].astype(config.compute_dtype)
+        x = jnp.einsum("k,kbtd->btd", w, jnp.stack(history))
+        if not pre and use_ln:
+            x = layer_norm(config, f"combine_layer_norm_{row}")(x)
+        return constrain(x)
+
+    history = [push(x_BTD, 0)]
+    for i in range(L):
+        y = layer_cls(
+            config=config,
+            side=side,
+            has_cross=has_cross,
+            deterministic=deterministic,
+            name=f"layers_{i}",
+        )(combine(history, i), self_mask, enc_out_BSD, enc_mask)
+        history.append(push(y, i + 1))
+    out = combine(history, L)
+    if pre:
+        out = layer_norm(config, "layer_norm")(out)
+    return out
