@@ -43,7 +43,9 @@ class TransformerLayer(nn.Module):
       carry_output: return ``(x, None)`` instead of ``x`` (the ``nn.scan`` convention).
 
     Call: ``layer(x [B,T,D], self_mask [B|1,1,T|1,T], enc_out [B,S,D] | None,
-    enc_mask [B,1,1,S] | None)``.
+    enc_mask [B,1,1,S] | None, dropout_key)``. Every dropout mask in the layer is derived from
+    ``dropout_key`` (by ``fold_in``), so scanned, unrolled and rematerialized stacks given the
+    same per-layer keys draw the same masks.
     """
 
     config: TransformerConfig
@@ -59,24 +61,34 @@ class TransformerLayer(nn.Module):
         self_mask: jax.Array | None,
         enc_out_BSD: jax.Array | None = None,
         enc_mask: jax.Array | None = None,
+        dropout_key: jax.Array | None = None,
     ):
         c = self.config
         scheme = residual_scheme(c.scheme)
         alpha, gain = c.side_constants(self.side)
         cross_gain = gain if scheme == "deepnorm" else 1.0  # Sub-LN leaves cross-attn unscaled
         inner = scheme == "subln"
-        drop = nn.Dropout(c.dropout)
 
-        def sublayer(x: jax.Array, g: Callable[[jax.Array], jax.Array], norm: str) -> jax.Array:
+        def key(i: int) -> jax.Array | None:
+            return None if dropout_key is None else jax.random.fold_in(dropout_key, i)
+
+        def sublayer(
+            x: jax.Array, g: Callable[[jax.Array], jax.Array], norm: str, i: int
+        ) -> jax.Array:
+            def branch(h: jax.Array) -> jax.Array:
+                return nn.Dropout(c.dropout)(g(h), deterministic=self.deterministic, rng=key(i))
+
             if scheme in ("pre_ln", "subln"):
-                y = x + drop(g(layer_norm(c, norm)(x)), deterministic=self.deterministic)
-            else:  # post_ln (α = 1) and deepnorm
-                y = layer_norm(c, norm)(alpha * x + drop(g(x), deterministic=self.deterministic))
+                y = x + branch(layer_norm(c, norm)(x))
+            else:  # post_ln (α = 1) and deepnorm: α scales the residual, not G(x)
+                y = layer_norm(c, norm)(alpha * x + branch(x))
             return constrain(y)
 
         x_BTD = constrain(x_BTD)
         self_attn = MultiHeadAttention(c, gain, inner, self.deterministic, name="self_attn")
-        x_BTD = sublayer(x_BTD, lambda h: self_attn(h, h, self_mask), "self_attn_layer_norm")
+        x_BTD = sublayer(
+            x_BTD, lambda h: self_attn(h, h, self_mask, key(10)), "self_attn_layer_norm", 0
+        )
         if self.has_cross:
             if enc_out_BSD is None:
                 raise ValueError("a layer with cross-attention needs the encoder output")
@@ -84,8 +96,11 @@ class TransformerLayer(nn.Module):
                 c, cross_gain, False, self.deterministic, name="cross_attn"
             )
             x_BTD = sublayer(
-                x_BTD, lambda h: cross_attn(h, enc_out_BSD, enc_mask), "cross_attn_layer_norm"
+                x_BTD,
+                lambda h: cross_attn(h, enc_out_BSD, enc_mask, key(11)),
+                "cross_attn_layer_norm",
+                1,
             )
         ffn = FeedForward(c, gain, inner, self.deterministic, name="ffn")
-        x_BTD = sublayer(x_BTD, ffn, "final_layer_norm")
+        x_BTD = sublayer(x_BTD, lambda h: ffn(h, key(12)), "final_layer_norm", 2)
         return (x_BTD, None) if self.carry_output else x_BTD

@@ -84,6 +84,8 @@ class MultiHeadAttention(nn.Module):
     Inputs: queries ``x_q`` [B, T, D], keys/values ``x_kv`` [B, S, D] and a boolean ``mask``
     broadcastable to [B, H, T, S] (True = may attend). Output [B, T, D].
 
+    ``dropout_key`` seeds the attention-probability dropout (required unless deterministic).
+
     ``value_gain`` is the Xavier gain of ``v_proj`` and ``out_proj`` (β for DeepNorm, γ for
     Sub-LN); ``q_proj``/``k_proj`` keep gain 1. ``inner_norm`` adds Sub-LN's ``inner_attn_ln``
     on the concatenated heads before ``out_proj`` (Magneto eq. 2).
@@ -95,7 +97,13 @@ class MultiHeadAttention(nn.Module):
     deterministic: bool = True
 
     @nn.compact
-    def __call__(self, x_q: jax.Array, x_kv: jax.Array, mask: jax.Array | None) -> jax.Array:
+    def __call__(
+        self,
+        x_q: jax.Array,
+        x_kv: jax.Array,
+        mask: jax.Array | None,
+        dropout_key: jax.Array | None = None,
+    ) -> jax.Array:
         c = self.config
         D, H, K = c.d_model, c.num_heads, c.head_dim
 
@@ -113,7 +121,9 @@ class MultiHeadAttention(nn.Module):
         if mask is not None:
             logits_BHTS = jnp.where(mask, logits_BHTS, jnp.finfo(jnp.float32).min)
         probs_BHTS = jax.nn.softmax(logits_BHTS, axis=-1).astype(c.compute_dtype)
-        probs_BHTS = nn.Dropout(c.attention_dropout)(probs_BHTS, deterministic=self.deterministic)
+        probs_BHTS = nn.Dropout(c.attention_dropout)(
+            probs_BHTS, deterministic=self.deterministic, rng=dropout_key
+        )
         out_BTHK = jnp.einsum("bhts,bshk->bthk", probs_BHTS, v_BSHK)
 
         if self.inner_norm:
@@ -129,7 +139,8 @@ class FeedForward(nn.Module):
     """Position-wise FFN: x [B, T, D] → fc2(φ(fc1(x))) [B, T, D].
 
     ``gain`` is the Xavier gain of ``fc1`` and ``fc2``; ``inner_norm`` adds Sub-LN's
-    ``ffn_layernorm`` on the hidden activation before ``fc2`` (Magneto eq. 4).
+    ``ffn_layernorm`` on the hidden activation before ``fc2`` (Magneto eq. 4). ``dropout_key``
+    seeds the activation dropout (required unless deterministic).
     """
 
     config: TransformerConfig
@@ -138,7 +149,7 @@ class FeedForward(nn.Module):
     deterministic: bool = True
 
     @nn.compact
-    def __call__(self, x_BTD: jax.Array) -> jax.Array:
+    def __call__(self, x_BTD: jax.Array, dropout_key: jax.Array | None = None) -> jax.Array:
         c = self.config
         h_BTF = Projection(
             (c.d_model,), (c.ffn_dim,), ("embed",), ("mlp",), c, self.gain, tag="fc1", name="fc1"
@@ -146,7 +157,9 @@ class FeedForward(nn.Module):
         h_BTF = (
             jax.nn.relu(h_BTF) if c.activation == "relu" else jax.nn.gelu(h_BTF, approximate=False)
         )
-        h_BTF = nn.Dropout(c.activation_dropout)(h_BTF, deterministic=self.deterministic)
+        h_BTF = nn.Dropout(c.activation_dropout)(
+            h_BTF, deterministic=self.deterministic, rng=dropout_key
+        )
         if self.inner_norm:
             h_BTF = layer_norm(c, "ffn_layernorm", axis_name="mlp")(h_BTF)
         return Projection(

@@ -85,30 +85,48 @@ def apply_layers(
     in its scope (``owner/layers`` scanned, ``owner/layers_{i}`` unrolled).
     """
     L = num_layers(config, side)
+    keys = layer_dropout_keys(owner, config, L, deterministic)
     args = (x_BTD, self_mask, enc_out_BSD, enc_mask)
     if config.scheme.startswith("dlcl"):
-        return _dlcl(owner, config, side, *args, has_cross, deterministic)
+        return _dlcl(owner, config, side, *args, keys, has_cross, deterministic)
     kwargs = dict(config=config, side=side, has_cross=has_cross, deterministic=deterministic)
     if config.scan_layers:
         scanned = nn.scan(
             _layer_class(config, scanned=True),
             variable_axes={"params": 0},
             split_rngs={"params": True, "dropout": True},
-            in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
+            in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, 0),
             length=L,
             metadata_params={nn.PARTITION_NAME: "layers"},
         )
-        x_BTD, _ = scanned(**kwargs, carry_output=True, name="layers")(*args)
+        x_BTD, _ = scanned(**kwargs, carry_output=True, name="layers")(*args, keys)
     else:
         layer_cls = _layer_class(config, scanned=False)
         for i in range(L):
-            x_BTD = layer_cls(**kwargs, name=f"layers_{i}")(x_BTD, *args[1:])
+            key = None if keys is None else keys[i]
+            x_BTD = layer_cls(**kwargs, name=f"layers_{i}")(x_BTD, *args[1:], key)
     if has_final_norm(config):
         x_BTD = layer_norm(config, "layer_norm")(x_BTD)
     return constrain(x_BTD)
 
 
-def _dlcl(owner, config, side, x_BTD, self_mask, enc_out_BSD, enc_mask, has_cross, deterministic):
+def layer_dropout_keys(
+    owner: nn.Module, config: TransformerConfig, L: int, deterministic: bool
+) -> jax.Array | None:
+    """One dropout key per layer [L] (None when no dropout can fire).
+
+    Keys are drawn once from the owner's "dropout" stream and handed to the layers explicitly, so
+    the scanned and the unrolled stacks apply identical masks for the same parameters.
+    """
+    rates = (config.dropout, config.attention_dropout, config.activation_dropout)
+    if deterministic or max(rates) == 0:
+        return None
+    return jax.random.split(owner.make_rng("dropout"), L)
+
+
+def _dlcl(
+    owner, config, side, x_BTD, self_mask, enc_out_BSD, enc_mask, keys, has_cross, deterministic
+):
     """DLCL stack: x_{l+1} = Σ_k W[l, k]·LN_k(y_k) (pre) or LN(Σ_k W[l, k]·y_k) (post).
 
     W is lower-triangular [(L+1), (L+1)]; row l < L feeds layer l+1 and row L forms the stack

@@ -50,7 +50,10 @@ def learning_rate_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
     if s.name == "constant":
         return optax.constant_schedule(lr)
     warmup = optax.linear_schedule(s.warmup_init_lr, lr, s.warmup_steps)
-    decay = lambda step: lr * jnp.sqrt(s.warmup_steps / jnp.maximum(step + s.warmup_steps, 1))
+
+    def decay(step):  # join_schedules passes steps counted from the end of warm-up
+        return lr * jnp.sqrt(s.warmup_steps / jnp.maximum(step + s.warmup_steps, 1))
+
     return optax.join_schedules([warmup, decay], [s.warmup_steps])
 
 
@@ -58,19 +61,28 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
     o = config.optimizer
     return optax.chain(
         optax.clip_by_global_norm(o.grad_clip) if o.grad_clip else optax.identity(),
-        optax.adamw(learning_rate_schedule(config), b1=o.b1, b2=o.b2, eps=o.eps,
-                    weight_decay=o.weight_decay),
+        optax.adamw(
+            learning_rate_schedule(config), b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay
+        ),
     )
 
 
 def make_loss_fn(model: nn.Module, arch: str, label_smoothing: float = 0.0) -> Callable:
-    """``loss_fn(params, batch, dropout_rng, deterministic) -> (mean loss, (sum loss, sum w, sum hit))``."""
+    """Build ``loss_fn(params, batch, dropout_rng, deterministic)``.
+
+    It returns ``(mean loss, (summed loss, summed weight, summed correct))``.
+    """
 
     def loss_fn(params, batch: Batch, dropout_rng: jax.Array, deterministic: bool):
-        logits = model.apply({"params": params}, *synthetic.model_inputs(arch, batch),
-                             deterministic=deterministic, rngs={"dropout": dropout_rng})
-        loss_sum, weight_sum = losses.cross_entropy(logits, batch["targets"], batch["weights"],
-                                                    label_smoothing)
+        logits = model.apply(
+            {"params": params},
+            *synthetic.model_inputs(arch, batch),
+            deterministic=deterministic,
+            rngs={"dropout": dropout_rng},
+        )
+        loss_sum, weight_sum = losses.cross_entropy(
+            logits, batch["targets"], batch["weights"], label_smoothing
+        )
         hits = losses.accuracy(logits, batch["targets"], batch["weights"])
         return loss_sum / jnp.maximum(weight_sum, 1.0), (loss_sum, weight_sum, hits)
 
@@ -92,8 +104,9 @@ def run(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict[s
     model = models.build(config.model)
     arch = config.model.arch
     rng = np.random.default_rng(config.seed)
-    make = functools.partial(synthetic.batch, arch, config.data.batch_size,
-                             config.model.vocab_size, config.data.max_len)
+    make = functools.partial(
+        synthetic.batch, arch, config.data.batch_size, config.model.vocab_size, config.data.max_len
+    )
     params = init_params(model, arch, make(rng), config.seed)
     optimizer = make_optimizer(config)
     opt_state = optimizer.init(params)
@@ -104,7 +117,8 @@ def run(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict[s
     def train_step(params, opt_state, batch, step):
         dropout_rng = jax.random.fold_in(base_key, step)
         (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            params, batch, dropout_rng, False)
+            params, batch, dropout_rng, False
+        )
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
@@ -121,8 +135,12 @@ def run(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict[s
     totals = np.zeros(3)
     for _ in range(config.eval_batches):
         totals += np.array(jax.device_get(eval_step(params, make(eval_rng))))
-    metrics = {"eval_loss": totals[0] / totals[1], "eval_accuracy": totals[2] / totals[1],
-               "train_loss": float(loss), "steps": config.total_steps}
+    metrics = {
+        "eval_loss": totals[0] / totals[1],
+        "eval_accuracy": totals[2] / totals[1],
+        "train_loss": float(loss),
+        "steps": config.total_steps,
+    }
     print(json.dumps(metrics))
     if workdir:
         os.makedirs(workdir, exist_ok=True)

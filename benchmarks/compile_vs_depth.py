@@ -1,0 +1,313 @@
+"""Compile time, HLO size, temporary memory and step time of the full train step vs depth.
+
+Run (all default rows, about 15 minutes on a 2-core CPU)::
+
+    python -m benchmarks.compile_vs_depth
+
+Quick run::
+
+    python -m benchmarks.compile_vs_depth --rows=scan:6,scan:100,unroll:6 --policies=
+
+Each row builds a tiny-width decoder-only model, jits one train step (``value_and_grad`` of
+``deepnet_jax.train.make_loss_fn`` followed by an ``optax.adam`` update), lowers it on abstract
+inputs (``jax.eval_shape`` of the init, ``jax.ShapeDtypeStruct`` batch), times ``.lower()`` and
+``.compile()`` separately, reads ``compiled.memory_analysis().temp_size_in_bytes`` and the HLO
+text size, then runs the compiled step on real arrays (one warm-up, then ``--steps`` timed runs).
+
+Output: one JSON line per row (``depth``, ``layout``, ``remat_policy``, ``lower_s``,
+``compile_s``, ``hlo_chars``, ``temp_bytes``, ``step_s_median``, ``params``), then one summary
+JSON line: the compile-time ratio scanned 1000 / scanned 6 (target ≤ 1.5) and the temp-bytes
+slope per layer of the scanned "full" policy between depths 100 and 1000 against the limit of
+one layer's float32 gradient bytes + 2·B·T·d_model·4 bytes.
+
+``--rows`` is a comma-separated list of ``layout:depth[:policy]`` (layout ``scan`` or
+``unroll``, policy default ``full``); ``--policies`` adds scanned rows at ``--policy-depth`` for
+each listed remat policy (empty: none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from deepnet_jax import models, synthetic, train
+
+DEFAULT_ROWS = "scan:6,scan:100,scan:1000,unroll:6,unroll:50,unroll:100"
+DEFAULT_POLICIES = "none,dots,qkv_fc1"
+LAYOUTS = ("scan", "unroll")
+COMPILE_RATIO_TARGET = 1.5
+ARCH = "decoder"
+SIDE = "decoder"  # the layer stack of a decoder-only model
+F32_BYTES = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One measurement: a layer layout, a depth and a remat policy."""
+
+    layout: str
+    depth: int
+    policy: str = "full"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """Model width, batch shape and timing settings shared by every row."""
+
+    scheme: str
+    d_model: int
+    num_heads: int
+    ffn_dim: int
+    vocab_size: int
+    batch_size: int
+    seq_len: int
+    learning_rate: float
+    steps: int
+    seed: int
+
+
+def parse_rows(rows: str, policies: str, policy_depth: int) -> list[Row]:
+    """``layout:depth[:policy]`` items, then one scanned row per extra policy."""
+    out = []
+    for item in filter(None, (s.strip() for s in rows.split(","))):
+        parts = item.split(":")
+        if len(parts) not in (2, 3) or parts[0] not in LAYOUTS:
+            raise ValueError(f"row {item!r} is not layout:depth[:policy] with layout in {LAYOUTS}")
+        out.append(Row(parts[0], int(parts[1]), parts[2] if len(parts) == 3 else "full"))
+    for policy in filter(None, (s.strip() for s in policies.split(","))):
+        out.append(Row("scan", policy_depth, policy))
+    return out
+
+
+def model_config(setup: Setup, row: Row) -> Any:
+    """The ``ml_collections`` model config of one row."""
+    c = models.default_config()
+    c.arch = ARCH
+    c.scheme = setup.scheme
+    c.num_encoder_layers = 0
+    c.num_decoder_layers = row.depth
+    c.d_model = setup.d_model
+    c.num_heads = setup.num_heads
+    c.ffn_dim = setup.ffn_dim
+    c.vocab_size = setup.vocab_size
+    c.max_len = max(c.max_len, setup.seq_len)
+    c.scan_layers = row.layout == "scan"
+    c.remat_policy = row.policy
+    return c
+
+
+def example_batch(setup: Setup) -> dict[str, np.ndarray]:
+    """A real synthetic-reversal batch [batch_size, seq_len]."""
+    rng = np.random.default_rng(setup.seed)
+    return synthetic.batch(ARCH, setup.batch_size, setup.vocab_size, setup.seq_len, rng)
+
+
+def abstract(tree: Any) -> Any:
+    """``jax.ShapeDtypeStruct`` leaves with the shapes and dtypes of ``tree``."""
+    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), tree)
+
+
+def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation) -> Callable:
+    """Jitted ``(params, opt_state, batch, step) -> (params, opt_state, loss)``, as in train.py."""
+    loss_fn = train.make_loss_fn(model, ARCH)
+    base_key = jax.random.key(0)
+
+    def step_fn(params: Any, opt_state: Any, batch: dict, step: jax.Array) -> tuple:
+        dropout_rng = jax.random.fold_in(base_key, step)
+        (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            params, batch, dropout_rng, False
+        )
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return jax.jit(step_fn, donate_argnums=(0, 1))
+
+
+def abstract_state(
+    model: nn.Module, optimizer: optax.GradientTransformation, batch: dict, seed: int
+) -> tuple[Any, Any]:
+    """Shapes of the params and the optimizer state, without allocating either."""
+    params = jax.eval_shape(functools.partial(train.init_params, model, ARCH, batch, seed))
+    return params, jax.eval_shape(optimizer.init, params)
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    """``fn()`` and its wall-clock seconds."""
+    start = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - start
+
+
+def lower_and_compile(step: Callable, abstract_args: tuple) -> dict[str, Any]:
+    """Lower and compile ``step`` on abstract args; times, HLO size and temp bytes."""
+    lowered, lower_s = timed(lambda: step.lower(*abstract_args))
+    compiled, compile_s = timed(lowered.compile)
+    return {
+        "compiled": compiled,
+        "lower_s": lower_s,
+        "compile_s": compile_s,
+        "hlo_chars": len(lowered.as_text()),
+        "temp_bytes": int(compiled.memory_analysis().temp_size_in_bytes),
+    }
+
+
+def median_step_seconds(
+    compiled: Callable, params: Any, opt_state: Any, batch: dict, steps: int
+) -> float:
+    """Median wall-clock seconds of ``steps`` compiled train steps after one warm-up step."""
+    times = []
+    for i in range(steps + 1):
+        start = time.perf_counter()
+        params, opt_state, loss = compiled(params, opt_state, batch, jnp.int32(i))
+        jax.block_until_ready((params, opt_state, loss))
+        if i:  # step 0 is the warm-up
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def param_count(params: Any) -> int:
+    return sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(params))
+
+
+def measure_row(setup: Setup, row: Row) -> dict[str, Any]:
+    """All measurements of one row, as the JSON-ready dict printed for it."""
+    model = models.build(model_config(setup, row))
+    optimizer = optax.adam(setup.learning_rate)
+    batch = example_batch(setup)
+    params_abs, opt_abs = abstract_state(model, optimizer, batch, setup.seed)
+    step_abs = jax.ShapeDtypeStruct((), jnp.int32)
+    step = make_train_step(model, optimizer)
+    stats = lower_and_compile(step, (params_abs, opt_abs, abstract(batch), step_abs))
+    params = train.init_params(model, ARCH, batch, setup.seed)
+    step_s = median_step_seconds(
+        stats.pop("compiled"), params, optimizer.init(params), batch, setup.steps
+    )
+    return {
+        "depth": row.depth,
+        "layout": row.layout,
+        "remat_policy": row.policy,
+        **stats,
+        "step_s_median": step_s,
+        "params": param_count(params_abs),
+    }
+
+
+def one_layer_param_bytes(setup: Setup) -> int:
+    """float32 bytes of one layer's parameters (= its gradient), from a 1-layer scanned model."""
+    model = models.build(model_config(setup, Row("scan", 1)))
+    params = jax.eval_shape(
+        functools.partial(train.init_params, model, ARCH, example_batch(setup), setup.seed)
+    )
+    return F32_BYTES * param_count(params[SIDE]["layers"])
+
+
+def find(results: list[dict], layout: str, depth: int, policy: str) -> dict | None:
+    for r in results:
+        if (r["layout"], r["depth"], r["remat_policy"]) == (layout, depth, policy):
+            return r
+    return None
+
+
+def compile_ratio(results: list[dict]) -> dict[str, Any]:
+    """compile_s (and lower_s + compile_s) of scanned depth 1000 over scanned depth 6."""
+    deep, shallow = find(results, "scan", 1000, "full"), find(results, "scan", 6, "full")
+    if deep is None or shallow is None:
+        return {"compile_ratio_scan1000_over_scan6": None}
+    ratio = deep["compile_s"] / shallow["compile_s"]
+    total = (deep["lower_s"] + deep["compile_s"]) / (shallow["lower_s"] + shallow["compile_s"])
+    return {
+        "compile_ratio_scan1000_over_scan6": ratio,
+        "lower_plus_compile_ratio_scan1000_over_scan6": total,
+        "compile_ratio_target": COMPILE_RATIO_TARGET,
+        "compile_ratio_meets_target": ratio <= COMPILE_RATIO_TARGET,
+    }
+
+
+def temp_slope(results: list[dict], setup: Setup) -> dict[str, Any]:
+    """Temp bytes per extra layer (scan, full, depth 100 → 1000) against the per-layer limit."""
+    deep, shallow = find(results, "scan", 1000, "full"), find(results, "scan", 100, "full")
+    if deep is None or shallow is None:
+        return {"temp_slope_bytes_per_layer": None}
+    slope = (deep["temp_bytes"] - shallow["temp_bytes"]) / 900
+    grad_bytes = one_layer_param_bytes(setup)
+    activation_bytes = 2 * setup.batch_size * setup.seq_len * setup.d_model * F32_BYTES
+    limit = grad_bytes + activation_bytes
+    return {
+        "temp_slope_bytes_per_layer": slope,
+        "temp_slope_limit_bytes_per_layer": limit,
+        "limit_layer_grad_bytes": grad_bytes,
+        "limit_activation_bytes": activation_bytes,
+        "temp_slope_within_limit": slope <= limit,
+    }
+
+
+def summary(results: list[dict], setup: Setup) -> dict[str, Any]:
+    return {"summary": True, **compile_ratio(results), **temp_slope(results, setup)}
+
+
+def warm_up(setup: Setup) -> None:
+    """Compile one 1-layer step first, so the first row does not pay JAX's one-time costs."""
+    measure_row(dataclasses.replace(setup, steps=1), Row("scan", 1))
+
+
+def emit(record: dict[str, Any]) -> None:
+    print(json.dumps(record), flush=True)
+
+
+def parse_args() -> tuple[Setup, list[Row], bool]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--scheme", default="deepnorm")
+    p.add_argument("--d_model", type=int, default=32)
+    p.add_argument("--num_heads", type=int, default=2)
+    p.add_argument("--ffn_dim", type=int, default=64)
+    p.add_argument("--vocab_size", type=int, default=64)
+    p.add_argument("--batch_size", type=int, default=4)
+    p.add_argument("--seq_len", type=int, default=16)
+    p.add_argument("--learning_rate", type=float, default=1e-3)
+    p.add_argument("--steps", type=int, default=5, help="timed steps per row, after 1 warm-up")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rows", default=DEFAULT_ROWS, help="layout:depth[:policy],…")
+    p.add_argument("--policies", default=DEFAULT_POLICIES, help="extra scanned remat policies")
+    p.add_argument("--policy_depth", type=int, default=100, help="depth of the --policies rows")
+    p.add_argument("--no_warmup", action="store_true", help="skip the unreported warm-up row")
+    a = p.parse_args()
+    setup = Setup(
+        a.scheme,
+        a.d_model,
+        a.num_heads,
+        a.ffn_dim,
+        a.vocab_size,
+        a.batch_size,
+        a.seq_len,
+        a.learning_rate,
+        a.steps,
+        a.seed,
+    )
+    return setup, parse_rows(a.rows, a.policies, a.policy_depth), not a.no_warmup
+
+
+def main() -> None:
+    setup, rows, warmup = parse_args()
+    if warmup:
+        warm_up(setup)
+    results = []
+    for row in rows:
+        results.append(measure_row(setup, row))
+        emit(results[-1])
+    emit(summary(results, setup))
+
+
+if __name__ == "__main__":
+    main()
