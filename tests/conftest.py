@@ -1,0 +1,66 @@
+"""Shared helpers: tiny model configs for every (arch, scheme) pair."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from deepnet_jax import models
+from deepnet_jax.model_config import ARCHS, SCHEMES
+
+# The "rbg" generator compiles several times faster than threefry on CPU; tests only need
+# well-distributed bits, not threefry's exact stream.
+jax.config.update("jax_default_prng_impl", "rbg")
+
+ARCH_SCHEME = list(itertools.product(ARCHS, SCHEMES))
+
+
+def tiny_config(
+    arch: str = "encdec", scheme: str = "deepnorm", **overrides
+) -> ml_collections.ConfigDict:
+    """A small model config; encoder 3 layers, decoder 2 layers where the arch has them."""
+    c = models.default_config()
+    c.arch, c.scheme = arch, scheme
+    c.d_model, c.num_heads, c.ffn_dim, c.vocab_size, c.max_len = 32, 4, 64, 40, 32
+    c.num_encoder_layers = 3 if arch in ("encoder", "encdec") else 0
+    c.num_decoder_layers = 2 if arch in ("decoder", "encdec") else 0
+    c.dropout = 0.0
+    if scheme.startswith("dlcl"):
+        c.scan_layers = False
+    for key, value in overrides.items():
+        c[key] = value
+    return c
+
+
+def random_tokens(shape, vocab: int, seed: int = 0) -> jnp.ndarray:
+    """Non-padding token ids in [1, vocab)."""
+    return jnp.asarray(np.random.default_rng(seed).integers(1, vocab, size=shape), jnp.int32)
+
+
+def model_args(arch: str, src, tgt=None) -> tuple:
+    return (src, src if tgt is None else tgt) if arch == "encdec" else (src,)
+
+
+@functools.cache
+def built(arch: str, scheme: str, **overrides):
+    """(config, model, params) for ``tiny_config(arch, scheme, **overrides)``, cached."""
+    cfg = tiny_config(arch, scheme, **overrides)
+    model = models.build(cfg)
+    return cfg, model, init_params(model, arch, jnp.ones((1, 4), jnp.int32))
+
+
+def init_params(model, arch: str, src, tgt=None, seed: int = 0):
+    """Unboxed parameters of ``model`` (initialized under jit)."""
+    variables = jax.jit(model.init)(jax.random.key(seed), *model_args(arch, src, tgt))
+    return nn.unbox(variables["params"])
+
+
+def jit_apply(model):
+    """``model.apply`` under jit (eager scan/remat dispatch is slow on CPU)."""
+    return jax.jit(model.apply, static_argnames=("deterministic",))

@@ -1,0 +1,148 @@
+"""Block math: each scheme's layer equals an independent NumPy transcription of its formula."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import tiny_config
+from flax.traverse_util import flatten_dict, unflatten_dict
+
+from deepnet_jax.blocks import TransformerLayer
+from deepnet_jax.model_config import SCHEMES, TransformerConfig
+
+B, T, S = 2, 5, 6
+
+
+def ln(x, p, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * p["scale"] + p["bias"]
+
+
+def attention(p, xq, xkv, mask, inner_ln=None):
+    q = np.einsum("btd,dhk->bthk", xq, p["q_proj"]["kernel"]) + p["q_proj"]["bias"]
+    k = np.einsum("bsd,dhk->bshk", xkv, p["k_proj"]["kernel"]) + p["k_proj"]["bias"]
+    v = np.einsum("bsd,dhk->bshk", xkv, p["v_proj"]["kernel"]) + p["v_proj"]["bias"]
+    logits = np.einsum("bthk,bshk->bhts", q, k) / np.sqrt(q.shape[-1])
+    logits = np.where(mask, logits, -1e30)
+    w = np.exp(logits - logits.max(-1, keepdims=True))
+    w = w / w.sum(-1, keepdims=True)
+    o = np.einsum("bhts,bshk->bthk", w, v)
+    if inner_ln is not None:
+        o = ln(o.reshape(o.shape[0], o.shape[1], -1), inner_ln).reshape(o.shape)
+    return np.einsum("bthk,hkd->btd", o, p["out_proj"]["kernel"]) + p["out_proj"]["bias"]
+
+
+def ffn(p, x, inner_ln=None):
+    h = np.maximum(x @ p["fc1"]["kernel"] + p["fc1"]["bias"], 0)
+    if inner_ln is not None:
+        h = ln(h, inner_ln)
+    return h @ p["fc2"]["kernel"] + p["fc2"]["bias"]
+
+
+def reference_layer(p, x, scheme, alpha, self_mask, enc=None, enc_mask=None):
+    """SPEC.md residual forms, written out sublayer by sublayer."""
+    scheme = {"dlcl_pre": "pre_ln", "dlcl_post": "post_ln"}.get(scheme, scheme)
+    sub = scheme == "subln"
+    sublayers = [
+        ("self_attn_layer_norm", lambda h: attention(
+            p["self_attn"], h, h, self_mask, p["self_attn"].get("inner_attn_ln") if sub else None)),
+    ]
+    if enc is not None:
+        sublayers.append(("cross_attn_layer_norm",
+                          lambda h: attention(p["cross_attn"], h, enc, enc_mask)))
+    sublayers.append(("final_layer_norm",
+                      lambda h: ffn(p["ffn"], h, p["ffn"].get("ffn_layernorm") if sub else None)))
+    for norm, g in sublayers:
+        if scheme in ("pre_ln", "subln"):
+            x = x + g(ln(x, p[norm]))            # x + G(LN(x))
+        elif scheme == "deepnorm":
+            x = ln(alpha * x + g(x), p[norm])     # LN(α·x + G(x))
+        else:
+            x = ln(x + g(x), p[norm])             # LN(x + G(x))
+    return x
+
+
+def randomize_norms(params, rng):
+    """Non-trivial LayerNorm scales/biases so the test sees where each LN sits."""
+    flat = flatten_dict(params)
+    for k, v in flat.items():
+        if k[-1] in ("scale", "bias") and ("norm" in "/".join(k) or "_ln" in "/".join(k)):
+            flat[k] = v + rng.normal(0, 0.3, v.shape).astype(np.float32)
+    return unflatten_dict(flat)
+
+
+def layer_setup(scheme, side, has_cross):
+    arch = "encdec"
+    cfg = TransformerConfig.from_config(
+        tiny_config(arch, scheme, num_encoder_layers=18, num_decoder_layers=7))
+    layer = TransformerLayer(cfg, side=side, has_cross=has_cross)
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, (B, T, cfg.d_model)).astype(np.float32)
+    enc = rng.normal(0, 1, (B, S, cfg.d_model)).astype(np.float32) if has_cross else None
+    self_mask = np.tril(np.ones((T, T), bool))[None, None] if side == "decoder" else np.ones(
+        (1, 1, 1, T), bool)
+    enc_mask = np.ones((B, 1, 1, S), bool)
+    enc_mask[1, ..., -2:] = False
+    variables = layer.init(jax.random.key(1), x, self_mask, enc, enc_mask)
+    import flax.linen as nn
+
+    params = randomize_norms(jax.tree.map(np.asarray, nn.unbox(variables["params"])), rng)
+    return cfg, layer, params, x, self_mask, enc, enc_mask
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("side, has_cross", [("encoder", False), ("decoder", True)])
+def test_layer_matches_formula(scheme, side, has_cross):
+    cfg, layer, params, x, self_mask, enc, enc_mask = layer_setup(scheme, side, has_cross)
+    got = layer.apply({"params": params}, x, self_mask, enc, enc_mask)
+    alpha = cfg.side_constants(side)[0]
+    if scheme == "deepnorm":
+        assert alpha > 1.5  # the test must be able to tell α·x from α·G(x)
+    want = reference_layer(params, x.astype(np.float64), scheme, alpha, self_mask, enc, enc_mask)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=2e-4, atol=2e-4)
+
+
+def zero_sublayer_outputs(params):
+    """G(x) = 0 for every sublayer: zero the output projections."""
+    flat = flatten_dict(params)
+    for k in flat:
+        if k[-2] in ("out_proj", "fc2"):
+            flat[k] = np.zeros_like(flat[k])
+    return unflatten_dict(flat)
+
+
+@pytest.mark.parametrize("scheme", ["pre_ln", "subln", "deepnorm", "post_ln"])
+def test_zeroed_sublayers(scheme):
+    cfg, layer, params, x, self_mask, enc, enc_mask = layer_setup(scheme, "decoder", True)
+    params = zero_sublayer_outputs(params)
+    got = np.asarray(layer.apply({"params": params}, x, self_mask, enc, enc_mask))
+    if scheme in ("pre_ln", "subln"):
+        np.testing.assert_allclose(got, x, atol=1e-6)  # identity: x + 0
+    else:
+        alpha = cfg.side_constants("decoder")[0]
+        want = x.astype(np.float64)
+        for norm in ("self_attn_layer_norm", "cross_attn_layer_norm", "final_layer_norm"):
+            want = ln(alpha * want, params[norm])  # LN(α·x) per sublayer (α = 1 for post_ln)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_deepnorm_alpha_scales_residual_not_branch():
+    """Scaling G(x) by α (labml's variant) gives a measurably different layer."""
+    cfg, layer, params, x, self_mask, _, _ = layer_setup("deepnorm", "encoder", False)
+    got = np.asarray(layer.apply({"params": params}, x, self_mask))
+    alpha = cfg.side_constants("encoder")[0]
+    h = x.astype(np.float64)
+    h = ln(h + alpha * attention(params["self_attn"], h, h, self_mask),
+           params["self_attn_layer_norm"])
+    h = ln(h + alpha * ffn(params["ffn"], h), params["final_layer_norm"])
+    assert np.abs(got - h).max() > 1e-2
+
+
+def test_bf16_compute_with_fp32_params():
+    cfg = TransformerConfig.from_config(tiny_config("encoder", "deepnorm", dtype="bfloat16"))
+    layer = TransformerLayer(cfg)
+    x = jnp.ones((B, T, cfg.d_model), jnp.bfloat16)
+    variables = layer.init(jax.random.key(0), x, None)
+    assert all(v.dtype == jnp.float32 for v in jax.tree.leaves(variables))
+    assert layer.apply(variables, x, None).dtype == jnp.bfloat16
