@@ -127,8 +127,11 @@ def run(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict[s
         return loss_fn(params, batch, base_key, True)[1]
 
     bar = tqdm(range(config.total_steps), desc="train", unit="step")
+    first_loss = None
     for step in bar:
         params, opt_state, loss = train_step(params, opt_state, make(rng), step)
+        if first_loss is None:
+            first_loss = float(loss)
         if (step + 1) % config.log_every == 0 or step + 1 == config.total_steps:
             bar.set_postfix(loss=f"{float(loss):.3f}")
     eval_rng = np.random.default_rng(config.seed + 10_000)
@@ -138,6 +141,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict[s
     metrics = {
         "eval_loss": totals[0] / totals[1],
         "eval_accuracy": totals[2] / totals[1],
+        "first_train_loss": first_loss,
         "train_loss": float(loss),
         "steps": config.total_steps,
     }
