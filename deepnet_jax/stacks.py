@@ -169,7 +169,7 @@ def _dlcl(
             has_cross=has_cross,
             deterministic=deterministic,
             name=f"layers_{i}",
-        )(combine(history, i), self_mask, enc_out_BSD, enc_mask)
+        )(combine(history, i), self_mask, enc_out_BSD, enc_mask, None if keys is None else keys[i])
         history.append(push(y, i + 1))
     out = combine(history, L)
     if pre:
