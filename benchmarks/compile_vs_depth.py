@@ -1,6 +1,6 @@
 """Compile time, HLO size, temporary memory and step time of the full train step vs depth.
 
-Run (all default rows, about 15 minutes on a 2-core CPU)::
+Run from the repository root (the package is imported from the working tree)::
 
     python -m benchmarks.compile_vs_depth
 
@@ -8,11 +8,17 @@ Quick run::
 
     python -m benchmarks.compile_vs_depth --rows=scan:6,scan:100,unroll:6 --policies=
 
+Summary of a saved, possibly partial, run::
+
+    python -m benchmarks.compile_vs_depth --summarize=results.jsonl
+
 Each row builds a tiny-width decoder-only model, jits one train step (``value_and_grad`` of
 ``deepnet_jax.train.make_loss_fn`` followed by an ``optax.adam`` update), lowers it on abstract
 inputs (``jax.eval_shape`` of the init, ``jax.ShapeDtypeStruct`` batch), times ``.lower()`` and
 ``.compile()`` separately, reads ``compiled.memory_analysis().temp_size_in_bytes`` and the HLO
 text size, then runs the compiled step on real arrays (one warm-up, then ``--steps`` timed runs).
+An unreported 1-layer row is compiled first so that the first row does not pay JAX's one-time
+start-up costs (``--no_warmup`` skips it).
 
 Output: one JSON line per row (``depth``, ``layout``, ``remat_policy``, ``lower_s``,
 ``compile_s``, ``hlo_chars``, ``temp_bytes``, ``step_s_median``, ``params``), then one summary
@@ -21,8 +27,15 @@ slope per layer of the scanned "full" policy between depths 100 and 1000 against
 one layer's float32 gradient bytes + 2·B·T·d_model·4 bytes.
 
 ``--rows`` is a comma-separated list of ``layout:depth[:policy]`` (layout ``scan`` or
-``unroll``, policy default ``full``); ``--policies`` adds scanned rows at ``--policy-depth`` for
-each listed remat policy (empty: none).
+``unroll``, policy default ``full``); ``--policies`` adds scanned rows at ``--policy_depth`` for
+each listed remat policy (empty: none). Rows run scanned first, then the policy rows, then the
+unrolled rows.
+
+Cost: on a 2-core CPU with 23 GiB of memory the scanned and policy rows take 1-2 minutes in
+all, but XLA:CPU's compile time and memory for the *unrolled* step grow faster than quadratically
+with depth (measured: 26-46 s at 6 layers, 3.5 min at 12, 23 min and 17 GB at 24; 50 layers had
+not compiled after 7 minutes and 19.6 GB). The default unrolled rows are therefore 6, 12 and 24;
+``--rows=...,unroll:50,unroll:100`` asks for deeper ones on a bigger machine.
 """
 
 from __future__ import annotations
@@ -44,7 +57,7 @@ import optax
 
 from deepnet_jax import models, synthetic, train
 
-DEFAULT_ROWS = "scan:6,scan:100,scan:1000,unroll:6,unroll:50,unroll:100"
+DEFAULT_ROWS = "scan:6,scan:100,scan:1000,unroll:6,unroll:12,unroll:24"
 DEFAULT_POLICIES = "none,dots,qkv_fc1"
 LAYOUTS = ("scan", "unroll")
 COMPILE_RATIO_TARGET = 1.5
@@ -78,17 +91,23 @@ class Setup:
     seed: int
 
 
+def parse_row(item: str) -> Row:
+    """One ``layout:depth[:policy]`` item."""
+    parts = item.split(":")
+    if len(parts) not in (2, 3) or parts[0] not in LAYOUTS or not parts[1].isdigit():
+        raise ValueError(f"row {item!r} is not layout:depth[:policy] with layout in {LAYOUTS}")
+    return Row(parts[0], int(parts[1]), parts[2] if len(parts) == 3 else "full")
+
+
 def parse_rows(rows: str, policies: str, policy_depth: int) -> list[Row]:
-    """``layout:depth[:policy]`` items, then one scanned row per extra policy."""
-    out = []
-    for item in filter(None, (s.strip() for s in rows.split(","))):
-        parts = item.split(":")
-        if len(parts) not in (2, 3) or parts[0] not in LAYOUTS:
-            raise ValueError(f"row {item!r} is not layout:depth[:policy] with layout in {LAYOUTS}")
-        out.append(Row(parts[0], int(parts[1]), parts[2] if len(parts) == 3 else "full"))
-    for policy in filter(None, (s.strip() for s in policies.split(","))):
-        out.append(Row("scan", policy_depth, policy))
-    return out
+    """Scanned ``--rows``, then one scanned row per extra policy, then unrolled ``--rows``.
+
+    Unrolled rows go last because their compile time grows fastest with depth.
+    """
+    listed = [parse_row(s.strip()) for s in rows.split(",") if s.strip()]
+    extra = [Row("scan", policy_depth, p.strip()) for p in policies.split(",") if p.strip()]
+    scanned = [r for r in listed if r.layout == "scan"]
+    return scanned + extra + [r for r in listed if r.layout == "unroll"]
 
 
 def model_config(setup: Setup, row: Row) -> Any:
@@ -266,7 +285,14 @@ def emit(record: dict[str, Any]) -> None:
     print(json.dumps(record), flush=True)
 
 
-def parse_args() -> tuple[Setup, list[Row], bool]:
+def read_results(path: str) -> list[dict[str, Any]]:
+    """The row records of a saved run (its JSON lines other than summaries)."""
+    with open(path) as f:
+        records = [json.loads(line) for line in f if line.startswith("{")]
+    return [r for r in records if not r.get("summary")]
+
+
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scheme", default="deepnorm")
     p.add_argument("--d_model", type=int, default=32)
@@ -282,25 +308,24 @@ def parse_args() -> tuple[Setup, list[Row], bool]:
     p.add_argument("--policies", default=DEFAULT_POLICIES, help="extra scanned remat policies")
     p.add_argument("--policy_depth", type=int, default=100, help="depth of the --policies rows")
     p.add_argument("--no_warmup", action="store_true", help="skip the unreported warm-up row")
-    a = p.parse_args()
-    setup = Setup(
-        a.scheme,
-        a.d_model,
-        a.num_heads,
-        a.ffn_dim,
-        a.vocab_size,
-        a.batch_size,
-        a.seq_len,
-        a.learning_rate,
-        a.steps,
-        a.seed,
+    p.add_argument(
+        "--summarize", metavar="FILE", help="print only the summary of a saved (partial) run"
     )
-    return setup, parse_rows(a.rows, a.policies, a.policy_depth), not a.no_warmup
+    return p.parse_args()
+
+
+def setup_from(args: argparse.Namespace) -> Setup:
+    return Setup(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Setup)})
 
 
 def main() -> None:
-    setup, rows, warmup = parse_args()
-    if warmup:
+    args = parse_args()
+    setup = setup_from(args)
+    if args.summarize:
+        emit(summary(read_results(args.summarize), setup))
+        return
+    rows = parse_rows(args.rows, args.policies, args.policy_depth)
+    if not args.no_warmup:
         warm_up(setup)
     results = []
     for row in rows:
