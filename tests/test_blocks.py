@@ -40,26 +40,39 @@ def ffn(p, x, inner_ln=None):
     return h @ p["fc2"]["kernel"] + p["fc2"]["bias"]
 
 
-def reference_layer(p, x, scheme, alpha, self_mask, enc=None, enc_mask=None):
+def reference_layer(p, x, scheme, alpha, self_mask, enc=None, enc_mask=None, eps=1e-5):
     """SPEC.md residual forms, written out sublayer by sublayer."""
     scheme = {"dlcl_pre": "pre_ln", "dlcl_post": "post_ln"}.get(scheme, scheme)
     sub = scheme == "subln"
     sublayers = [
-        ("self_attn_layer_norm", lambda h: attention(
-            p["self_attn"], h, h, self_mask, p["self_attn"].get("inner_attn_ln") if sub else None)),
+        (
+            "self_attn_layer_norm",
+            lambda h: attention(
+                p["self_attn"],
+                h,
+                h,
+                self_mask,
+                p["self_attn"].get("inner_attn_ln") if sub else None,
+            ),
+        ),
     ]
     if enc is not None:
-        sublayers.append(("cross_attn_layer_norm",
-                          lambda h: attention(p["cross_attn"], h, enc, enc_mask)))
-    sublayers.append(("final_layer_norm",
-                      lambda h: ffn(p["ffn"], h, p["ffn"].get("ffn_layernorm") if sub else None)))
+        sublayers.append(
+            ("cross_attn_layer_norm", lambda h: attention(p["cross_attn"], h, enc, enc_mask))
+        )
+    sublayers.append(
+        (
+            "final_layer_norm",
+            lambda h: ffn(p["ffn"], h, p["ffn"].get("ffn_layernorm") if sub else None),
+        )
+    )
     for norm, g in sublayers:
         if scheme in ("pre_ln", "subln"):
-            x = x + g(ln(x, p[norm]))            # x + G(LN(x))
+            x = x + g(ln(x, p[norm], eps))  # x + G(LN(x))
         elif scheme == "deepnorm":
-            x = ln(alpha * x + g(x), p[norm])     # LN(α·x + G(x))
+            x = ln(alpha * x + g(x), p[norm], eps)  # LN(α·x + G(x))
         else:
-            x = ln(x + g(x), p[norm])             # LN(x + G(x))
+            x = ln(x + g(x), p[norm], eps)  # LN(x + G(x))
     return x
 
 
@@ -72,16 +85,20 @@ def randomize_norms(params, rng):
     return unflatten_dict(flat)
 
 
-def layer_setup(scheme, side, has_cross):
+def layer_setup(scheme, side, has_cross, **overrides):
     arch = "encdec"
     cfg = TransformerConfig.from_config(
-        tiny_config(arch, scheme, num_encoder_layers=18, num_decoder_layers=7))
+        tiny_config(arch, scheme, num_encoder_layers=18, num_decoder_layers=7, **overrides)
+    )
     layer = TransformerLayer(cfg, side=side, has_cross=has_cross)
     rng = np.random.default_rng(0)
     x = rng.normal(0, 1, (B, T, cfg.d_model)).astype(np.float32)
     enc = rng.normal(0, 1, (B, S, cfg.d_model)).astype(np.float32) if has_cross else None
-    self_mask = np.tril(np.ones((T, T), bool))[None, None] if side == "decoder" else np.ones(
-        (1, 1, 1, T), bool)
+    self_mask = (
+        np.tril(np.ones((T, T), bool))[None, None]
+        if side == "decoder"
+        else np.ones((1, 1, 1, T), bool)
+    )
     enc_mask = np.ones((B, 1, 1, S), bool)
     enc_mask[1, ..., -2:] = False
     variables = layer.init(jax.random.key(1), x, self_mask, enc, enc_mask)
@@ -101,6 +118,36 @@ def test_layer_matches_formula(scheme, side, has_cross):
         assert alpha > 1.5  # the test must be able to tell α·x from α·G(x)
     want = reference_layer(params, x.astype(np.float64), scheme, alpha, self_mask, enc, enc_mask)
     np.testing.assert_allclose(np.asarray(got), want, rtol=2e-4, atol=2e-4)
+
+
+def test_layernorm_eps_and_no_bias():
+    """model.layernorm_eps reaches every LayerNorm; use_bias=False drops projection biases."""
+    cfg, layer, params, x, self_mask, _, _ = layer_setup(
+        "deepnorm", "encoder", False, layernorm_eps=0.5, use_bias=False
+    )
+    assert "bias" not in params["self_attn"]["q_proj"] and "bias" not in params["ffn"]["fc1"]
+    zero = {"bias": 0.0}
+    for mod in ("self_attn", "ffn"):  # the reference reads biases: give it zeros
+        for proj in params[mod]:
+            params[mod][proj] = {**zero, **params[mod][proj]}
+    got = layer.apply({"params": _strip_zero_bias(params)}, x, self_mask)
+    alpha = cfg.side_constants("encoder")[0]
+    want = reference_layer(params, x.astype(np.float64), "deepnorm", alpha, self_mask, eps=0.5)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=2e-4, atol=2e-4)
+
+
+def _strip_zero_bias(params):
+    return {
+        k: (
+            {
+                p: {n: a for n, a in v.items() if not (n == "bias" and np.ndim(a) == 0)}
+                for p, v in m.items()
+            }
+            if k in ("self_attn", "ffn")
+            else m
+        )
+        for k, m in params.items()
+    }
 
 
 def zero_sublayer_outputs(params):
@@ -133,8 +180,9 @@ def test_deepnorm_alpha_scales_residual_not_branch():
     got = np.asarray(layer.apply({"params": params}, x, self_mask))
     alpha = cfg.side_constants("encoder")[0]
     h = x.astype(np.float64)
-    h = ln(h + alpha * attention(params["self_attn"], h, h, self_mask),
-           params["self_attn_layer_norm"])
+    h = ln(
+        h + alpha * attention(params["self_attn"], h, h, self_mask), params["self_attn_layer_norm"]
+    )
     h = ln(h + alpha * ffn(params["ffn"], h), params["final_layer_norm"])
     assert np.abs(got - h).max() > 1e-2
 

@@ -22,8 +22,10 @@ def manual_encoder(cfg, params, tokens, W):
     enc = params["encoder"]
     pre, use_ln = cfg.scheme == "dlcl_pre", cfg.dlcl_layer_norm
     emb = np.asarray(params["embed_tokens"]["embedding"])
-    y0 = emb[np.asarray(tokens)] * np.sqrt(cfg.d_model) + np.asarray(
-        sinusoidal_table(tokens.shape[1], cfg.d_model))[None]
+    y0 = (
+        emb[np.asarray(tokens)] * np.sqrt(cfg.d_model)
+        + np.asarray(sinusoidal_table(tokens.shape[1], cfg.d_model))[None]
+    )
     mask = np.asarray(tokens != 0)[:, None, None, :]
     hist = [ln(y0, enc["history_layer_norm_0"]) if pre and use_ln else y0]
 
@@ -32,19 +34,25 @@ def manual_encoder(cfg, params, tokens, W):
         return ln(x, enc[f"combine_layer_norm_{row}"]) if not pre and use_ln else x
 
     for i in range(L):
-        y = np.asarray(TransformerLayer(tc, side="encoder").apply(
-            {"params": enc[f"layers_{i}"]}, combine(i).astype(np.float32), mask))
+        y = np.asarray(
+            TransformerLayer(tc, side="encoder").apply(
+                {"params": enc[f"layers_{i}"]}, combine(i).astype(np.float32), mask
+            )
+        )
         hist.append(ln(y, enc[f"history_layer_norm_{i + 1}"]) if pre and use_ln else y)
     out = combine(L)
     return ln(out, enc["layer_norm"]) if pre else out
 
 
 @pytest.mark.parametrize("scheme", ["dlcl_pre", "dlcl_post"])
-@pytest.mark.parametrize("weights, layer_norm", [("learnable", True), ("learnable", False),
-                                                 ("fix_one", True), ("fix_avg", True)])
+@pytest.mark.parametrize(
+    "weights, layer_norm",
+    [("learnable", True), ("learnable", False), ("fix_one", True), ("fix_avg", True)],
+)
 def test_dlcl_matches_equations(scheme, weights, layer_norm):
-    cfg = tiny_config("encoder", scheme, num_encoder_layers=L, dlcl_weights=weights,
-                      dlcl_layer_norm=layer_norm)
+    cfg = tiny_config(
+        "encoder", scheme, num_encoder_layers=L, dlcl_weights=weights, dlcl_layer_norm=layer_norm
+    )
     model = models.build(cfg)
     tokens = random_tokens((2, 6), cfg.vocab_size).at[1, 4:].set(0)
     params = jax.tree.map(np.asarray, init_params(model, "encoder", tokens))
@@ -60,8 +68,9 @@ def test_dlcl_matches_equations(scheme, weights, layer_norm):
         W = dlcl_weight_init(L + 1, weights.removeprefix("fix_"))
     for k, v in params["encoder"].items():  # non-trivial LayerNorm parameters
         if "layer_norm" in k:
-            params["encoder"][k] = {n: a + rng.normal(0, 0.3, a.shape).astype(np.float32)
-                                    for n, a in v.items()}
+            params["encoder"][k] = {
+                n: a + rng.normal(0, 0.3, a.shape).astype(np.float32) for n, a in v.items()
+            }
     _, inter = model.apply({"params": params}, tokens, capture_intermediates=True)
     got = np.asarray(inter["intermediates"]["encoder"]["__call__"][0])
     want = manual_encoder(cfg, params, tokens, W)
@@ -70,15 +79,17 @@ def test_dlcl_matches_equations(scheme, weights, layer_norm):
 
 def test_fixed_weight_tables():
     np.testing.assert_array_equal(dlcl_weight_init(3, "one"), np.tril(np.ones((3, 3))))
-    np.testing.assert_allclose(dlcl_weight_init(3, "avg"),
-                               [[1, 0, 0], [1 / 2, 1 / 2, 0], [1 / 3, 1 / 3, 1 / 3]])
+    np.testing.assert_allclose(
+        dlcl_weight_init(3, "avg"), [[1, 0, 0], [1 / 2, 1 / 2, 0], [1 / 3, 1 / 3, 1 / 3]]
+    )
 
 
 def test_dlcl_encdec_has_weights_on_both_sides():
     cfg = tiny_config("encdec", "dlcl_pre")
     model = models.build(cfg)
-    shapes = jax.eval_shape(model.init, jax.random.key(0), random_tokens((1, 4), 9),
-                            random_tokens((1, 4), 9))
+    shapes = jax.eval_shape(
+        model.init, jax.random.key(0), random_tokens((1, 4), 9), random_tokens((1, 4), 9)
+    )
     p = nn.unbox(shapes["params"])
     assert p["encoder"]["dlcl_weights"].shape == (4, 4)
     assert p["decoder"]["dlcl_weights"].shape == (3, 3)

@@ -27,27 +27,44 @@ def expected_gains(arch: str, scheme: str) -> dict[str, dict[str, float]]:
             g = constants.subln(arch, n, m)[side]["gamma"]
         cross = g if scheme == "deepnorm" else 1.0
         out[side] = {
-            "self_attn/q_proj": 1.0, "self_attn/k_proj": 1.0,
-            "self_attn/v_proj": g, "self_attn/out_proj": g,
-            "ffn/fc1": g, "ffn/fc2": g,
+            "self_attn/q_proj": 1.0,
+            "self_attn/k_proj": 1.0,
+            "self_attn/v_proj": g,
+            "self_attn/out_proj": g,
+            "ffn/fc1": g,
+            "ffn/fc2": g,
         }
         if arch == "encdec" and side == "decoder":
             out[side] |= {
-                "cross_attn/q_proj": 1.0, "cross_attn/k_proj": 1.0,
-                "cross_attn/v_proj": cross, "cross_attn/out_proj": cross,
+                "cross_attn/q_proj": 1.0,
+                "cross_attn/k_proj": 1.0,
+                "cross_attn/v_proj": cross,
+                "cross_attn/out_proj": cross,
             }
     return out
 
 
-FANS = {"q_proj": (D, D), "k_proj": (D, D), "v_proj": (D, D), "out_proj": (D, D),
-        "fc1": (D, F), "fc2": (F, D)}
+FANS = {
+    "q_proj": (D, D),
+    "k_proj": (D, D),
+    "v_proj": (D, D),
+    "out_proj": (D, D),
+    "fc1": (D, F),
+    "fc2": (F, D),
+}
 
 
 @pytest.mark.parametrize("arch, scheme", ARCH_SCHEME)
 def test_kernel_std_matches_gain(arch, scheme):
-    cfg = tiny_config(arch, scheme, d_model=D, num_heads=8, ffn_dim=F,
-                      num_encoder_layers=N if arch != "decoder" else 0,
-                      num_decoder_layers=M if arch != "encoder" else 0)
+    cfg = tiny_config(
+        arch,
+        scheme,
+        d_model=D,
+        num_heads=8,
+        ffn_dim=F,
+        num_encoder_layers=N if arch != "decoder" else 0,
+        num_decoder_layers=M if arch != "encoder" else 0,
+    )
     model = models.build(cfg)
     tokens = random_tokens((1, 4), cfg.vocab_size)
     flat = flatten_dict(init_params(model, arch, tokens), sep="/")
@@ -55,8 +72,11 @@ def test_kernel_std_matches_gain(arch, scheme):
     for side, gains in expected_gains(arch, scheme).items():
         for proj, gain in gains.items():
             # every layer of this side: "side/layers/proj/kernel" or "side/layers_i/proj/kernel"
-            parts = [np.asarray(v).ravel() for k, v in flat.items()
-                     if k.startswith(f"{side}/layers") and k.endswith(f"/{proj}/kernel")]
+            parts = [
+                np.asarray(v).ravel()
+                for k, v in flat.items()
+                if k.startswith(f"{side}/layers") and k.endswith(f"/{proj}/kernel")
+            ]
             depth = N if side == "encoder" else M
             values = np.concatenate(parts)
             fan_in, fan_out = FANS[proj.split("/")[1]]

@@ -27,13 +27,13 @@ def test_causality(arch, scheme):
     src = random_tokens((2, 7), cfg.vocab_size, seed=1)
     tgt = random_tokens((2, 9), cfg.vocab_size, seed=2)
     t = 4
-    tgt2 = tgt.at[:, t + 1:].set(random_tokens((2, 9 - t - 1), cfg.vocab_size, seed=3))
+    tgt2 = tgt.at[:, t + 1 :].set(random_tokens((2, 9 - t - 1), cfg.vocab_size, seed=3))
     inputs = src if arch == "encdec" else None
     fwd = jit_apply(model)
     run = lambda p, y: fwd({"params": p}, *((inputs, y) if inputs is not None else (y,)))  # noqa: E731
     a, b = run(params, tgt), run(params, tgt2)
     np.testing.assert_allclose(a[:, : t + 1], b[:, : t + 1], atol=1e-5)
-    assert np.abs(np.asarray(a[:, t + 1:] - b[:, t + 1:])).max() > 1e-4
+    assert np.abs(np.asarray(a[:, t + 1 :] - b[:, t + 1 :])).max() > 1e-4
 
 
 @pytest.mark.parametrize("arch, scheme", ARCH_SCHEME)
@@ -85,12 +85,16 @@ def _param_names(cfg):
 
 def test_tied_and_shared_embeddings():
     untied = _param_names(tiny_config("encdec", "deepnorm"))
-    assert {"encoder_embed_tokens/embedding", "decoder_embed_tokens/embedding",
-            "output_projection/kernel"} <= untied
+    assert {
+        "encoder_embed_tokens/embedding",
+        "decoder_embed_tokens/embedding",
+        "output_projection/kernel",
+    } <= untied
     tied = _param_names(tiny_config("encdec", "deepnorm", tie_embeddings=True))
     assert "output_projection/kernel" not in tied
-    shared = _param_names(tiny_config("encdec", "deepnorm", tie_embeddings=True,
-                                      share_embeddings=True))
+    shared = _param_names(
+        tiny_config("encdec", "deepnorm", tie_embeddings=True, share_embeddings=True)
+    )
     assert {k for k in shared if "embed_tokens" in k} == {"embed_tokens/embedding"}
     assert "output_projection/kernel" not in shared
 
@@ -130,12 +134,18 @@ def test_sequence_longer_than_max_len_is_rejected():
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_dropout_changes_train_mode_only(scheme):
-    cfg, model, params = built("encdec", scheme, dropout=0.3, attention_dropout=0.1,
-                               activation_dropout=0.1)
+    cfg, model, params = built(
+        "encdec", scheme, dropout=0.3, attention_dropout=0.1, activation_dropout=0.1
+    )
     src = random_tokens((2, 6), cfg.vocab_size)
     fwd = jit_apply(model)
-    run = lambda det, k: fwd({"params": params}, src, src, deterministic=det,  # noqa: E731
-                             rngs={"dropout": jax.random.key(k)})
+    run = lambda det, k: fwd(
+        {"params": params},
+        src,
+        src,
+        deterministic=det,  # noqa: E731
+        rngs={"dropout": jax.random.key(k)},
+    )
     np.testing.assert_array_equal(run(True, 0), run(True, 1))
     np.testing.assert_array_equal(run(False, 0), run(False, 0))
     assert np.abs(np.asarray(run(False, 0) - run(False, 1))).max() > 1e-3

@@ -12,13 +12,16 @@ from deepnet_jax import layout, models
 
 DROPOUTS = dict(dropout=0.2, attention_dropout=0.1, activation_dropout=0.1)
 CASES = [("encdec", s) for s in ("post_ln", "pre_ln", "deepnorm", "subln")] + [
-    ("decoder", "deepnorm"), ("encoder", "subln")]
+    ("decoder", "deepnorm"),
+    ("encoder", "subln"),
+]
 
 
 def loss_and_grads(model, params, arch, src, tgt, key):
     def loss(p):
-        logits = model.apply({"params": p}, *model_args(arch, src, tgt), deterministic=False,
-                             rngs={"dropout": key})
+        logits = model.apply(
+            {"params": p}, *model_args(arch, src, tgt), deterministic=False, rngs={"dropout": key}
+        )
         return optax.softmax_cross_entropy_with_integer_labels(logits, tgt).mean()
 
     return jax.jit(jax.value_and_grad(loss))(params)
@@ -34,10 +37,15 @@ def test_scanned_equals_unrolled(arch, scheme):
     f_scan, f_loop = jit_apply(scanned), jit_apply(unrolled)
     for deterministic in (True, False):
         rngs = {"dropout": jax.random.key(5)}
-        a = f_scan({"params": params}, *model_args(arch, src, tgt), deterministic=deterministic,
-                   rngs=rngs)
-        b = f_loop({"params": per_layer}, *model_args(arch, src, tgt),
-                   deterministic=deterministic, rngs=rngs)
+        a = f_scan(
+            {"params": params}, *model_args(arch, src, tgt), deterministic=deterministic, rngs=rngs
+        )
+        b = f_loop(
+            {"params": per_layer},
+            *model_args(arch, src, tgt),
+            deterministic=deterministic,
+            rngs=rngs,
+        )
         np.testing.assert_allclose(a, b, atol=2e-5, err_msg=f"deterministic={deterministic}")
 
 
@@ -45,7 +53,10 @@ def test_layout_round_trip():
     _, _, params = built("encdec", "subln")
     per_layer = layout.unstack_layers(params)
     assert sorted(k for k in per_layer["encoder"] if k.startswith("layers")) == [
-        "layers_0", "layers_1", "layers_2"]
+        "layers_0",
+        "layers_1",
+        "layers_2",
+    ]
     assert "layers" not in per_layer["decoder"]
     back = layout.stack_layers(per_layer)
     assert jax.tree.structure(back) == jax.tree.structure(params)
@@ -72,8 +83,9 @@ def test_remat_policies_match_no_remat(scan_layers):
     # The unrolled stack shares the remat mechanism; one policy keeps its compile time short.
     policies = ("none", "full", "dots", "qkv_fc1") if scan_layers else ("none", "full")
     for policy in policies:
-        model = models.build(tiny_config(arch, scheme, scan_layers=scan_layers,
-                                         remat_policy=policy, **DROPOUTS))
+        model = models.build(
+            tiny_config(arch, scheme, scan_layers=scan_layers, remat_policy=policy, **DROPOUTS)
+        )
         results[policy] = loss_and_grads(model, params, arch, src, tgt, key)
     ref_loss, ref_grads = results.pop("none")
     for policy, (loss, grads) in results.items():
@@ -83,13 +95,14 @@ def test_remat_policies_match_no_remat(scan_layers):
 
 
 def _lowered_train_step(depth: int):
-    cfg = tiny_config("decoder", "deepnorm", d_model=16, num_heads=2, ffn_dim=32,
-                      num_decoder_layers=depth)
+    cfg = tiny_config(
+        "decoder", "deepnorm", d_model=16, num_heads=2, ffn_dim=32, num_decoder_layers=depth
+    )
     model = models.build(cfg)
     tokens = jax.ShapeDtypeStruct((2, 8), jnp.int32)
-    params = jax.eval_shape(lambda: nn.unbox(model.init(jax.random.key(0), jnp.ones((2, 8),
-                                                                                    jnp.int32))
-                                             ["params"]))
+    params = jax.eval_shape(
+        lambda: nn.unbox(model.init(jax.random.key(0), jnp.ones((2, 8), jnp.int32))["params"])
+    )
     opt = optax.adam(1e-3)
     opt_state = jax.eval_shape(opt.init, params)
 

@@ -44,9 +44,16 @@ def test_invalid_training_field():
 
 
 def test_cli_runs_and_writes_eval(tmp_path):
-    cmd = [sys.executable, "train.py", "--config=configs/default.py", f"--workdir={tmp_path}",
-           "--config.total_steps=3", "--config.model.num_encoder_layers=2",
-           "--config.model.num_decoder_layers=2", "--config.eval_batches=1"]
+    cmd = [
+        sys.executable,
+        "train.py",
+        "--config=configs/default.py",
+        f"--workdir={tmp_path}",
+        "--config.total_steps=3",
+        "--config.model.num_encoder_layers=2",
+        "--config.model.num_decoder_layers=2",
+        "--config.eval_batches=1",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     metrics = json.loads((tmp_path / "eval.json").read_text())
