@@ -139,13 +139,12 @@ def test_dropout_changes_train_mode_only(scheme):
     )
     src = random_tokens((2, 6), cfg.vocab_size)
     fwd = jit_apply(model)
-    run = lambda det, k: fwd(
-        {"params": params},
-        src,
-        src,
-        deterministic=det,  # noqa: E731
-        rngs={"dropout": jax.random.key(k)},
-    )
+
+    def run(det, k):
+        return fwd(
+            {"params": params}, src, src, deterministic=det, rngs={"dropout": jax.random.key(k)}
+        )
+
     np.testing.assert_array_equal(run(True, 0), run(True, 1))
     np.testing.assert_array_equal(run(False, 0), run(False, 0))
     assert np.abs(np.asarray(run(False, 0) - run(False, 1))).max() > 1e-3
