@@ -19,18 +19,23 @@ value and output projections. Post-LN is DeepNorm with α = β = 1.
 from __future__ import annotations
 
 import math
+import numbers
 
 ARCHS = ("encoder", "decoder", "encdec")
+
+
+def _is_depth(n: object) -> bool:
+    return isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 1
 
 
 def _check_depths(arch: str, num_encoder_layers: int, num_decoder_layers: int) -> None:
     if arch not in ARCHS:
         raise ValueError(f"arch={arch!r} is not one of {', '.join(map(repr, ARCHS))}")
-    if arch in ("encoder", "encdec") and not num_encoder_layers >= 1:
+    if arch in ("encoder", "encdec") and not _is_depth(num_encoder_layers):
         raise ValueError(
             f"num_encoder_layers={num_encoder_layers!r} must be an integer >= 1 for arch={arch!r}"
         )
-    if arch in ("decoder", "encdec") and not num_decoder_layers >= 1:
+    if arch in ("decoder", "encdec") and not _is_depth(num_decoder_layers):
         raise ValueError(
             f"num_decoder_layers={num_decoder_layers!r} must be an integer >= 1 for arch={arch!r}"
         )

@@ -14,7 +14,7 @@ class TokenEmbedding(nn.Module):
     """Token table E [vocab, d_model] (logical axes ``vocab``, ``embed``), init N(0, d^-1/2).
 
     ``__call__`` maps tokens [B, T] to E[tokens]·√d_model [B, T, D]; ``attend`` maps hidden
-    states [B, T, D] to logits x·Eᵀ [B, T, vocab] for a tied output projection.
+    states [B, T, D] to float32 logits x·Eᵀ [B, T, vocab] for a tied output projection.
     """
 
     config: TransformerConfig
@@ -36,12 +36,15 @@ class TokenEmbedding(nn.Module):
     def attend(self, x_BTD: jax.Array) -> jax.Array:
         c = self.config
         return jnp.einsum(
-            "btd,vd->btv", x_BTD.astype(c.compute_dtype), self.embedding.astype(c.compute_dtype)
+            "btd,vd->btv",
+            x_BTD.astype(c.compute_dtype),
+            self.embedding.astype(c.compute_dtype),
+            preferred_element_type=jnp.float32,
         )
 
 
 class OutputProjection(nn.Module):
-    """Untied vocabulary projection: x [B, T, D] → x·W [B, T, vocab], W init N(0, d^-1/2)."""
+    """Untied vocabulary projection: x [B, T, D] → float32 x·W [B, T, vocab], W ~ N(0, d^-1/2)."""
 
     config: TransformerConfig
 
@@ -55,7 +58,10 @@ class OutputProjection(nn.Module):
             c.storage_dtype,
         )
         return jnp.einsum(
-            "btd,dv->btv", x_BTD.astype(c.compute_dtype), kernel.astype(c.compute_dtype)
+            "btd,dv->btv",
+            x_BTD.astype(c.compute_dtype),
+            kernel.astype(c.compute_dtype),
+            preferred_element_type=jnp.float32,
         )
 
 

@@ -116,7 +116,9 @@ class MultiHeadAttention(nn.Module):
         k_BSHK = proj_in("k_proj", 1.0)(x_kv)
         v_BSHK = proj_in("v_proj", self.value_gain)(x_kv)
 
-        logits_BHTS = jnp.einsum("bthk,bshk->bhts", q_BTHK, k_BSHK).astype(jnp.float32)
+        logits_BHTS = jnp.einsum(
+            "bthk,bshk->bhts", q_BTHK, k_BSHK, preferred_element_type=jnp.float32
+        )
         logits_BHTS = logits_BHTS * (K**-0.5)
         if mask is not None:
             logits_BHTS = jnp.where(mask, logits_BHTS, jnp.finfo(jnp.float32).min)

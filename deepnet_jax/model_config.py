@@ -51,7 +51,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.dtype = "float32"  # compute dtype: float32, bfloat16, float16
     c.param_dtype = "float32"  # parameter storage dtype: float32, bfloat16
     c.dlcl_weights = "learnable"  # dlcl_* only: learnable, fix_one (all 1), fix_avg (1/(l+1))
-    c.dlcl_layer_norm = True  # dlcl_* only: the per-layer LN of DLCL eq. 8/9 (False: ablation)
+    c.dlcl_layer_norm = True  # dlcl_pre: the per-layer LN_k of DLCL eq. 8 (False: the ablation)
     return c
 
 
@@ -130,6 +130,13 @@ def validate(c: ml_collections.ConfigDict) -> None:
     _choice(c, "dtype", tuple(DTYPES))
     _choice(c, "param_dtype", PARAM_DTYPES)
     _choice(c, "dlcl_weights", DLCL_WEIGHTS)
+    if c.scheme == "dlcl_post" and not c.dlcl_layer_norm:
+        _fail(
+            "dlcl_layer_norm",
+            False,
+            "the per-layer LN ablation (DLCL eq. 8, Table 6) exists "
+            "only for scheme='dlcl_pre'; eq. 9's LN is part of 'dlcl_post'",
+        )
     if c.scheme.startswith("dlcl") and c.scan_layers:
         _fail(
             "scan_layers",

@@ -157,7 +157,7 @@ def _dlcl(
     def combine(history: list[jax.Array], row: int) -> jax.Array:
         w = W[row, : row + 1].astype(config.compute_dtype)
         x = jnp.einsum("k,kbtd->btd", w, jnp.stack(history))
-        if not pre and use_ln:
+        if not pre:  # eq. 9
             x = layer_norm(config, f"combine_layer_norm_{row}")(x)
         return constrain(x)
 

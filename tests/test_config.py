@@ -21,6 +21,10 @@ BAD = [
     (dict(remat_policy="some"), r"model\.remat_policy='some'.*'none', 'full', 'dots'"),
     (dict(scheme="dlcl_pre", scan_layers=True), r"model\.scan_layers=True.*cannot be scanned"),
     (dict(dlcl_weights="fix_half"), r"model\.dlcl_weights='fix_half'.*'learnable'"),
+    (
+        dict(scheme="dlcl_post", scan_layers=False, dlcl_layer_norm=False),
+        r"model\.dlcl_layer_norm=False.*only for scheme='dlcl_pre'",
+    ),
     (dict(vocab_size=1), r"model\.vocab_size=1.*integer >= 2"),
     (dict(d_model=33, num_heads=3), r"model\.d_model=33.*even with positions='sinusoidal'"),
     (dict(layernorm_eps=0.0), r"model\.layernorm_eps=0\.0"),

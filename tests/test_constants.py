@@ -57,6 +57,8 @@ def test_encdec_encoder_beta_is_not_torchscales():
         (("encoder", 0, 0), "num_encoder_layers=0"),
         (("decoder", 6, 0), "num_decoder_layers=0"),
         (("encdec", 6, -1), "num_decoder_layers=-1"),
+        (("encoder", 6.5, 0), "num_encoder_layers=6.5"),
+        (("decoder", 0, True), "num_decoder_layers=True"),
     ],
 )
 def test_bad_arguments(fn, args, match):
