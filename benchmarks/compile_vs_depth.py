@@ -139,19 +139,8 @@ def abstract(tree: Any) -> Any:
 
 
 def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation) -> Callable:
-    """Jitted ``(params, opt_state, batch, step) -> (params, opt_state, loss)``, as in train.py."""
-    loss_fn = train.make_loss_fn(model, ARCH)
-    base_key = jax.random.key(0)
-
-    def step_fn(params: Any, opt_state: Any, batch: dict, step: jax.Array) -> tuple:
-        dropout_rng = jax.random.fold_in(base_key, step)
-        (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            params, batch, dropout_rng, False
-        )
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
-    return jax.jit(step_fn, donate_argnums=(0, 1))
+    """The trainer's jitted step (``deepnet_jax.train.make_train_step``) for ``model``."""
+    return train.make_train_step(train.make_loss_fn(model, ARCH), optimizer, jax.random.key(0))
 
 
 def abstract_state(

@@ -89,6 +89,26 @@ def make_loss_fn(model: nn.Module, arch: str, label_smoothing: float = 0.0) -> C
     return loss_fn
 
 
+def make_train_step(
+    loss_fn: Callable, optimizer: optax.GradientTransformation, base_key: jax.Array
+) -> Callable:
+    """Jitted ``(params, opt_state, batch, step) -> (params, opt_state, loss)`` with donated state.
+
+    Dropout keys are ``fold_in(base_key, step)``, so a step's randomness depends only on its index.
+    """
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    def train_step(params, opt_state, batch: Batch, step):
+        dropout_rng = jax.random.fold_in(base_key, step)
+        (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            params, batch, dropout_rng, False
+        )
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return train_step
+
+
 def init_params(model: nn.Module, arch: str, example: Batch, seed: int) -> Any:
     """Unboxed float parameters of ``model`` for inputs shaped like ``example``."""
     variables = model.init(
@@ -113,14 +133,7 @@ def run(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict[s
     loss_fn = make_loss_fn(model, arch, config.label_smoothing)
     base_key = jax.random.key(config.seed + 2)
 
-    @functools.partial(jax.jit, donate_argnums=(0, 1))
-    def train_step(params, opt_state, batch, step):
-        dropout_rng = jax.random.fold_in(base_key, step)
-        (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            params, batch, dropout_rng, False
-        )
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
+    train_step = make_train_step(loss_fn, optimizer, base_key)
 
     @jax.jit
     def eval_step(params, batch):
