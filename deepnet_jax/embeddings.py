@@ -66,24 +66,31 @@ class OutputProjection(nn.Module):
 
 
 class PositionEmbedding(nn.Module):
-    """Position features [T, D] for positions 0 … T-1: fixed sinusoids or a learned table."""
+    """Position features for positions 0 … T-1 ([1, T, D]) or given positions [B, T] ([B, T, D]).
+
+    Fixed sinusoids or a learned table of ``max_len`` rows. Packed rows pass per-token positions
+    that restart at 0 for every packed example.
+    """
 
     config: TransformerConfig
 
     @nn.compact
-    def __call__(self, length: int) -> jax.Array:
+    def __call__(self, length: int, positions_BT: jax.Array | None = None) -> jax.Array:
         c = self.config
         if length > c.max_len:
             raise ValueError(f"sequence length {length} exceeds model.max_len={c.max_len}")
         if c.positions == "sinusoidal":
-            return sinusoidal_table(length, c.d_model).astype(c.compute_dtype)
-        table = self.param(
-            "embedding",
-            nn.with_logical_partitioning(embedding_normal(c.d_model), ("positions", "embed")),
-            (c.max_len, c.d_model),
-            c.storage_dtype,
-        )
-        return table[:length].astype(c.compute_dtype)
+            table = sinusoidal_table(length if positions_BT is None else c.max_len, c.d_model)
+        else:
+            table = self.param(
+                "embedding",
+                nn.with_logical_partitioning(embedding_normal(c.d_model), ("positions", "embed")),
+                (c.max_len, c.d_model),
+                c.storage_dtype,
+            )
+        if positions_BT is None:
+            return table[None, :length].astype(c.compute_dtype)
+        return jnp.take(table, positions_BT, axis=0).astype(c.compute_dtype)
 
 
 def embed(
@@ -92,7 +99,8 @@ def embed(
     positions: PositionEmbedding,
     config: TransformerConfig,
     deterministic: bool,
+    positions_BT: jax.Array | None = None,
 ) -> jax.Array:
-    """E[tokens]·√d + P[0:T], then dropout: [B, T] → [B, T, D]."""
-    x_BTD = token_embedding(tokens_BT) + positions(tokens_BT.shape[1])[None]
+    """E[tokens]·√d + P[positions] (P[0:T] by default), then dropout: [B, T] → [B, T, D]."""
+    x_BTD = token_embedding(tokens_BT) + positions(tokens_BT.shape[1], positions_BT)
     return nn.Dropout(config.dropout)(x_BTD, deterministic=deterministic)

@@ -9,6 +9,11 @@ Public API::
 
 Token id 0 is padding (masked as attention keys); sequences are right-padded. Logits are
 float32 whatever the compute dtype.
+
+Packed rows (several examples per row, see ``deepnet_jax.data``) pass ``segment_ids`` [B, T]
+(1, 2, … per example, 0 on padding) and ``positions`` [B, T] (restarting at 0 per example);
+attention then never crosses an example boundary, so each packed example gets exactly the
+logits it would get alone.
 """
 
 from __future__ import annotations
@@ -31,8 +36,10 @@ __all__ = [
     "TransformerConfig",
     "build",
     "causal_mask",
+    "cross_mask",
     "default_config",
     "padding_mask",
+    "segment_mask",
     "validate",
 ]
 
@@ -49,6 +56,34 @@ def causal_mask(length: int) -> jax.Array:
     return jnp.tril(jnp.ones((length, length), dtype=bool))[None, None]
 
 
+def segment_mask(q_segments_BT: jax.Array, k_segments_BS: jax.Array) -> jax.Array:
+    """Packed-example mask [B, 1, T, S]: True where query and key belong to the same example."""
+    return q_segments_BT[:, None, :, None] == k_segments_BS[:, None, None, :]
+
+
+def _self_mask(tokens_BT: jax.Array, segments_BT: jax.Array | None, causal: bool) -> jax.Array:
+    mask = padding_mask(tokens_BT)
+    if causal:
+        mask = mask & causal_mask(tokens_BT.shape[1])
+    if segments_BT is not None:
+        mask = mask & segment_mask(segments_BT, segments_BT)
+    return mask
+
+
+def cross_mask(
+    src_BS: jax.Array,
+    tgt_segments_BT: jax.Array | None = None,
+    src_segments_BS: jax.Array | None = None,
+) -> jax.Array:
+    """Cross-attention mask: source padding [B, 1, 1, S], or [B, 1, T, S] for packed rows."""
+    mask = padding_mask(src_BS)
+    if (tgt_segments_BT is None) != (src_segments_BS is None):
+        raise ValueError("packed rows need both source and target segment ids")
+    if tgt_segments_BT is not None:
+        mask = mask & segment_mask(tgt_segments_BT, src_segments_BS)
+    return mask
+
+
 class Encoder(nn.Module):
     """Embedding + N bidirectional layers: tokens [B, S] → hidden states [B, S, D]."""
 
@@ -56,7 +91,13 @@ class Encoder(nn.Module):
     token_embedding: TokenEmbedding
 
     @nn.compact
-    def __call__(self, tokens_BS: jax.Array, deterministic: bool = True) -> jax.Array:
+    def __call__(
+        self,
+        tokens_BS: jax.Array,
+        deterministic: bool = True,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
+    ) -> jax.Array:
         c = self.config
         x = embed(
             tokens_BS,
@@ -64,13 +105,14 @@ class Encoder(nn.Module):
             PositionEmbedding(c, name="embed_positions"),
             c,
             deterministic,
+            positions,
         )
         return apply_layers(
             self,
             c,
             "encoder",
             x,
-            padding_mask(tokens_BS),
+            _self_mask(tokens_BS, segment_ids, causal=False),
             None,
             None,
             has_cross=False,
@@ -95,6 +137,8 @@ class Decoder(nn.Module):
         enc_out_BSD: jax.Array | None = None,
         enc_mask: jax.Array | None = None,
         deterministic: bool = True,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
     ) -> jax.Array:
         c = self.config
         x = embed(
@@ -103,14 +147,14 @@ class Decoder(nn.Module):
             PositionEmbedding(c, name="embed_positions"),
             c,
             deterministic,
+            positions,
         )
-        self_mask = causal_mask(tokens_BT.shape[1]) & padding_mask(tokens_BT)
         return apply_layers(
             self,
             c,
             "decoder",
             x,
-            self_mask,
+            _self_mask(tokens_BT, segment_ids, causal=True),
             enc_out_BSD,
             enc_mask,
             has_cross=self.has_cross,
@@ -139,8 +183,15 @@ class EncoderOnly(nn.Module):
         self.encoder = Encoder(c, self.embed_tokens)
         self.output_projection = None if c.tie_embeddings else OutputProjection(c)
 
-    def __call__(self, tokens_BT: jax.Array, deterministic: bool = True) -> jax.Array:
-        x = self.encoder(tokens_BT, deterministic)
+    def __call__(
+        self,
+        tokens_BT: jax.Array,
+        deterministic: bool = True,
+        *,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
+    ) -> jax.Array:
+        x = self.encoder(tokens_BT, deterministic, segment_ids, positions)
         return _logits(self.config, self.embed_tokens, self.output_projection, x)
 
 
@@ -155,8 +206,17 @@ class DecoderOnly(nn.Module):
         self.decoder = Decoder(c, self.embed_tokens)
         self.output_projection = None if c.tie_embeddings else OutputProjection(c)
 
-    def __call__(self, tokens_BT: jax.Array, deterministic: bool = True) -> jax.Array:
-        x = self.decoder(tokens_BT, deterministic=deterministic)
+    def __call__(
+        self,
+        tokens_BT: jax.Array,
+        deterministic: bool = True,
+        *,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
+    ) -> jax.Array:
+        x = self.decoder(
+            tokens_BT, deterministic=deterministic, segment_ids=segment_ids, positions=positions
+        )
         return _logits(self.config, self.embed_tokens, self.output_projection, x)
 
 
@@ -184,9 +244,15 @@ class EncoderDecoder(nn.Module):
         self.decoder = Decoder(c, tgt_table, has_cross=True)
         self.output_projection = None if c.tie_embeddings else OutputProjection(c)
 
-    def encode(self, src_BS: jax.Array, deterministic: bool = True) -> jax.Array:
+    def encode(
+        self,
+        src_BS: jax.Array,
+        deterministic: bool = True,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
+    ) -> jax.Array:
         """Source tokens [B, S] → encoder output [B, S, D]."""
-        return self.encoder(src_BS, deterministic)
+        return self.encoder(src_BS, deterministic, segment_ids, positions)
 
     def decode(
         self,
@@ -194,15 +260,30 @@ class EncoderDecoder(nn.Module):
         enc_out_BSD: jax.Array,
         src_BS: jax.Array,
         deterministic: bool = True,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
+        src_segment_ids: jax.Array | None = None,
     ) -> jax.Array:
         """Shifted target [B, T] + encoder output → logits [B, T, vocab]."""
-        x = self.decoder(tgt_in_BT, enc_out_BSD, padding_mask(src_BS), deterministic)
+        enc_mask = cross_mask(src_BS, segment_ids, src_segment_ids)
+        x = self.decoder(tgt_in_BT, enc_out_BSD, enc_mask, deterministic, segment_ids, positions)
         return _logits(self.config, self.target_table, self.output_projection, x)
 
     def __call__(
-        self, src_BS: jax.Array, tgt_in_BT: jax.Array, deterministic: bool = True
+        self,
+        src_BS: jax.Array,
+        tgt_in_BT: jax.Array,
+        deterministic: bool = True,
+        *,
+        src_segment_ids: jax.Array | None = None,
+        src_positions: jax.Array | None = None,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
     ) -> jax.Array:
-        return self.decode(tgt_in_BT, self.encode(src_BS, deterministic), src_BS, deterministic)
+        enc_out = self.encode(src_BS, deterministic, src_segment_ids, src_positions)
+        return self.decode(
+            tgt_in_BT, enc_out, src_BS, deterministic, segment_ids, positions, src_segment_ids
+        )
 
 
 _MODELS = {"encoder": EncoderOnly, "decoder": DecoderOnly, "encdec": EncoderDecoder}

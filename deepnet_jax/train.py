@@ -1,8 +1,9 @@
-"""Training loop: optax AdamW with an inverse-sqrt schedule on the synthetic reversal task.
+"""Training loop: optax AdamW with an inverse-sqrt schedule on a real corpus or a synthetic task.
 
-This is the core-library trainer (jitted train/eval steps, progress bar, final evaluation). The
-data pipeline (tfds/grain corpora), checkpointing and sharding arrive with their own modules;
-until then ``config.data.dataset`` must be ``"synthetic_reversal"``.
+The core-library trainer (jitted train/eval steps, progress bar, final evaluation). Data comes
+from ``deepnet_jax.data`` (tfds corpora prepared on first use, SentencePiece, grain batches) or,
+with ``data.dataset="synthetic_reversal"``, from the built-in reversal task. Checkpointing and
+sharding arrive with their own modules.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import flax.linen as nn
@@ -22,9 +23,11 @@ import optax
 from tqdm import tqdm
 
 from deepnet_jax import losses, models, synthetic
+from deepnet_jax.data import pipeline, sources
 
 Batch = dict[str, jax.Array]
-DATASETS = ("synthetic_reversal",)
+SYNTHETIC = "synthetic_reversal"
+DATASETS = (SYNTHETIC, *sources.DATASETS)
 SCHEDULES = ("inverse_sqrt", "constant")
 
 
@@ -35,6 +38,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if config.schedule.name not in SCHEDULES:
         raise ValueError(f"schedule.name={config.schedule.name!r}; allowed values are {SCHEDULES}")
     for name in ("total_steps", "data.batch_size", "eval_batches", "log_every"):
+        if name == "eval_batches" and config.data.dataset != SYNTHETIC:
+            continue  # real corpora are evaluated on their whole validation split
         value = functools.reduce(getattr, name.split("."), config)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}={value!r} must be an integer >= 1")
@@ -79,6 +84,7 @@ def make_loss_fn(model: nn.Module, arch: str, label_smoothing: float = 0.0) -> C
             *synthetic.model_inputs(arch, batch),
             deterministic=deterministic,
             rngs={"dropout": dropout_rng},
+            **pipeline.model_kwargs(batch),
         )
         loss_sum, weight_sum = losses.cross_entropy(
             logits, batch["targets"], batch["weights"], label_smoothing
@@ -118,16 +124,65 @@ def init_params(model: nn.Module, arch: str, example: Batch, seed: int) -> Any:
     return nn.unbox(variables["params"])
 
 
+class SyntheticData:
+    """The reversal task behind the same interface as ``pipeline.DataPipeline``."""
+
+    def __init__(self, config: ml_collections.ConfigDict):
+        self.vocab_size = config.model.vocab_size
+        self._make = functools.partial(
+            synthetic.batch,
+            config.model.arch,
+            config.data.batch_size,
+            config.model.vocab_size,
+            config.data.max_len,
+        )
+        self._seed = config.seed
+        self._eval_batches = config.eval_batches
+
+    def train_iterator(self) -> Iterator[dict[str, np.ndarray]]:
+        rng = np.random.default_rng(self._seed)
+        while True:
+            yield self._make(rng)
+
+    def eval_batches(self) -> Iterator[dict[str, np.ndarray]]:
+        rng = np.random.default_rng(self._seed + 10_000)
+        for _ in range(self._eval_batches):
+            yield self._make(rng)
+
+
+class CorpusData:
+    """A real corpus (prepared if missing) through the grain pipeline."""
+
+    def __init__(self, config: ml_collections.ConfigDict):
+        options = pipeline.DataOptions.from_config(config.data, config.seed)
+        self.pipeline = pipeline.DataPipeline(options, config.model.arch)
+        self.vocab_size = self.pipeline.vocab_size
+        if config.model.vocab_size < self.vocab_size:
+            raise ValueError(
+                f"model.vocab_size={config.model.vocab_size} is smaller than the tokenizer's "
+                f"{self.vocab_size} pieces (data.vocab_size={options.vocab_size})"
+            )
+
+    def train_iterator(self) -> Iterator[dict[str, np.ndarray]]:
+        return iter(self.pipeline.train_dataset())
+
+    def eval_batches(self) -> Iterator[dict[str, np.ndarray]]:
+        return self.pipeline.eval_batches("validation")
+
+
+def make_data(config: ml_collections.ConfigDict) -> SyntheticData | CorpusData:
+    return SyntheticData(config) if config.data.dataset == SYNTHETIC else CorpusData(config)
+
+
 def run(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict[str, float]:
     """Train for ``config.total_steps`` with a progress bar, then evaluate on held-out batches."""
     validate(config)
     model = models.build(config.model)
     arch = config.model.arch
-    rng = np.random.default_rng(config.seed)
-    make = functools.partial(
-        synthetic.batch, arch, config.data.batch_size, config.model.vocab_size, config.data.max_len
-    )
-    params = init_params(model, arch, make(rng), config.seed)
+    data = make_data(config)
+    train_batches = data.train_iterator()
+    first_batch = next(train_batches)
+    params = init_params(model, arch, first_batch, config.seed)
     optimizer = make_optimizer(config)
     opt_state = optimizer.init(params)
     loss_fn = make_loss_fn(model, arch, config.label_smoothing)
@@ -141,16 +196,18 @@ def run(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict[s
 
     bar = tqdm(range(config.total_steps), desc="train", unit="step")
     first_loss = None
+    batch = first_batch
     for step in bar:
-        params, opt_state, loss = train_step(params, opt_state, make(rng), step)
+        params, opt_state, loss = train_step(params, opt_state, batch, step)
         if first_loss is None:
             first_loss = float(loss)
         if (step + 1) % config.log_every == 0 or step + 1 == config.total_steps:
             bar.set_postfix(loss=f"{float(loss):.3f}")
-    eval_rng = np.random.default_rng(config.seed + 10_000)
+        if step + 1 < config.total_steps:
+            batch = next(train_batches)
     totals = np.zeros(3)
-    for _ in range(config.eval_batches):
-        totals += np.array(jax.device_get(eval_step(params, make(eval_rng))))
+    for eval_batch in data.eval_batches():
+        totals += np.array(jax.device_get(eval_step(params, eval_batch)))
     metrics = {
         "eval_loss": totals[0] / totals[1],
         "eval_accuracy": totals[2] / totals[1],

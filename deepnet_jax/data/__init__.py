@@ -1,0 +1,11 @@
+"""Data: real corpora as tfds ``array_record`` datasets (no TensorFlow), opened for grain.
+
+``prepare(dataset, data_dir)`` builds a dataset once (``python -m deepnet_jax.data.prepare``
+does the same from the shell); ``open_split(dataset, data_dir, split)`` returns a random-access
+sequence of ``{"source", "target"}`` (parallel) or ``{"text"}`` (text) records.
+"""
+
+from deepnet_jax.data.fetch import DataPreparationError
+from deepnet_jax.data.sources import DATASETS, SPLITS, dataset_kind, open_split, prepare
+
+__all__ = ["DATASETS", "SPLITS", "DataPreparationError", "dataset_kind", "open_split", "prepare"]

@@ -1,0 +1,96 @@
+"""Prepare a dataset once, before training: ``python -m deepnet_jax.data.prepare``.
+
+    python -m deepnet_jax.data.prepare --dataset=ding_de_en --data_dir=/tmp/deepnet_data
+    python -m deepnet_jax.data.prepare --dataset=local_parallel --data_dir=/tmp/deepnet_data \\
+        --source_dir=/path/to/fairseq/prepared --src_ext=de --tgt_ext=en
+    python -m deepnet_jax.data.prepare --dataset=ding_de_en --data_dir=/tmp/deepnet_data \
+        --tokenizer=bpe --vocab_size=8000      # also train and cache the tokenizer
+
+Prints one line per split: ``<dataset> <split>: <n> examples`` (and the tokenizer's path and
+size when ``--tokenizer`` is given; a training run with the same data fields reuses it). Errors
+a user can fix (a corpus that cannot be fetched, bad local files or flags) print one
+``error: ...`` line on stderr and exit with status 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Sequence
+
+from absl import app, flags, logging
+
+from deepnet_jax.data import pipeline, sources
+from deepnet_jax.data.fetch import DataPreparationError
+
+_DATASET = flags.DEFINE_string("dataset", None, f"One of: {', '.join(sources.DATASETS)}.")
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "tfds data_dir the dataset is written to.")
+_SOURCE_DIR = flags.DEFINE_string(
+    "source_dir", None, "local_parallel / local_text: folder with train/valid/test files."
+)
+_SRC_EXT = flags.DEFINE_string(
+    "src_ext",
+    "",
+    "local_parallel: source file extension (e.g. de); local_text: extension "
+    "of the text files (default txt).",
+)
+_TGT_EXT = flags.DEFINE_string("tgt_ext", "", "local_parallel: target file extension (e.g. en).")
+_TOKENIZER = flags.DEFINE_string(
+    "tokenizer", "", "Also train the tokenizer: bpe, unigram or char (empty: dataset only)."
+)
+_VOCAB_SIZE = flags.DEFINE_integer("vocab_size", 8000, "Tokenizer pieces (with --tokenizer).")
+flags.mark_flags_as_required(["dataset", "data_dir"])
+
+
+def split_lines(dataset: str, builder) -> list[str]:
+    """``"<dataset> <split>: <n> examples"`` for each split the prepared builder has."""
+    splits = builder.info.splits
+    return [
+        f"{dataset} {split}: {splits[split].num_examples} examples"
+        for split in sources.SPLITS
+        if split in splits
+    ]
+
+
+def main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    logging.set_verbosity(logging.INFO)
+    try:
+        # tfds prints progress to stdout; keep stdout for the per-split lines.
+        with contextlib.redirect_stdout(sys.stderr):
+            builder = sources.prepare(
+                _DATASET.value,
+                _DATA_DIR.value,
+                source_dir=_SOURCE_DIR.value,
+                src_ext=_SRC_EXT.value,
+                tgt_ext=_TGT_EXT.value,
+            )
+            tokenizer_line = _prepare_tokenizer() if _TOKENIZER.value else None
+    except (DataPreparationError, ValueError) as e:
+        print("error: " + " ".join(str(e).split("\n")), file=sys.stderr)
+        sys.exit(1)
+    for line in split_lines(_DATASET.value, builder):
+        print(line)
+    print(f"prepared in {builder.data_path}")
+    if tokenizer_line:
+        print(tokenizer_line)
+
+
+def _prepare_tokenizer() -> str:
+    options = pipeline.DataOptions(
+        dataset=_DATASET.value,
+        data_dir=_DATA_DIR.value,
+        source_dir=_SOURCE_DIR.value or "",
+        src_ext=_SRC_EXT.value,
+        tgt_ext=_TGT_EXT.value,
+        tokenizer=_TOKENIZER.value,
+        vocab_size=_VOCAB_SIZE.value,
+    )
+    options.tokenizer_options().validate()
+    _, tokenizer, path = pipeline.prepare_corpus(options)
+    return f"tokenizer: {path} ({tokenizer.vocab_size} pieces)"
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,321 @@
+"""The one entry point the input pipeline uses: prepare a dataset and open a split of it.
+
+Datasets (``data.dataset``):
+
+==========================  ========  ====================================================
+name                        kind      records of :func:`open_split`
+==========================  ========  ====================================================
+``ding_de_en``              parallel  ``{"source", "target"}``; languages de, en (default de->en)
+``shakespeare``             text      ``{"text"}``: one paragraph of a play
+``local_parallel``          parallel  ``{"source", "target"}``; languages src_ext, tgt_ext
+``local_text``              text      ``{"text"}``: one paragraph of the user's file
+``wmt14_translate/de-en``   parallel  ``{"source", "target"}``; languages de, en (default de->en)
+``wmt17_translate/de-en``   parallel  ``{"source", "target"}``; languages de, en (default de->en)
+==========================  ========  ====================================================
+
+Everything is stored by tfds as ``array_record`` under ``data_dir`` and read back with
+``as_data_source`` — random access, no TensorFlow. The WMT datasets use tfds' own builders;
+preparing them downloads the WMT corpora (network) and is only done when they are missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import tensorflow_datasets as tfds
+from absl import logging
+
+from deepnet_jax.data import builders
+from deepnet_jax.data.fetch import DataPreparationError
+
+DATASETS = (
+    "ding_de_en",
+    "shakespeare",
+    "local_parallel",
+    "local_text",
+    "wmt14_translate/de-en",
+    "wmt17_translate/de-en",
+)
+SPLITS = ("train", "validation", "test")
+FILE_FORMAT = "array_record"
+
+_KIND = {
+    "ding_de_en": "parallel",
+    "shakespeare": "text",
+    "local_parallel": "parallel",
+    "local_text": "text",
+    "wmt14_translate/de-en": "parallel",
+    "wmt17_translate/de-en": "parallel",
+}
+_WMT_MODULES = {
+    "wmt14_translate/de-en": "tensorflow_datasets.translate.wmt14",
+    "wmt17_translate/de-en": "tensorflow_datasets.translate.wmt17",
+}
+
+
+def dataset_kind(dataset: str) -> str:
+    """``"parallel"`` or ``"text"``; ``ValueError`` naming ``data.dataset`` for other names."""
+    try:
+        return _KIND[dataset]
+    except KeyError:
+        raise ValueError(f"data.dataset={dataset!r} is not one of: {', '.join(DATASETS)}") from None
+
+
+def _is_local(dataset: str) -> bool:
+    return dataset in ("local_parallel", "local_text")
+
+
+def _make_builder(
+    dataset: str, data_dir: str, source_dir: str | None, src_ext: str, tgt_ext: str
+) -> tfds.core.DatasetBuilder:
+    """The tfds builder of ``dataset`` reading/writing ``array_record`` under ``data_dir``."""
+    dataset_kind(dataset)
+    kwargs: dict[str, Any] = {"data_dir": data_dir, "file_format": FILE_FORMAT}
+    try:
+        if dataset == "ding_de_en":
+            return builders.DingDeEn(**kwargs)
+        if dataset == "shakespeare":
+            return builders.Shakespeare(**kwargs)
+        if dataset == "local_parallel":
+            config = builders.LocalParallelConfig.create(source_dir or "", src_ext, tgt_ext)
+            return builders.LocalParallel(config=config, **kwargs)
+        if dataset == "local_text":
+            config = builders.LocalTextConfig.create(source_dir or "", src_ext or "txt")
+            return builders.LocalText(config=config, **kwargs)
+        importlib.import_module(_WMT_MODULES[dataset])  # registers the builder, no TF needed
+        return tfds.builder(dataset, **kwargs)
+    except ValueError as e:
+        if "File format is already set" in str(e):
+            raise DataPreparationError(
+                f"{dataset} in {data_dir} was prepared in another file format ({e}); this code "
+                f"reads only {FILE_FORMAT}: use another data_dir or delete that dataset"
+            ) from None
+        raise
+
+
+def _stale_inputs(builder: tfds.core.DatasetBuilder) -> list[str]:
+    """Input files of a prepared local dataset that were added, removed or changed since."""
+    stored = (builder.info.metadata or {}).get("input_fingerprint") or {}
+    current = builders.input_fingerprint(builder.builder_config.input_files())
+    return sorted(n for n in set(stored) | set(current) if stored.get(n) != current.get(n))
+
+
+def prepare(
+    dataset: str,
+    data_dir: str,
+    *,
+    source_dir: str | None = None,
+    src_ext: str = "",
+    tgt_ext: str = "",
+) -> tfds.core.DatasetBuilder:
+    """Build ``dataset`` under ``data_dir`` as ``array_record`` if needed; return its builder.
+
+    Idempotent: a prepared dataset is reused as is (nothing is rewritten). tfds generates into
+    ``<data_dir>/<name>/[<config>/]incomplete.XXXXXX_<version>/`` and renames that folder to
+    ``<version>/`` only after all splits and metadata are written, so an exception (or a kill)
+    mid-generation never leaves a dataset that looks prepared.
+
+    ``source_dir``, ``src_ext`` and ``tgt_ext`` are read by the local datasets only:
+    ``local_parallel`` reads ``{source_dir}/{train,valid,test}.{src_ext,tgt_ext}``;
+    ``local_text`` reads ``{source_dir}/{train,valid,test}.{src_ext or "txt"}``. For those two,
+    the size and sha256 of every input file are stored with the dataset, and when the files on
+    disk no longer match (changed, added or removed) the dataset is REBUILT, with a warning in
+    the log. The old version is moved aside and only deleted once the new one is complete (it
+    is put back if the rebuild fails). When ``source_dir`` does not exist at all (e.g. a
+    machine that shares ``data_dir`` but not the source files) the prepared dataset is used.
+
+    Raises:
+      ValueError: unknown dataset, bad local arguments, or bad local files (see
+        :mod:`deepnet_jax.data.corpora`).
+      DataPreparationError: a corpus could not be fetched, or a WMT dataset could not be
+        prepared (the message is one line).
+    """
+    builder = _make_builder(dataset, data_dir, source_dir, src_ext, tgt_ext)
+    if not builder.is_prepared():
+        _download_and_prepare(builder, dataset, data_dir)
+    elif _is_local(dataset):
+        config_dir = builder.builder_config.source_dir
+        if not os.path.isdir(config_dir):
+            logging.warning(
+                "%s: %s does not exist; using the dataset prepared in %s without checking it",
+                dataset,
+                config_dir,
+                builder.data_path,
+            )
+            return builder
+        stale = _stale_inputs(builder)
+        if not stale:
+            return builder
+        logging.warning(
+            "%s: input files changed since the dataset was prepared (%s); rebuilding %s",
+            dataset,
+            ", ".join(stale),
+            builder.data_path,
+        )
+        _rebuild(dataset, data_dir, source_dir, src_ext, tgt_ext, builder.data_path)
+    else:
+        return builder
+    # A fresh builder reads back the info (splits, metadata) that was just written.
+    return _make_builder(dataset, data_dir, source_dir, src_ext, tgt_ext)
+
+
+def _download_and_prepare(builder: tfds.core.DatasetBuilder, dataset: str, data_dir: str) -> None:
+    logging.info("Preparing %s in %s", dataset, builder.data_path)
+    try:
+        builder.download_and_prepare()
+    except (DataPreparationError, ValueError):
+        raise
+    except Exception as e:
+        if dataset not in _WMT_MODULES:
+            raise
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise DataPreparationError(
+            f"could not prepare {dataset} in {data_dir} (tfds downloads the WMT corpora; this "
+            f"needs network access): {type(e).__name__}: {first}"
+        ) from e
+
+
+def _rebuild(
+    dataset: str,
+    data_dir: str,
+    source_dir: str | None,
+    src_ext: str,
+    tgt_ext: str,
+    version_dir: Any,
+) -> None:
+    """Regenerate a prepared local dataset; the old one is restored if that fails."""
+    version_dir = os.fspath(version_dir)
+    backup = tempfile.mkdtemp(
+        prefix=f".stale.{os.path.basename(version_dir)}.", dir=os.path.dirname(version_dir)
+    )
+    os.rmdir(backup)
+    os.rename(version_dir, backup)
+    try:
+        builder = _make_builder(dataset, data_dir, source_dir, src_ext, tgt_ext)
+        _download_and_prepare(builder, dataset, data_dir)
+    except BaseException:
+        if not os.path.exists(version_dir):
+            os.rename(backup, version_dir)
+        raise
+    shutil.rmtree(backup, ignore_errors=True)
+
+
+def _as_str(value: Any) -> str:
+    """tfds returns ``bytes`` from array_record and ``str`` under ``mock_data``: both -> str."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if hasattr(value, "item"):  # numpy scalar / 0-d array
+        return _as_str(value.item())
+    return str(value)
+
+
+class NormalizedSource(Sequence[dict[str, str]]):
+    """A random-access view of a tfds data source with renamed, str-decoded fields.
+
+    ``fields`` is ``((output_key, stored_key), ...)``. Supports ``len``, integer and slice
+    indexing, ``__getitems__`` (batched reads, as grain uses) and pickling (the tfds
+    ``ArrayRecordDataSource`` it wraps pickles), so it can be handed to
+    ``grain.MapDataset.source`` directly.
+    """
+
+    def __init__(self, source: Sequence[Any], fields: tuple[tuple[str, str], ...]):
+        self._source = source
+        self._fields = fields
+
+    def _normalize(self, record: dict[str, Any]) -> dict[str, str]:
+        return {out: _as_str(record[key]) for out, key in self._fields}
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return self.__getitems__(range(*index.indices(len(self))))
+        n = len(self)
+        i = int(index)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} out of range for a source of {n} records")
+        return self._normalize(self._source[i % n])
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, str]]:
+        indices = [int(i) for i in indices]
+        getitems = getattr(self._source, "__getitems__", None)
+        records = getitems(indices) if getitems else [self._source[i] for i in indices]
+        return [self._normalize(r) for r in records]
+
+    def __iter__(self) -> Iterator[dict[str, str]]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def __repr__(self) -> str:
+        mapping = ", ".join(f"{out}<-{key}" for out, key in self._fields)
+        return f"NormalizedSource({len(self)} records, {mapping})"
+
+
+def _parallel_fields(
+    dataset: str, source_lang: str, target_lang: str, src_ext: str, tgt_ext: str
+) -> tuple[tuple[str, str], ...]:
+    """``(("source", stored_key), ("target", stored_key))`` for the requested direction."""
+    if dataset == "local_parallel":
+        langs, keys = (src_ext, tgt_ext), {src_ext: "source", tgt_ext: "target"}
+    else:
+        langs, keys = ("de", "en"), {"de": "de", "en": "en"}
+    for flag, lang in (("source_lang", source_lang), ("target_lang", target_lang)):
+        if lang and lang not in langs:
+            raise ValueError(
+                f"data.{flag}={lang!r} is not a language of {dataset} (one of: {', '.join(langs)})"
+            )
+    if source_lang and not target_lang:
+        target_lang = langs[1] if source_lang == langs[0] else langs[0]
+    elif target_lang and not source_lang:
+        source_lang = langs[1] if target_lang == langs[0] else langs[0]
+    elif not source_lang:
+        source_lang, target_lang = langs
+    if source_lang == target_lang:
+        raise ValueError(f"data.source_lang and data.target_lang are both {source_lang!r}")
+    return (("source", keys[source_lang]), ("target", keys[target_lang]))
+
+
+def open_split(
+    dataset: str,
+    data_dir: str,
+    split: str,
+    *,
+    source_lang: str = "",
+    target_lang: str = "",
+    source_dir: str | None = None,
+    src_ext: str = "",
+    tgt_ext: str = "",
+) -> Sequence[dict[str, str]]:
+    """Random-access records of one split, preparing the dataset first if it is missing.
+
+    Parallel datasets give ``{"source": str, "target": str}``: the direction is
+    ``source_lang`` -> ``target_lang`` (either may be left empty and is then the other
+    language; both empty: de->en for Ding and WMT, ``src_ext`` -> ``tgt_ext`` for
+    ``local_parallel``). Text datasets give ``{"text": str}``. The result supports ``len``,
+    indexing, ``__getitems__`` and pickling (see :class:`NormalizedSource`).
+
+    Raises:
+      ValueError: unknown dataset or split, a split the dataset does not have (a local
+        dataset without ``test.*``), or a language that is not one of the dataset's.
+    """
+    kind = dataset_kind(dataset)
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} is not one of: {', '.join(SPLITS)}")
+    if kind == "parallel":
+        fields = _parallel_fields(dataset, source_lang, target_lang, src_ext, tgt_ext)
+    else:
+        fields = (("text", "text"),)
+    builder = prepare(dataset, data_dir, source_dir=source_dir, src_ext=src_ext, tgt_ext=tgt_ext)
+    available = list(builder.info.splits.keys())
+    if available and split not in available:
+        raise ValueError(
+            f"{dataset} in {builder.data_path} has no {split!r} split "
+            f"(it has: {', '.join(available)})"
+        )
+    return NormalizedSource(builder.as_data_source(split), fields)

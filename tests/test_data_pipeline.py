@@ -1,0 +1,317 @@
+"""grain pipelines on local fixture corpora: determinism, resumption, budgets, packing, shards."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from test_data_tokenizer import SENTENCES
+
+from deepnet_jax import train
+from deepnet_jax.data import pipeline, tokenizer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPLIT_SIZES = {"train": 400, "valid": 40, "test": 30}
+
+
+def _write_corpus(folder):
+    """Handwritten pseudo-sentences: a 'source' side and a word-reversed 'target' side."""
+    folder.mkdir(parents=True, exist_ok=True)
+    start = 0
+    for split, n in SPLIT_SIZES.items():
+        src = SENTENCES[start : start + n]
+        tgt = [" ".join(reversed(s.rstrip(".").split())) + "." for s in src]
+        (folder / f"{split}.de").write_text("\n".join(src) + "\n", encoding="utf-8")
+        (folder / f"{split}.en").write_text("\n".join(tgt) + "\n", encoding="utf-8")
+        (folder / f"{split}.txt").write_text("\n\n".join(src + tgt) + "\n", encoding="utf-8")
+        start += n
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    _write_corpus(root / "toy")
+    return root
+
+
+def _options(corpus, dataset="local_parallel", **overrides):
+    values = {
+        "dataset": dataset,
+        "data_dir": str(corpus / "data"),
+        "source_dir": str(corpus / "toy"),
+        "src_ext": "de" if dataset == "local_parallel" else "",
+        "tgt_ext": "en" if dataset == "local_parallel" else "",
+        "vocab_size": 300,
+        "max_len": 48,
+        "batch_size": 8,
+    }
+    values.update(overrides)
+    return pipeline.DataOptions(**values)
+
+
+ARCH = {"local_parallel": "encdec", "local_text": "decoder"}
+MODES = {
+    "fixed": ("local_parallel", "encdec", {}),
+    "max_tokens": ("local_parallel", "encdec", {"max_tokens": 192, "bucket_boundaries": (16, 32)}),
+    "packed": ("local_parallel", "encdec", {"packing": True}),
+    "lm_stream": ("local_text", "decoder", {}),
+    "lm_document_packed": ("local_text", "decoder", {"lm_chunking": "document", "packing": True}),
+    "mlm": ("local_text", "encoder", {"lm_chunking": "document"}),
+}
+
+
+def _take(iterator, n):
+    return [next(iterator) for _ in range(n)]
+
+
+def _equal(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_same_seed_same_batches_and_resume_from_state(corpus, mode):
+    dataset, arch, overrides = MODES[mode]
+    data = pipeline.DataPipeline(_options(corpus, dataset, **overrides), arch)
+    it = iter(data.train_dataset())
+    head = _take(it, 7)
+    state = json.loads(json.dumps(it.get_state()))  # JSON-serializable (saved with checkpoints)
+    tail = _take(it, 6)
+    again = iter(
+        pipeline.DataPipeline(_options(corpus, dataset, **overrides), arch).train_dataset()
+    )
+    for a, b in zip(head + tail, _take(again, 13), strict=True):
+        _equal(a, b)
+    resumed = iter(
+        pipeline.DataPipeline(_options(corpus, dataset, **overrides), arch).train_dataset()
+    )
+    resumed.set_state(state)
+    for a, b in zip(tail, _take(resumed, 6), strict=True):
+        _equal(a, b)
+    other = iter(
+        pipeline.DataPipeline(_options(corpus, dataset, seed=1, **overrides), arch).train_dataset()
+    )
+    assert any(
+        not np.array_equal(a["targets"], b["targets"])
+        for a, b in zip(head, _take(other, 7), strict=True)
+    )
+
+
+def test_fixed_batches_cover_each_epoch_once(corpus):
+    data = pipeline.DataPipeline(_options(corpus), "encdec")
+    train_ex = data.examples("train")
+    n = data.train_plan().batches_per_epoch
+    it = iter(data.train_dataset())
+    for _ in range(2):  # two epochs: each example's target appears exactly once per epoch
+        seen = sorted(
+            tuple(row[row != 0]) for b in _take(it, n) for row in b["targets"] if row.any()
+        )
+        assert seen == sorted(tuple(e["targets"]) for e in train_ex.examples)
+    assert len(train_ex) + train_ex.dropped["too_long"] == SPLIT_SIZES["train"]
+    assert len(train_ex) > 0.8 * SPLIT_SIZES["train"]
+
+
+def test_token_budget_batches_never_exceed_budget(corpus):
+    data = pipeline.DataPipeline(_options(corpus, max_tokens=192), "encdec")
+    shapes = set()
+    for b in _take(iter(data.train_dataset()), 60):
+        rows, length = b["targets"].shape
+        assert rows * length <= 192 and b["src"].shape == (rows, length)
+        shapes.add((rows, length))
+    assert len(shapes) > 1  # several buckets in use
+    assert shapes <= {(bk.rows, bk.length) for bk in data.buckets}
+
+
+def test_packed_rows_hold_whole_examples(corpus):
+    data = pipeline.DataPipeline(_options(corpus, packing=True), "encdec")
+    pairs = {(tuple(e["src"]), tuple(e["targets"])) for e in data.examples("train").examples}
+    total = 0
+    for b in _take(iter(data.train_dataset()), 10):
+        for r in range(b["targets"].shape[0]):
+            segs = set(b["segment_ids"][r]) - {0}
+            assert segs == set(b["src_segment_ids"][r]) - {0}
+            for s in segs:
+                tgt = b["targets"][r][b["segment_ids"][r] == s]
+                src = b["src"][r][b["src_segment_ids"][r] == s]
+                inp = b["inputs"][r][b["segment_ids"][r] == s]
+                assert (tuple(src), tuple(tgt)) in pairs
+                assert inp[0] == tokenizer.BOS_ID and (inp[1:] == tgt[:-1]).all()
+                pos = b["positions"][r][b["segment_ids"][r] == s]
+                assert (pos == np.arange(len(tgt))).all()
+            total += len(segs)
+    assert total > 10 * 8  # more than one example per row on average
+
+
+@pytest.mark.parametrize("mode", ["fixed", "max_tokens", "packed"])
+def test_process_shards_are_disjoint_and_cover(corpus, mode):
+    dataset, arch, overrides = MODES[mode]
+    opts = _options(corpus, dataset, **overrides)
+    whole = _take(iter(pipeline.DataPipeline(opts, arch).train_dataset()), 6)
+    shards = [
+        _take(
+            iter(
+                pipeline.DataPipeline(opts, arch, process_index=p, process_count=2).train_dataset()
+            ),
+            6,
+        )
+        for p in range(2)
+    ]
+    if mode != "packed":  # the two shares are the global batch's two halves
+        for g, a, b in zip(whole, *shards, strict=True):
+            for k in g:
+                np.testing.assert_array_equal(np.concatenate([a[k], b[k]]), g[k])
+    else:  # each process packs its own examples: disjoint, together the first examples
+
+        def segments(batches):
+            out = []
+            for b in batches:
+                for r in range(len(b["targets"])):
+                    for s in set(b["segment_ids"][r]) - {0}:
+                        out.append(tuple(b["targets"][r][b["segment_ids"][r] == s]))
+            return out
+
+        a, b = segments(shards[0]), segments(shards[1])
+        assert not set(a) & set(b) and len(a) == len(set(a))
+
+
+def test_eval_batches_cover_validation_once(corpus):
+    data = pipeline.DataPipeline(_options(corpus, max_tokens=192), "encdec")
+    rows = [
+        tuple(r[r != 0]) for b in data.eval_batches("validation") for r in b["targets"] if r.any()
+    ]
+    assert sorted(rows) == sorted(tuple(e["targets"]) for e in data.examples("validation").examples)
+    assert len(rows) + data.examples("validation").dropped["too_long"] == SPLIT_SIZES["valid"]
+
+
+def test_mlm_batches_mask_only_weighted_positions(corpus):
+    data = pipeline.DataPipeline(_options(corpus, "local_text", lm_chunking="document"), "encoder")
+    for b in _take(iter(data.train_dataset()), 5):
+        changed = b["inputs"] != b["targets"]
+        assert (b["weights"][changed] == 1).all()
+        assert (b["inputs"] == tokenizer.MASK_ID).sum() > 0
+        assert (b["weights"][b["targets"] == 0] == 0).all()
+
+
+def test_global_batch_on_a_mesh(corpus):
+    data = pipeline.DataPipeline(_options(corpus), "encdec")
+    local = next(iter(data.train_dataset()))
+    mesh = jax.make_mesh((jax.device_count(),), ("data",))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+    batch = pipeline.global_batch(local, sharding)
+    for k, v in local.items():
+        assert batch[k].sharding == sharding
+        np.testing.assert_array_equal(np.asarray(batch[k]), v)
+
+
+@pytest.mark.parametrize(
+    "overrides, arch, match",
+    [
+        ({}, "decoder", r"data\.dataset='local_parallel' is parallel data but model\.arch"),
+        (
+            {"packing": True, "max_tokens": 192},
+            "encdec",
+            r"data\.packing=True needs data\.max_tokens=0",
+        ),
+        ({"lm_chunking": "sentences"}, "encdec", r"data\.lm_chunking='sentences'"),
+        ({"max_tokens": 10}, "encdec", r"data\.max_tokens=10 must be at least"),
+        ({"batch_size": 0}, "encdec", r"data\.batch_size=0 must be an integer >= 1"),
+        ({"mask_rate": 1.5}, "encdec", r"data\.mask_rate=1\.5"),
+        ({"dataset": "wmt19"}, "encdec", r"data\.dataset='wmt19' is not one of"),
+        ({"data_dir": ""}, "encdec", r"data\.data_dir is empty"),
+    ],
+)
+def test_bad_data_options(corpus, overrides, arch, match):
+    with pytest.raises(ValueError, match=match):
+        pipeline.DataPipeline(_options(corpus, **overrides), arch)
+
+
+def _train_config(corpus, dataset="local_parallel", arch="encdec", **data_overrides):
+    sys.path.insert(0, os.path.join(ROOT, "configs"))
+    import default as default_config
+
+    c = default_config.get_config()
+    m = c.model
+    m.arch, m.d_model, m.num_heads, m.ffn_dim, m.vocab_size, m.max_len = arch, 32, 4, 64, 300, 64
+    m.num_encoder_layers = 2 if arch != "decoder" else 0
+    m.num_decoder_layers = 2 if arch != "encoder" else 0
+    opts = _options(corpus, dataset, **data_overrides).__dict__.copy()
+    opts.pop("seed")
+    opts["bucket_boundaries"] = list(opts["bucket_boundaries"])
+    c.data = type(c)(opts)
+    c.optimizer.learning_rate = 3e-3
+    c.schedule.warmup_steps = 10
+    c.total_steps, c.log_every = 40, 10
+    return c
+
+
+@pytest.mark.parametrize(
+    "dataset, arch, overrides",
+    [
+        ("local_parallel", "encdec", {"max_tokens": 192}),
+        ("local_parallel", "encdec", {"packing": True}),
+        ("local_text", "decoder", {}),
+        ("local_text", "encoder", {"lm_chunking": "document"}),
+    ],
+)
+def test_training_on_a_prepared_corpus(corpus, dataset, arch, overrides):
+    metrics = train.run(_train_config(corpus, dataset, arch, **overrides))
+    assert metrics["eval_loss"] < 0.85 * metrics["first_train_loss"], metrics
+
+
+def test_model_vocab_smaller_than_tokenizer_is_an_error(corpus):
+    c = _train_config(corpus)
+    c.model.vocab_size = 100
+    with pytest.raises(
+        ValueError, match=r"model\.vocab_size=100 is smaller than the tokenizer's 300"
+    ):
+        train.run(c)
+
+
+def test_train_cli_prepares_a_missing_corpus(corpus, tmp_path):
+    data_dir = tmp_path / "fresh_data"
+    cmd = [
+        sys.executable,
+        "train.py",
+        "--config=configs/default.py",
+        f"--workdir={tmp_path / 'run'}",
+        "--config.total_steps=2",
+        "--config.model.num_encoder_layers=1",
+        "--config.model.num_decoder_layers=1",
+        "--config.model.vocab_size=300",
+        "--config.model.max_len=64",
+        "--config.data.max_len=48",
+        "--config.data.dataset=local_parallel",
+        f"--config.data.data_dir={data_dir}",
+        f"--config.data.source_dir={corpus / 'toy'}",
+        "--config.data.src_ext=de",
+        "--config.data.tgt_ext=en",
+        "--config.data.vocab_size=300",
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (data_dir / "local_parallel").is_dir() and (data_dir / "tokenizers").is_dir()
+    metrics = json.loads((tmp_path / "run" / "eval.json").read_text())
+    assert metrics["steps"] == 2 and np.isfinite(metrics["eval_loss"])
+
+
+def test_prepare_cli_trains_the_tokenizer_a_run_reuses(corpus, tmp_path):
+    data_dir = tmp_path / "cli_data"
+    args = [f"--data_dir={data_dir}", f"--source_dir={corpus / 'toy'}", "--src_ext=de"]
+    cmd = [sys.executable, "-m", "deepnet_jax.data.prepare", "--dataset=local_parallel", *args]
+    cmd += ["--tgt_ext=en", "--tokenizer=bpe", "--vocab_size=300"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = proc.stdout.splitlines()[-1]
+    assert line.startswith("tokenizer: ") and line.endswith("(300 pieces)")
+    options = _options(corpus, data_dir=str(data_dir))
+    data = pipeline.DataPipeline(options, "encdec")
+    assert line == f"tokenizer: {data.tokenizer_path} (300 pieces)"
+    bad = subprocess.run(
+        [*cmd[:-2], "--tokenizer=wordpiece"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert "error: data.tokenizer='wordpiece'; allowed values are" in bad.stderr
