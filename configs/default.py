@@ -32,8 +32,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.tokenizer = "bpe"  # SentencePiece model type: bpe, unigram or char
     c.data.vocab_size = 8000  # SentencePiece pieces (upper bound for char); <= model.vocab_size
     c.data.character_coverage = 1.0  # SentencePiece character coverage
-    c.data.batch_size = 32  # sequences per step (fixed batching and packing)
-    c.data.max_tokens = 0  # > 0: token-budget batches with length buckets instead of batch_size
+    c.data.batch_size = 32  # global rows per step (fixed batching and packing)
+    c.data.max_tokens = 0  # > 0: global token budget per step, length-bucketed batches
     c.data.bucket_boundaries = ()  # bucket lengths for max_tokens; () = 8, 16, 32, ..., max_len
     c.data.max_len = 16  # longest example in tokens (longer ones are dropped and counted)
     c.data.packing = False  # pack several examples per row (segment ids + positions)

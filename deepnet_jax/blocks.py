@@ -43,7 +43,7 @@ class TransformerLayer(nn.Module):
       carry_output: return ``(x, None)`` instead of ``x`` (the ``nn.scan`` convention).
 
     Call: ``layer(x [B,T,D], self_mask [B|1,1,T|1,T], enc_out [B,S,D] | None,
-    enc_mask [B,1,1,S] | None, dropout_key)``. Every dropout mask in the layer is derived from
+    enc_mask [B,1,1|T,S] | None, dropout_key)``. Every dropout mask in the layer is derived from
     ``dropout_key`` (by ``fold_in``), so scanned, unrolled and rematerialized stacks given the
     same per-layer keys draw the same masks.
     """

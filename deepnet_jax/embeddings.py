@@ -69,7 +69,7 @@ class PositionEmbedding(nn.Module):
     """Position features for positions 0 … T-1 ([1, T, D]) or given positions [B, T] ([B, T, D]).
 
     Fixed sinusoids or a learned table of ``max_len`` rows. Packed rows pass per-token positions
-    that restart at 0 for every packed example.
+    that restart at 0 for every packed example; they must lie in [0, max_len).
     """
 
     config: TransformerConfig
@@ -90,7 +90,12 @@ class PositionEmbedding(nn.Module):
             )
         if positions_BT is None:
             return table[None, :length].astype(c.compute_dtype)
-        return jnp.take(table, positions_BT, axis=0).astype(c.compute_dtype)
+        # Out-of-range positions (< 0 or ≥ max_len) give NaN rows, so a bad caller sees a NaN
+        # loss rather than silently wrapped or clamped positions.
+        table = table.astype(jnp.float32)
+        index = jnp.where(positions_BT < 0, table.shape[0], positions_BT)  # take() wraps < 0
+        rows = jnp.take(table, index, axis=0, mode="fill", fill_value=jnp.nan)
+        return rows.astype(c.compute_dtype)
 
 
 def embed(

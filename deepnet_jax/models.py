@@ -260,6 +260,7 @@ class EncoderDecoder(nn.Module):
         enc_out_BSD: jax.Array,
         src_BS: jax.Array,
         deterministic: bool = True,
+        *,
         segment_ids: jax.Array | None = None,
         positions: jax.Array | None = None,
         src_segment_ids: jax.Array | None = None,
@@ -282,7 +283,13 @@ class EncoderDecoder(nn.Module):
     ) -> jax.Array:
         enc_out = self.encode(src_BS, deterministic, src_segment_ids, src_positions)
         return self.decode(
-            tgt_in_BT, enc_out, src_BS, deterministic, segment_ids, positions, src_segment_ids
+            tgt_in_BT,
+            enc_out,
+            src_BS,
+            deterministic,
+            segment_ids=segment_ids,
+            positions=positions,
+            src_segment_ids=src_segment_ids,
         )
 
 

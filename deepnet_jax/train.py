@@ -47,6 +47,20 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"data.max_len={config.data.max_len} exceeds model.max_len={config.model.max_len}"
         )
+    if config.data.dataset == SYNTHETIC:
+        for name in ("max_tokens", "bucket_boundaries", "packing", "source_dir"):
+            if config.data.get(name):
+                raise ValueError(
+                    f"data.{name}={config.data[name]!r} is not used by data.dataset={SYNTHETIC!r}"
+                )
+        return
+    options = pipeline.DataOptions.from_config(config.data, config.seed)
+    options.validate()
+    if options.tokenizer != "char" and config.model.vocab_size < options.vocab_size:
+        raise ValueError(
+            f"model.vocab_size={config.model.vocab_size} is smaller than "
+            f"data.vocab_size={options.vocab_size} (the tokenizer's pieces)"
+        )
 
 
 def learning_rate_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
@@ -128,7 +142,6 @@ class SyntheticData:
     """The reversal task behind the same interface as ``pipeline.DataPipeline``."""
 
     def __init__(self, config: ml_collections.ConfigDict):
-        self.vocab_size = config.model.vocab_size
         self._make = functools.partial(
             synthetic.batch,
             config.model.arch,
@@ -156,12 +169,12 @@ class CorpusData:
     def __init__(self, config: ml_collections.ConfigDict):
         options = pipeline.DataOptions.from_config(config.data, config.seed)
         self.pipeline = pipeline.DataPipeline(options, config.model.arch)
-        self.vocab_size = self.pipeline.vocab_size
-        if config.model.vocab_size < self.vocab_size:
+        if config.model.vocab_size < self.pipeline.vocab_size:  # char: known only now
             raise ValueError(
                 f"model.vocab_size={config.model.vocab_size} is smaller than the tokenizer's "
-                f"{self.vocab_size} pieces (data.vocab_size={options.vocab_size})"
+                f"{self.pipeline.vocab_size} pieces (data.vocab_size={options.vocab_size})"
             )
+        self.pipeline.check_split("validation")  # fail now, not after training
 
     def train_iterator(self) -> Iterator[dict[str, np.ndarray]]:
         return iter(self.pipeline.train_dataset())

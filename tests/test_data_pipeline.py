@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -164,7 +165,7 @@ def test_process_shards_are_disjoint_and_cover(corpus, mode):
         for g, a, b in zip(whole, *shards, strict=True):
             for k in g:
                 np.testing.assert_array_equal(np.concatenate([a[k], b[k]]), g[k])
-    else:  # each process packs its own examples: disjoint, together the first examples
+    else:  # each process packs its own stride of the stream: disjoint
 
         def segments(batches):
             out = []
@@ -222,11 +223,19 @@ def test_global_batch_on_a_mesh(corpus):
         ({"mask_rate": 1.5}, "encdec", r"data\.mask_rate=1\.5"),
         ({"dataset": "wmt19"}, "encdec", r"data\.dataset='wmt19' is not one of"),
         ({"data_dir": ""}, "encdec", r"data\.data_dir is empty"),
+        ({"bucket_boundaries": (16,)}, "encdec", r"data\.bucket_boundaries=\(16,\) needs data"),
+        ({"bucket_boundaries": (16.5,), "max_tokens": 192}, "encdec", r"must be strictly incr"),
+        ({"source_lang": "fr"}, "encdec", r"data\.source_lang='fr' is not a language of local_p"),
+        ({"tgt_ext": ""}, "encdec", r"local_parallel needs data\.src_ext and data\.tgt_ext"),
+        ({"dataset": "ding_de_en"}, "encdec", r"data\.source_dir='.*' is not used by data\.dat"),
+        ({"seed": -1}, "encdec", r"seed=-1 must be an integer >= 0"),
     ],
 )
-def test_bad_data_options(corpus, overrides, arch, match):
+def test_bad_data_options(corpus, overrides, arch, match, tmp_path):
+    overrides.setdefault("data_dir", str(tmp_path / "untouched"))
     with pytest.raises(ValueError, match=match):
         pipeline.DataPipeline(_options(corpus, **overrides), arch)
+    assert not (tmp_path / "untouched").exists()  # rejected before anything is prepared
 
 
 def _train_config(corpus, dataset="local_parallel", arch="encdec", **data_overrides):
@@ -265,10 +274,10 @@ def test_training_on_a_prepared_corpus(corpus, dataset, arch, overrides):
 def test_model_vocab_smaller_than_tokenizer_is_an_error(corpus):
     c = _train_config(corpus)
     c.model.vocab_size = 100
-    with pytest.raises(
-        ValueError, match=r"model\.vocab_size=100 is smaller than the tokenizer's 300"
-    ):
+    c.data.data_dir = str(corpus / "never_created")
+    with pytest.raises(ValueError, match=r"model\.vocab_size=100 is smaller than data\.vocab_size"):
         train.run(c)
+    assert not (corpus / "never_created").exists()  # rejected before anything is prepared
 
 
 def test_train_cli_prepares_a_missing_corpus(corpus, tmp_path):
@@ -315,3 +324,64 @@ def test_prepare_cli_trains_the_tokenizer_a_run_reuses(corpus, tmp_path):
     )
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert "error: data.tokenizer='wordpiece'; allowed values are" in bad.stderr
+
+
+def test_missing_validation_split_fails_before_training(corpus, tmp_path):
+    folder = tmp_path / "no_valid"
+    folder.mkdir()
+    for ext in ("de", "en"):
+        (folder / f"train.{ext}").write_text((corpus / "toy" / f"train.{ext}").read_text())
+    c = _train_config(corpus, source_dir=str(folder), data_dir=str(tmp_path / "data"))
+    c.total_steps = 10**9  # would never finish if training started
+    with pytest.raises(ValueError, match="has no 'validation' split"):
+        train.run(c)
+
+
+def test_train_cli_bad_data_field_is_one_line(corpus, tmp_path):
+    cmd = [
+        sys.executable,
+        "train.py",
+        "--config=configs/default.py",
+        "--config.data.dataset=ding_de_en",
+        "--config.data.source_lang=fr",
+        f"--config.data.data_dir={tmp_path}",
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: data.source_lang='fr'")
+
+
+def test_tfrecord_prepared_data_is_read_with_tensorflow(corpus, tmp_path):
+    """A dataset prepared as tfrecord (tfds' default with TensorFlow) is read via tfds.load's
+    path when the tf extra is installed (skipped without it: the CI install has no TF)."""
+    pytest.importorskip("tensorflow")
+    from deepnet_jax.data import builders, sources
+
+    data_dir = str(tmp_path / "tfrecord_data")
+    kwargs = {"source_dir": str(corpus / "toy"), "src_ext": "de", "tgt_ext": "en"}
+    config = builders.LocalParallelConfig.create(**kwargs)
+    builders.LocalParallel(config=config, data_dir=data_dir).download_and_prepare()  # tfrecord
+    written = [f for _, _, files in os.walk(data_dir) for f in files]
+    assert any(".tfrecord" in f for f in written) and not any("array_record" in f for f in written)
+    via_tf = sources.open_split("local_parallel", data_dir, "validation", **kwargs)
+    reference = sources.open_split("local_parallel", str(corpus / "data"), "validation", **kwargs)
+    assert list(via_tf) == list(reference) and len(via_tf) == SPLIT_SIZES["valid"]
+    data = pipeline.DataPipeline(_options(corpus, data_dir=data_dir), "encdec")
+    assert next(iter(data.train_dataset()))["targets"].shape == (8, 48)
+
+
+def test_tfrecord_data_without_tensorflow_is_one_clear_error(corpus, tmp_path, monkeypatch):
+    from deepnet_jax.data import DataPreparationError, sources
+
+    data_dir = tmp_path / "copied"
+    kwargs = {"source_dir": str(corpus / "toy"), "src_ext": "de", "tgt_ext": "en"}
+    prepared = sources.prepare("local_parallel", str(corpus / "data"), **kwargs)
+    version_dir = os.fspath(prepared.data_path)
+    target = data_dir / os.path.relpath(version_dir, corpus / "data")
+    shutil.copytree(version_dir, target)
+    info = target / "dataset_info.json"  # what a TensorFlow install of tfds would have written
+    info.write_text(info.read_text().replace('"array_record"', '"tfrecord"'))
+    monkeypatch.setattr(sources, "_tensorflow_available", lambda: False)
+    with pytest.raises(DataPreparationError, match="install the tf extra") as e:
+        sources.open_split("local_parallel", str(data_dir), "train", **kwargs)
+    assert "\n" not in str(e.value)

@@ -6,10 +6,12 @@ the real corpora are only fetched by ``python -m deepnet_jax.data.prepare``.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import io
 import os
 import pickle
+import re
 import subprocess
 import sys
 import tarfile
@@ -415,7 +417,7 @@ def test_local_parallel_round_trip_and_rebuild_on_change(tmp_path):
     data_dir = str(tmp_path / "data")
     kwargs = {"source_dir": src, "src_ext": "de", "tgt_ext": "en"}
     builder = sources.prepare("local_parallel", data_dir, **kwargs)
-    assert builder.builder_config.name == "corpus_de_en"
+    assert re.fullmatch(r"corpus_[0-9a-f]{6}_de_en", builder.builder_config.name)
     assert list(builder.info.splits.keys()) == ["train", "validation"]
     assert builder.info.metadata["counts"]["train"] == {"lines": 4, "empty": 2, "pairs": 2}
     train = sources.open_split("local_parallel", data_dir, "train", **kwargs)
@@ -481,7 +483,7 @@ def test_local_text_round_trip(tmp_path):
     _write(src / "valid.txt", "Valid para\n")
     data_dir = str(tmp_path / "data")
     builder = sources.prepare("local_text", data_dir, source_dir=str(src))
-    assert builder.builder_config.name == "text_corpus_txt"
+    assert re.fullmatch(r"text_corpus_[0-9a-f]{6}_txt", builder.builder_config.name)
     assert builder.info.metadata["counts"]["train"] == {"lines": 5, "empty": 2, "paragraphs": 2}
     train = sources.open_split("local_text", data_dir, "train", source_dir=str(src))
     assert list(train) == [{"text": "First para\nline two"}, {"text": "Second para"}]
@@ -503,7 +505,7 @@ def test_prepare_is_atomic_when_generation_fails(tmp_path, monkeypatch):
     monkeypatch.setattr(builders.LocalText, "_generate_examples", broken)
     with pytest.raises(RuntimeError, match="injected failure"):
         sources.prepare("local_text", data_dir, source_dir=str(src))
-    dataset_dir = os.path.join(data_dir, "local_text", "txt_txt")
+    (dataset_dir,) = glob.glob(os.path.join(data_dir, "local_text", "txt_*_txt"))
     assert os.listdir(dataset_dir) == []  # neither 1.0.0 nor an incomplete.* folder is left
     monkeypatch.undo()
     builder = sources.prepare("local_text", data_dir, source_dir=str(src))

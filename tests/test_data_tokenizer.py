@@ -96,3 +96,18 @@ def test_vocab_too_large_for_corpus_is_one_line():
     with pytest.raises(ValueError, match=r"data\.vocab_size=50000: Vocabulary size too high") as e:
         tok.train(_options(vocab=50000), SENTENCES)
     assert "\n" not in str(e.value)
+
+
+def test_errors_from_the_sentence_source_pass_through():
+    def broken():
+        yield from SENTENCES[:10]
+        raise KeyError("record 10 is missing")
+
+    with pytest.raises(KeyError, match="record 10 is missing"):
+        tok.train(_options(), broken())
+
+
+def test_char_vocab_below_the_character_set_is_an_error():
+    chars = len(set("".join(SENTENCES)))
+    with pytest.raises(ValueError, match=rf"data\.vocab_size=20 is below the {chars} characters"):
+        tok.train(_options("char", 20), SENTENCES)

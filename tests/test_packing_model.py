@@ -78,3 +78,20 @@ def test_cross_mask_needs_both_segment_ids():
     src = jnp.ones((1, 4), jnp.int32)
     with pytest.raises(ValueError, match="both source and target segment ids"):
         cross_mask(src, jnp.ones((1, 3), jnp.int32), None)
+
+
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
+def test_out_of_range_positions_are_loud(positions):
+    cfg, model, params = built("decoder", "deepnorm", positions=positions)
+    tokens = jnp.ones((1, 4), jnp.int32)
+    for bad in (cfg.max_len, -1):
+        pos = jnp.array([[0, 1, 2, bad]], jnp.int32)
+        logits = jit_apply(model)(
+            {"params": params}, tokens, deterministic=True, segment_ids=tokens, positions=pos
+        )
+        assert np.isnan(np.asarray(logits[0, 3])).all()  # NaN (it also spreads via attention)
+    good = jnp.array([[0, 1, 2, 3]], jnp.int32)
+    logits = jit_apply(model)(
+        {"params": params}, tokens, deterministic=True, segment_ids=tokens, positions=good
+    )
+    assert np.isfinite(np.asarray(logits)).all()

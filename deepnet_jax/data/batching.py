@@ -32,8 +32,12 @@ EMPTY_ROW = -1
 def bucket_boundaries(max_len: int, requested: Sequence[int] = ()) -> tuple[int, ...]:
     """Sorted bucket lengths ending at ``max_len``; default 8, 16, 32, … (doubling), max_len."""
     if requested:
-        bounds = [int(b) for b in requested]
-        if any(b < 1 or b > max_len for b in bounds) or bounds != sorted(set(bounds)):
+        bounds = list(requested)
+        if (
+            any(isinstance(b, bool) or not isinstance(b, int) for b in bounds)
+            or any(b < 1 or b > max_len for b in bounds)
+            or bounds != sorted(set(bounds))
+        ):
             raise ValueError(
                 f"data.bucket_boundaries={tuple(requested)} must be strictly increasing "
                 f"integers in [1, data.max_len={max_len}]"
@@ -116,9 +120,6 @@ class BatchPlan:
         self.batches_per_epoch = int(sum(self._counts))
         if self.batches_per_epoch == 0:
             raise ValueError("the split has no examples left after length filtering")
-
-    def bucket_sizes(self) -> list[int]:
-        return [len(m) for m in self._members]
 
     @functools.lru_cache(maxsize=4)  # noqa: B019 (a plan lives as long as its pipeline)
     def epoch(self, epoch: int) -> tuple[tuple[int, np.ndarray], ...]:

@@ -31,6 +31,7 @@ after every split and the metadata are written, so a failed build leaves no data
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -205,7 +206,11 @@ def sanitize_name(text: str) -> str:
 
 
 def _folder_name(source_dir: str) -> str:
-    return sanitize_name(os.path.basename(os.path.normpath(os.path.abspath(source_dir)))) or "data"
+    """``<sanitized basename>_<6 hex of sha256(absolute path)>``: two folders with the same
+    basename (or names that sanitize alike) never share a prepared dataset."""
+    path = os.path.normpath(os.path.abspath(source_dir))
+    digest = hashlib.sha256(path.encode()).hexdigest()[:6]
+    return f"{sanitize_name(os.path.basename(path)) or 'data'}_{digest}"
 
 
 def input_fingerprint(paths: Mapping[str, str]) -> dict[str, dict[str, int | str]]:
@@ -227,7 +232,7 @@ class LocalParallelConfig(tfds.core.BuilderConfig):
 
     @classmethod
     def create(cls, source_dir: str, src_ext: str, tgt_ext: str) -> LocalParallelConfig:
-        """A config named ``<folder basename>_<src_ext>_<tgt_ext>`` (sanitized to [a-z0-9_])."""
+        """A config named ``<folder basename>_<path digest>_<src_ext>_<tgt_ext>`` ([a-z0-9_])."""
         if not source_dir:
             raise ValueError("local_parallel needs data.source_dir (the folder with the files)")
         for flag, ext in (("src_ext", src_ext), ("tgt_ext", tgt_ext)):
@@ -270,7 +275,7 @@ class LocalTextConfig(tfds.core.BuilderConfig):
 
     @classmethod
     def create(cls, source_dir: str, ext: str = "txt") -> LocalTextConfig:
-        """Files ``{train,valid,test}.{ext}``; config named ``<folder basename>_<ext>``."""
+        """Files ``{train,valid,test}.{ext}``; config ``<folder basename>_<path digest>_<ext>``."""
         if not source_dir:
             raise ValueError("local_text needs data.source_dir (the folder with the files)")
         if not _EXT.fullmatch(ext or ""):

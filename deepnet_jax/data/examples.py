@@ -45,10 +45,6 @@ class TokenizedExamples:
     def __len__(self) -> int:
         return len(self.examples)
 
-    def num_tokens(self) -> int:
-        """Target tokens (the loss positions before masking) over the whole split."""
-        return int(sum(len(e["targets"]) for e in self.examples))
-
 
 def _ids(prefix: list[int], body: np.ndarray, suffix: list[int]) -> np.ndarray:
     return np.concatenate([np.asarray(prefix, np.int32), body, np.asarray(suffix, np.int32)])

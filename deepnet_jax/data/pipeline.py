@@ -15,11 +15,13 @@ packing ``segment_ids``/``positions`` (+ ``src_segment_ids``/``src_positions``).
 this process's contiguous share of the global batch; every process computes the same plan,
 so shares are disjoint and together cover each global batch.
 
-Determinism: batch i of the endless training stream depends only on (seed, i) — its epoch
-is i // batches_per_epoch, the batch order within an epoch is grain's seeded per-epoch shuffle,
-bucket membership and MLM masks are drawn from ``numpy.random.default_rng([seed, epoch, …])``.
-So restoring an iterator state (a step count) replays exactly the batches an uninterrupted run
-would have seen.
+Determinism: without packing, global batch i of the endless training stream depends only on
+(seed, i): its epoch is i // batches_per_epoch, the batch order within an epoch is grain's
+seeded per-epoch shuffle, which examples of a length bucket share a batch and the MLM masks come
+from ``numpy.random.default_rng([seed, epoch, …])``. With packing each process packs its own
+stride of the shuffled example stream, so batches depend on (seed, process count, i). Either
+way the grain iterator's ``get_state()`` (the position in the stream, plus the packer's state)
+restores exactly the batches an uninterrupted run would have seen.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ import dataclasses
 import functools
 import hashlib
 import json
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import grain
@@ -39,7 +42,13 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from deepnet_jax.data import batching, examples, sources
-from deepnet_jax.data.tokenizer import Tokenizer, TokenizerOptions, load_or_train
+from deepnet_jax.data.tokenizer import (
+    Tokenizer,
+    TokenizerOptions,
+    cache_path,
+    load_or_train,
+    save,
+)
 
 FEATURES = {
     "translation": ("src", "inputs", "targets"),
@@ -50,7 +59,11 @@ FEATURES = {
 
 @dataclasses.dataclass(frozen=True)
 class DataOptions:
-    """The ``config.data`` fields the pipeline reads (see ``configs/base.py`` for each)."""
+    """The ``config.data`` fields the pipeline reads (each is commented in ``configs/``).
+
+    ``batch_size`` and ``max_tokens`` are global: summed over all processes and devices
+    (fairseq's ``--max-tokens`` is per GPU).
+    """
 
     dataset: str
     data_dir: str
@@ -103,8 +116,20 @@ class DataOptions:
             )
         if not self.data_dir:
             raise ValueError("data.data_dir is empty; give a folder for prepared data")
+        if self.bucket_boundaries and not self.max_tokens:
+            raise ValueError(
+                f"data.bucket_boundaries={self.bucket_boundaries} needs data.max_tokens > 0 "
+                "(fixed-size batches have one shape: data.batch_size × data.max_len)"
+            )
+        _check_int("seed", self.seed, 0, prefix="")
         batching.bucket_boundaries(self.max_len, self.bucket_boundaries)
         self.tokenizer_options().validate()
+        sources.check_arguments(
+            self.dataset,
+            source_lang=self.source_lang,
+            target_lang=self.target_lang,
+            **self.source_kwargs(),
+        )
 
     def tokenizer_options(self) -> TokenizerOptions:
         return TokenizerOptions(
@@ -121,7 +146,17 @@ class DataOptions:
         }
 
 
-def open_records(options: DataOptions, split: str):
+@dataclasses.dataclass(frozen=True)
+class PreparedCorpus:
+    """A prepared dataset (its tfds builder and cache key) with its tokenizer."""
+
+    builder: Any
+    key: str
+    tokenizer: Tokenizer
+    tokenizer_path: str
+
+
+def open_records(options: DataOptions, split: str, builder: Any = None):
     """Random-access ``{"source", "target"}`` / ``{"text"}`` records of ``split``."""
     return sources.open_split(
         options.dataset,
@@ -129,44 +164,82 @@ def open_records(options: DataOptions, split: str):
         split,
         source_lang=options.source_lang,
         target_lang=options.target_lang,
+        builder=builder,
         **options.source_kwargs(),
     )
 
 
-def prepare_corpus(options: DataOptions) -> tuple[str, Tokenizer, str]:
+def read_all(records, chunk: int = 10_000) -> list[dict[str, str]]:
+    """Every record of a random-access source, read in slices (batched array_record reads)."""
+    out: list[dict[str, str]] = []
+    for start in range(0, len(records), chunk):
+        out.extend(records[start : start + chunk])
+    return out
+
+
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def prepare_corpus(options: DataOptions, tokenizer_proto: bytes | None = None) -> PreparedCorpus:
     """Prepare the dataset if missing and load (or train and cache) its tokenizer.
 
     The tokenizer is trained on the training split only — both sides for parallel data (one
-    joint source+target model). Returns (dataset key, tokenizer, tokenizer path).
+    joint source+target model). ``tokenizer_proto`` (another process's trained model) is
+    installed in the cache instead of training.
     """
     builder = sources.prepare(options.dataset, options.data_dir, **options.source_kwargs())
     key = _dataset_key(builder, options.dataset)
+    if tokenizer_proto is not None:
+        tokenizer = Tokenizer(tokenizer_proto)
+        path = cache_path(options.tokenizer_options(), key, options.data_dir)
+        if not os.path.exists(path) or _read_bytes(path) != tokenizer_proto:
+            save(tokenizer, path)
+        return PreparedCorpus(builder, key, tokenizer, path)
     fields = (
         ("source", "target") if sources.dataset_kind(options.dataset) == "parallel" else ("text",)
     )
 
     def sentences() -> Iterator[str]:
-        records = open_records(options, "train")
-        for i in range(len(records)):
-            record = records[i]
-            for field in fields:
-                yield record[field]
+        records = open_records(options, "train", builder)
+        for start in range(0, len(records), 10_000):
+            for record in records[start : start + 10_000]:
+                for field in fields:
+                    yield record[field]
 
     tokenizer, path = load_or_train(options.tokenizer_options(), key, options.data_dir, sentences)
-    return key, tokenizer, path
+    return PreparedCorpus(builder, key, tokenizer, path)
 
 
-def _first_process_then_others(prepare: Callable[[], Any]) -> Any:
-    """Run ``prepare`` on process 0 first, then (after a barrier) on the other processes.
+def prepare_on_all_processes(options: DataOptions) -> PreparedCorpus:
+    """:func:`prepare_corpus` on process 0 first, then on the others with process 0's tokenizer.
 
-    With a shared ``data_dir`` the others then find the dataset and tokenizer ready instead of
-    racing to build them; with per-host disks (TPU VMs) each host builds its own copy.
+    Process 0 prepares the dataset and trains (or loads) the tokenizer; its success flag and
+    tokenizer bytes are broadcast, so every process gets a byte-identical tokenizer (hence
+    identical examples and batch plans) whether ``data_dir`` is shared or per host. The others
+    then prepare their dataset (found ready on a shared disk, built from the same packages on a
+    per-host disk). A failure on process 0 is raised there and as one line on the others; no
+    process is left waiting at a barrier.
     """
     if jax.process_count() == 1:
-        return prepare()
-    result = prepare() if jax.process_index() == 0 else None
-    multihost_utils.sync_global_devices("deepnet_jax.data.prepare")
-    return result if jax.process_index() == 0 else prepare()
+        return prepare_corpus(options)
+    corpus, error = None, None
+    if jax.process_index() == 0:
+        try:
+            corpus = prepare_corpus(options)
+        except Exception as e:
+            error = e
+    ok = int(multihost_utils.broadcast_one_to_all(np.int32(error is None)))
+    if not ok:
+        if error is not None:
+            raise error
+        raise RuntimeError("process 0 could not prepare the data; its log has the error")
+    proto = corpus.tokenizer.model_proto if corpus is not None else b""
+    size = int(multihost_utils.broadcast_one_to_all(np.int64(len(proto))))
+    buffer = np.frombuffer(proto, np.uint8) if corpus is not None else np.zeros(size, np.uint8)
+    proto = np.asarray(multihost_utils.broadcast_one_to_all(buffer), np.uint8).tobytes()
+    return corpus if corpus is not None else prepare_corpus(options, tokenizer_proto=proto)
 
 
 def _dataset_key(builder: Any, dataset: str) -> str:
@@ -183,9 +256,9 @@ def _dataset_key(builder: Any, dataset: str) -> str:
     return key
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
+def _check_int(name: str, value: Any, minimum: int, prefix: str = "data.") -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"data.{name}={value!r} must be an integer >= {minimum}")
+        raise ValueError(f"{prefix}{name}={value!r} must be an integer >= {minimum}")
 
 
 class DataPipeline:
@@ -232,22 +305,23 @@ class DataPipeline:
             options.bucket_boundaries,
             self.row_multiple,
         )
-        self.dataset_key, self.tokenizer, self.tokenizer_path = _first_process_then_others(
-            functools.partial(prepare_corpus, options)
-        )
+        corpus = prepare_on_all_processes(options)
+        self.builder = corpus.builder
+        self.dataset_key = corpus.key
+        self.tokenizer = corpus.tokenizer
+        self.tokenizer_path = corpus.tokenizer_path
 
     @property
     def vocab_size(self) -> int:
         return self.tokenizer.vocab_size
 
     def _records(self, split: str):
-        return open_records(self.options, split)
+        return open_records(self.options, split, self.builder)
 
     @functools.lru_cache(maxsize=3)  # noqa: B019 (one pipeline per run; splits are few)
     def examples(self, split: str) -> examples.TokenizedExamples:
         """The tokenized, length-filtered examples of ``split`` (cached)."""
-        records = self._records(split)
-        records = [records[i] for i in range(len(records))]
+        records = read_all(self._records(split))
         result = examples.tokenize(
             records, self.tokenizer, self.task, self.options.max_len, self.options.lm_chunking
         )
@@ -259,7 +333,17 @@ class DataPipeline:
             len(result),
             result.dropped,
         )
+        if len(result) == 0:
+            raise ValueError(
+                f"{self.options.dataset} {split} split: no example of at most "
+                f"data.max_len={self.options.max_len} tokens ({len(records)} records; "
+                f"dropped {result.dropped})"
+            )
         return result
+
+    def check_split(self, split: str) -> None:
+        """Tokenize and plan ``split`` now, so a missing or empty split fails before training."""
+        batching.BatchPlan(self.examples(split).lengths, self.buckets, shuffle=False)
 
     def _example(self, split_examples, j: int, epoch: int) -> dict[str, np.ndarray]:
         ex = split_examples.examples[j]
@@ -277,6 +361,12 @@ class DataPipeline:
         rows = [None if j < 0 else self._example(split_examples, j, epoch) for j in indices]
         return batching.collate(rows, self.buckets[b].length, self.features)
 
+    @property
+    def _grain_seed(self) -> int:
+        # grain reshuffles epoch e with seed + e; a hashed seed keeps runs with nearby seeds
+        # from sharing shuffles one epoch apart.
+        return int(np.random.SeedSequence([self.options.seed, 1]).generate_state(1)[0])
+
     def train_plan(self) -> batching.BatchPlan:
         return batching.BatchPlan(
             self.examples("train").lengths, self.buckets, self.options.seed, shuffle=True
@@ -293,7 +383,7 @@ class DataPipeline:
                 raise ValueError("the training split has no examples left after length filtering")
             stream = (
                 grain.MapDataset.range(n)
-                .seed(o.seed)
+                .seed(self._grain_seed)
                 .shuffle()
                 .repeat(None)
                 .map_with_index(lambda i, j: self._example(train, j, i // n))
@@ -307,7 +397,7 @@ class DataPipeline:
         n = plan.batches_per_epoch
         return (
             grain.MapDataset.range(n)
-            .seed(o.seed)
+            .seed(self._grain_seed)
             .shuffle()
             .repeat(None)
             .map_with_index(lambda i, k: self._collate(train, plan, i // n, k))

@@ -3,7 +3,7 @@
     python -m deepnet_jax.data.prepare --dataset=ding_de_en --data_dir=/tmp/deepnet_data
     python -m deepnet_jax.data.prepare --dataset=local_parallel --data_dir=/tmp/deepnet_data \\
         --source_dir=/path/to/fairseq/prepared --src_ext=de --tgt_ext=en
-    python -m deepnet_jax.data.prepare --dataset=ding_de_en --data_dir=/tmp/deepnet_data \
+    python -m deepnet_jax.data.prepare --dataset=ding_de_en --data_dir=/tmp/deepnet_data \\
         --tokenizer=bpe --vocab_size=8000      # also train and cache the tokenizer
 
 Prints one line per split: ``<dataset> <split>: <n> examples`` (and the tokenizer's path and
@@ -57,6 +57,13 @@ def main(argv: Sequence[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     logging.set_verbosity(logging.INFO)
     try:
+        sources.check_arguments(
+            _DATASET.value,
+            source_dir=_SOURCE_DIR.value,
+            src_ext=_SRC_EXT.value,
+            tgt_ext=_TGT_EXT.value,
+        )
+        options = _tokenizer_options() if _TOKENIZER.value else None
         # tfds prints progress to stdout; keep stdout for the per-split lines.
         with contextlib.redirect_stdout(sys.stderr):
             builder = sources.prepare(
@@ -66,18 +73,19 @@ def main(argv: Sequence[str]) -> None:
                 src_ext=_SRC_EXT.value,
                 tgt_ext=_TGT_EXT.value,
             )
-            tokenizer_line = _prepare_tokenizer() if _TOKENIZER.value else None
-    except (DataPreparationError, ValueError) as e:
-        print("error: " + " ".join(str(e).split("\n")), file=sys.stderr)
+            corpus = pipeline.prepare_corpus(options) if options else None
+    except (DataPreparationError, ValueError, OSError) as e:
+        print("error: " + " ".join(str(e).split()), file=sys.stderr)
         sys.exit(1)
     for line in split_lines(_DATASET.value, builder):
         print(line)
     print(f"prepared in {builder.data_path}")
-    if tokenizer_line:
-        print(tokenizer_line)
+    if corpus:
+        print(f"tokenizer: {corpus.tokenizer_path} ({corpus.tokenizer.vocab_size} pieces)")
 
 
-def _prepare_tokenizer() -> str:
+def _tokenizer_options() -> pipeline.DataOptions:
+    """The data options that key the tokenizer cache (checked before anything is prepared)."""
     options = pipeline.DataOptions(
         dataset=_DATASET.value,
         data_dir=_DATA_DIR.value,
@@ -88,8 +96,7 @@ def _prepare_tokenizer() -> str:
         vocab_size=_VOCAB_SIZE.value,
     )
     options.tokenizer_options().validate()
-    _, tokenizer, path = pipeline.prepare_corpus(options)
-    return f"tokenizer: {path} ({tokenizer.vocab_size} pieces)"
+    return options
 
 
 if __name__ == "__main__":

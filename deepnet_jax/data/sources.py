@@ -21,6 +21,7 @@ preparing them downloads the WMT corpora (network) and is only done when they ar
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -70,32 +71,57 @@ def _is_local(dataset: str) -> bool:
     return dataset in ("local_parallel", "local_text")
 
 
+def _tensorflow_available() -> bool:
+    return importlib.util.find_spec("tensorflow") is not None
+
+
 def _make_builder(
     dataset: str, data_dir: str, source_dir: str | None, src_ext: str, tgt_ext: str
 ) -> tfds.core.DatasetBuilder:
-    """The tfds builder of ``dataset`` reading/writing ``array_record`` under ``data_dir``."""
-    dataset_kind(dataset)
-    kwargs: dict[str, Any] = {"data_dir": data_dir, "file_format": FILE_FORMAT}
+    """The tfds builder of ``dataset`` reading/writing ``array_record`` under ``data_dir``.
+
+    A dataset already prepared there as ``tfrecord`` (tfds' default when TensorFlow is
+    installed, e.g. an existing ``~/tensorflow_datasets``) is used as it is when TensorFlow is
+    importable (the ``tf`` extra): :func:`open_split` then reads it with ``tfds.load``.
+    """
     try:
-        if dataset == "ding_de_en":
-            return builders.DingDeEn(**kwargs)
-        if dataset == "shakespeare":
-            return builders.Shakespeare(**kwargs)
-        if dataset == "local_parallel":
-            config = builders.LocalParallelConfig.create(source_dir or "", src_ext, tgt_ext)
-            return builders.LocalParallel(config=config, **kwargs)
-        if dataset == "local_text":
-            config = builders.LocalTextConfig.create(source_dir or "", src_ext or "txt")
-            return builders.LocalText(config=config, **kwargs)
-        importlib.import_module(_WMT_MODULES[dataset])  # registers the builder, no TF needed
-        return tfds.builder(dataset, **kwargs)
+        return _construct_builder(dataset, data_dir, source_dir, src_ext, tgt_ext, FILE_FORMAT)
     except ValueError as e:
-        if "File format is already set" in str(e):
-            raise DataPreparationError(
-                f"{dataset} in {data_dir} was prepared in another file format ({e}); this code "
-                f"reads only {FILE_FORMAT}: use another data_dir or delete that dataset"
-            ) from None
-        raise
+        if "File format is already set" not in str(e):
+            raise
+        if _tensorflow_available():
+            return _construct_builder(dataset, data_dir, source_dir, src_ext, tgt_ext, None)
+        raise DataPreparationError(
+            f"{dataset} in {data_dir} was prepared in another file format ({e}); without "
+            f"TensorFlow this code reads only {FILE_FORMAT}: install the tf extra "
+            "(pip install -e '.[tf]'), use another data_dir, or delete that dataset"
+        ) from None
+
+
+def _construct_builder(
+    dataset: str,
+    data_dir: str,
+    source_dir: str | None,
+    src_ext: str,
+    tgt_ext: str,
+    file_format: str | None,
+) -> tfds.core.DatasetBuilder:
+    dataset_kind(dataset)
+    kwargs: dict[str, Any] = {"data_dir": data_dir}
+    if file_format:
+        kwargs["file_format"] = file_format
+    if dataset == "ding_de_en":
+        return builders.DingDeEn(**kwargs)
+    if dataset == "shakespeare":
+        return builders.Shakespeare(**kwargs)
+    if dataset == "local_parallel":
+        config = builders.LocalParallelConfig.create(source_dir or "", src_ext, tgt_ext)
+        return builders.LocalParallel(config=config, **kwargs)
+    if dataset == "local_text":
+        config = builders.LocalTextConfig.create(source_dir or "", src_ext or "txt")
+        return builders.LocalText(config=config, **kwargs)
+    importlib.import_module(_WMT_MODULES[dataset])  # registers the builder, no TF needed
+    return tfds.builder(dataset, **kwargs)
 
 
 def _stale_inputs(builder: tfds.core.DatasetBuilder) -> list[str]:
@@ -281,6 +307,39 @@ def _parallel_fields(
     return (("source", keys[source_lang]), ("target", keys[target_lang]))
 
 
+def check_arguments(
+    dataset: str,
+    *,
+    source_lang: str = "",
+    target_lang: str = "",
+    source_dir: str | None = None,
+    src_ext: str = "",
+    tgt_ext: str = "",
+) -> None:
+    """One-line ValueError for arguments ``dataset`` would ignore or reject (before preparing).
+
+    Languages are checked against the dataset's; ``source_dir``/``src_ext``/``tgt_ext`` are
+    only for the local datasets (``src_ext`` alone for ``local_text``); languages only for
+    parallel data.
+    """
+    kind = dataset_kind(dataset)
+    given = {"source_dir": source_dir, "src_ext": src_ext, "tgt_ext": tgt_ext}
+    allowed = {"local_parallel": given.keys(), "local_text": ("source_dir", "src_ext")}
+    for name, value in given.items():
+        if value and name not in allowed.get(dataset, ()):
+            raise ValueError(f"data.{name}={value!r} is not used by data.dataset={dataset!r}")
+    if _is_local(dataset) and not source_dir:
+        raise ValueError(f"{dataset} needs data.source_dir (the folder with the files)")
+    if dataset == "local_parallel" and not (src_ext and tgt_ext):
+        raise ValueError("local_parallel needs data.src_ext and data.tgt_ext (e.g. 'de', 'en')")
+    if kind == "parallel":
+        _parallel_fields(dataset, source_lang, target_lang, src_ext, tgt_ext)
+    else:
+        for name, value in (("source_lang", source_lang), ("target_lang", target_lang)):
+            if value:
+                raise ValueError(f"data.{name}={value!r} is not used by text data ({dataset})")
+
+
 def open_split(
     dataset: str,
     data_dir: str,
@@ -291,6 +350,7 @@ def open_split(
     source_dir: str | None = None,
     src_ext: str = "",
     tgt_ext: str = "",
+    builder: tfds.core.DatasetBuilder | None = None,
 ) -> Sequence[dict[str, str]]:
     """Random-access records of one split, preparing the dataset first if it is missing.
 
@@ -298,7 +358,9 @@ def open_split(
     ``source_lang`` -> ``target_lang`` (either may be left empty and is then the other
     language; both empty: de->en for Ding and WMT, ``src_ext`` -> ``tgt_ext`` for
     ``local_parallel``). Text datasets give ``{"text": str}``. The result supports ``len``,
-    indexing, ``__getitems__`` and pickling (see :class:`NormalizedSource`).
+    indexing, ``__getitems__`` and pickling (see :class:`NormalizedSource`). Pass the
+    ``builder`` that :func:`prepare` returned to open a split without preparing (and, for a
+    local dataset, re-hashing its files) again.
 
     Raises:
       ValueError: unknown dataset or split, a split the dataset does not have (a local
@@ -311,11 +373,26 @@ def open_split(
         fields = _parallel_fields(dataset, source_lang, target_lang, src_ext, tgt_ext)
     else:
         fields = (("text", "text"),)
-    builder = prepare(dataset, data_dir, source_dir=source_dir, src_ext=src_ext, tgt_ext=tgt_ext)
+    if builder is None:
+        builder = prepare(
+            dataset, data_dir, source_dir=source_dir, src_ext=src_ext, tgt_ext=tgt_ext
+        )
     available = list(builder.info.splits.keys())
     if available and split not in available:
         raise ValueError(
             f"{dataset} in {builder.data_path} has no {split!r} split "
             f"(it has: {', '.join(available)})"
         )
+    if builder.info.file_format != tfds.core.FileFormat.ARRAY_RECORD:
+        return NormalizedSource(_load_with_tensorflow(builder, split), fields)
     return NormalizedSource(builder.as_data_source(split), fields)
+
+
+def _load_with_tensorflow(builder: tfds.core.DatasetBuilder, split: str) -> list[dict[str, Any]]:
+    """Every record of a ``tfrecord`` split, read once with ``tfds.load`` into host memory.
+
+    Needs TensorFlow (the ``tf`` extra). Memory: the whole split as Python bytes (WMT-14 de-en
+    train, 4.5M pairs: roughly 1-2 GB per process).
+    """
+    dataset = builder.as_dataset(split=split)  # what tfds.load returns for a prepared builder
+    return list(tfds.as_numpy(dataset))

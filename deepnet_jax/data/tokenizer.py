@@ -1,6 +1,6 @@
 """SentencePiece tokenizers trained on a corpus's training split and cached in ``data_dir``.
 
-Reserved ids (the same for every model type, and the ids the models and decoders assume):
+Reserved ids (the same for every model type; the models mask id 0 as padding):
 
 ====  =========  ==========================================================
 id    piece      use
@@ -141,22 +141,71 @@ class Tokenizer:
 
 
 def train(options: TokenizerOptions, sentences: Iterable[str]) -> Tokenizer:
-    """Train a SentencePiece model on ``sentences`` (empty strings are skipped)."""
+    """Train a SentencePiece model on ``sentences`` (empty strings are skipped).
+
+    An exception raised while reading ``sentences`` is re-raised as is. For ``char`` models
+    every character of the training text must get its own piece: a ``vocab_size`` too small
+    for the character set is an error, not a silent mapping to ``<unk>``.
+    """
     options.validate()
     proto = io.BytesIO()
+    reader = _SentenceReader(sentences, track_chars=options.model_type == "char")
     spm.set_random_generator_seed(options.seed)  # sentence sampling is seeded
     try:
-        _train_sentencepiece(options, sentences, proto)
+        _train_sentencepiece(options, reader, proto)
     except RuntimeError as e:
-        detail = str(e).split("] ")[-1]
-        raise ValueError(f"data.vocab_size={options.vocab_size}: {detail}") from None
-    return Tokenizer(proto.getvalue())
+        if reader.error is not None:
+            raise reader.error from None
+        detail = " ".join(str(e).split("] ")[-1].split())
+        if "Vocabulary size" in detail:
+            raise ValueError(f"data.vocab_size={options.vocab_size}: {detail}") from None
+        raise RuntimeError(f"SentencePiece training failed: {detail}") from None
+    if reader.error is not None:
+        raise reader.error
+    tokenizer = Tokenizer(proto.getvalue())
+    if reader.chars is not None:
+        needed = len(reader.chars) + 5
+        if options.vocab_size < needed:
+            raise ValueError(
+                f"data.vocab_size={options.vocab_size} is below the {len(reader.chars)} "
+                f"characters of the training text + 5 reserved ids = {needed} that "
+                "data.tokenizer='char' needs"
+            )
+        if tokenizer.vocab_size < needed:  # character_coverage < 1 or sentence sampling
+            logging.warning(
+                "char tokenizer: %d of %d training characters have no piece and encode as <unk>",
+                needed - tokenizer.vocab_size,
+                len(reader.chars),
+            )
+    return tokenizer
+
+
+class _SentenceReader:
+    """Iterates non-empty sentences for SentencePiece, keeping any exception the source raised
+    (SentencePiece would otherwise wrap it in a multi-line RuntimeError) and, for char models,
+    the character set (spaces count as SentencePiece's ``▁``)."""
+
+    def __init__(self, sentences: Iterable[str], track_chars: bool):
+        self._sentences = sentences
+        self.error: BaseException | None = None
+        self.chars: set[str] | None = set() if track_chars else None
+
+    def __iter__(self):
+        try:
+            for s in self._sentences:
+                if s:
+                    if self.chars is not None:
+                        self.chars.update(s)
+                    yield s
+        except Exception as e:
+            self.error = e
+            raise
 
 
 def _train_sentencepiece(options: TokenizerOptions, sentences: Iterable[str], proto) -> None:
     is_char = options.model_type == "char"
     spm.SentencePieceTrainer.train(
-        sentence_iterator=(s for s in sentences if s),
+        sentence_iterator=iter(sentences),
         model_writer=proto,
         model_type=options.model_type,
         vocab_size=options.vocab_size,
@@ -178,6 +227,21 @@ def _train_sentencepiece(options: TokenizerOptions, sentences: Iterable[str], pr
     )
 
 
+def cache_path(options: TokenizerOptions, dataset: str, data_dir: str) -> str:
+    """Where the tokenizer for (dataset, options) is cached under ``data_dir``."""
+    return os.path.join(data_dir, "tokenizers", options.cache_name(dataset))
+
+
+def save(tokenizer: Tokenizer, path: str) -> None:
+    """Write the model atomically (temporary file + rename): readers never see half a file."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(tokenizer.model_proto)
+    os.replace(tmp, path)
+
+
 def load_or_train(
     options: TokenizerOptions,
     dataset: str,
@@ -189,18 +253,13 @@ def load_or_train(
     ``sentences`` is called only when training is needed. Returns (tokenizer, path).
     """
     options.validate()
-    folder = os.path.join(data_dir, "tokenizers")
-    path = os.path.join(folder, options.cache_name(dataset))
+    path = cache_path(options, dataset, data_dir)
     if os.path.exists(path):
         try:
             return Tokenizer.load(path), path
         except (OSError, RuntimeError, ValueError) as e:
             logging.warning("cached tokenizer %s is unreadable (%s); retraining it", path, e)
     tokenizer = train(options, sentences())
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(tokenizer.model_proto)
-    os.replace(tmp, path)
+    save(tokenizer, path)
     logging.info("trained %s tokenizer (%d pieces) -> %s", dataset, tokenizer.vocab_size, path)
     return tokenizer, path
