@@ -33,8 +33,8 @@ import numpy as np
 from deepnet_jax import models, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "configs"))
-import default as default_config  # noqa: E402
+sys.path.insert(0, ROOT)
+from configs import default as default_config  # noqa: E402
 
 
 def _tokens(batch: dict[str, np.ndarray]) -> int:

@@ -22,13 +22,14 @@ import numpy as np
 import optax
 from tqdm import tqdm
 
-from deepnet_jax import losses, models, synthetic
+from deepnet_jax import checkpoint, losses, models, synthetic
 from deepnet_jax.data import pipeline, sources
 
 Batch = dict[str, jax.Array]
 SYNTHETIC = "synthetic_reversal"
 DATASETS = (SYNTHETIC, *sources.DATASETS)
-SCHEDULES = ("inverse_sqrt", "constant")
+SCHEDULES = ("inverse_sqrt", "polynomial", "linear", "cosine", "constant")
+OPTIMIZERS = ("adamw",)
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -37,7 +38,18 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ValueError(f"data.dataset={config.data.dataset!r}; allowed values are {DATASETS}")
     if config.schedule.name not in SCHEDULES:
         raise ValueError(f"schedule.name={config.schedule.name!r}; allowed values are {SCHEDULES}")
-    for name in ("total_steps", "data.batch_size", "eval_batches", "log_every"):
+    if config.optimizer.name not in OPTIMIZERS:
+        raise ValueError(
+            f"optimizer.name={config.optimizer.name!r}; allowed values are {OPTIMIZERS}"
+        )
+    _validate_schedule(config)
+    if not 0.0 <= config.label_smoothing < 1.0:
+        raise ValueError(f"label_smoothing={config.label_smoothing!r} must be in [0, 1)")
+    for name, low in (("checkpoint_every", 0), ("max_to_keep", 1)):
+        value = config[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name}={value!r} must be an integer >= {low}")
+    for name in ("total_steps", "data.batch_size", "eval_batches", "log_every", "grad_accum_steps"):
         if name == "eval_batches" and config.data.dataset != SYNTHETIC:
             continue  # real corpora are evaluated on their whole validation split
         value = functools.reduce(getattr, name.split("."), config)
@@ -63,27 +75,74 @@ def validate(config: ml_collections.ConfigDict) -> None:
         )
 
 
+def _validate_schedule(config: ml_collections.ConfigDict) -> None:
+    s, lr = config.schedule, config.optimizer.learning_rate
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+        raise ValueError(f"optimizer.learning_rate={lr!r} must be a number > 0")
+    w = s.warmup_steps
+    if isinstance(w, bool) or not isinstance(w, int) or w < 0:
+        raise ValueError(f"schedule.warmup_steps={w!r} must be an integer >= 0")
+    if s.name == "inverse_sqrt" and w < 1:
+        raise ValueError("schedule.warmup_steps=0: inverse_sqrt needs >= 1 warm-up step")
+    if s.name in ("polynomial", "linear", "cosine") and w >= config.total_steps:
+        raise ValueError(
+            f"schedule.warmup_steps={w} must be below total_steps={config.total_steps} "
+            f"for schedule.name={s.name!r}"
+        )
+    if not 0 <= s.warmup_init_lr <= lr:
+        raise ValueError(
+            f"schedule.warmup_init_lr={s.warmup_init_lr!r} must be in [0, learning_rate={lr}]"
+        )
+    if not 0 <= s.end_lr <= lr:
+        raise ValueError(f"schedule.end_lr={s.end_lr!r} must be in [0, learning_rate={lr}]")
+    if not s.power > 0:
+        raise ValueError(f"schedule.power={s.power!r} must be > 0")
+
+
 def learning_rate_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
-    """fairseq's inverse_sqrt: linear warm-up from warmup_init_lr to lr, then lr·√(w/step)."""
-    lr, s = config.optimizer.learning_rate, config.schedule
+    """The learning rate at optimizer update ``t`` (counted from 0).
+
+    Every schedule but ``constant`` first warms up linearly from ``warmup_init_lr`` to the peak
+    ``lr`` over ``w = warmup_steps`` updates. Then, with T = ``total_steps``:
+
+    * ``inverse_sqrt`` (fairseq): lr·√(w / t).
+    * ``polynomial`` (fairseq's polynomial_decay): (lr − end_lr)·(1 − (t − w)/(T − w))^power
+      + end_lr; ``linear`` is power 1.
+    * ``cosine``: end_lr + (lr − end_lr)·(1 + cos(π·(t − w)/(T − w)))/2.
+    * ``constant``: lr.
+    """
+    lr, s, total = config.optimizer.learning_rate, config.schedule, config.total_steps
     if s.name == "constant":
         return optax.constant_schedule(lr)
+    if s.name == "cosine":
+        return optax.warmup_cosine_decay_schedule(
+            s.warmup_init_lr, lr, s.warmup_steps, total, end_value=s.end_lr
+        )
     warmup = optax.linear_schedule(s.warmup_init_lr, lr, s.warmup_steps)
+    if s.name == "inverse_sqrt":
 
-    def decay(step):  # join_schedules passes steps counted from the end of warm-up
-        return lr * jnp.sqrt(s.warmup_steps / jnp.maximum(step + s.warmup_steps, 1))
+        def decay(step):  # join_schedules passes steps counted from the end of warm-up
+            return lr * jnp.sqrt(s.warmup_steps / jnp.maximum(step + s.warmup_steps, 1))
 
+    else:
+        power = 1.0 if s.name == "linear" else s.power
+        decay = optax.polynomial_schedule(lr, s.end_lr, power, total - s.warmup_steps)
     return optax.join_schedules([warmup, decay], [s.warmup_steps])
 
 
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+    """Clipping + AdamW on the schedule; with ``grad_accum_steps`` = k > 1, wrapped in
+    ``optax.MultiSteps``: k calls (micro-batches) make one update with their mean gradient."""
     o = config.optimizer
-    return optax.chain(
+    optimizer = optax.chain(
         optax.clip_by_global_norm(o.grad_clip) if o.grad_clip else optax.identity(),
         optax.adamw(
             learning_rate_schedule(config), b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay
         ),
     )
+    if config.grad_accum_steps > 1:
+        return optax.MultiSteps(optimizer, every_k_schedule=config.grad_accum_steps)
+    return optimizer
 
 
 def make_loss_fn(model: nn.Module, arch: str, label_smoothing: float = 0.0) -> Callable:
@@ -138,6 +197,28 @@ def init_params(model: nn.Module, arch: str, example: Batch, seed: int) -> Any:
     return nn.unbox(variables["params"])
 
 
+class SyntheticIterator:
+    """The reversal task's endless batch stream; batch i is drawn from ``default_rng([seed, i])``
+    so the stream position is its whole state (``get_state``/``set_state`` like grain's)."""
+
+    def __init__(self, make: Callable[[np.random.Generator], dict], seed: int):
+        self._make, self._seed, self._next = make, seed, 0
+
+    def __iter__(self) -> SyntheticIterator:
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        batch = self._make(np.random.default_rng([self._seed, self._next]))
+        self._next += 1
+        return batch
+
+    def get_state(self) -> dict[str, int]:
+        return {"next_index": self._next}
+
+    def set_state(self, state: dict[str, int]) -> None:
+        self._next = int(state["next_index"])
+
+
 class SyntheticData:
     """The reversal task behind the same interface as ``pipeline.DataPipeline``."""
 
@@ -152,10 +233,8 @@ class SyntheticData:
         self._seed = config.seed
         self._eval_batches = config.eval_batches
 
-    def train_iterator(self) -> Iterator[dict[str, np.ndarray]]:
-        rng = np.random.default_rng(self._seed)
-        while True:
-            yield self._make(rng)
+    def train_iterator(self) -> SyntheticIterator:
+        return SyntheticIterator(self._make, self._seed)
 
     def eval_batches(self) -> Iterator[dict[str, np.ndarray]]:
         rng = np.random.default_rng(self._seed + 10_000)
@@ -176,7 +255,8 @@ class CorpusData:
             )
         self.pipeline.check_split("validation")  # fail now, not after training
 
-    def train_iterator(self) -> Iterator[dict[str, np.ndarray]]:
+    def train_iterator(self):
+        """grain's iterator: ``next`` gives a batch; ``get_state``/``set_state`` its position."""
         return iter(self.pipeline.train_dataset())
 
     def eval_batches(self) -> Iterator[dict[str, np.ndarray]]:
@@ -188,44 +268,80 @@ def make_data(config: ml_collections.ConfigDict) -> SyntheticData | CorpusData:
 
 
 def run(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict[str, float]:
-    """Train for ``config.total_steps`` with a progress bar, then evaluate on held-out batches."""
+    """Train for ``config.total_steps`` updates with a progress bar, then evaluate.
+
+    With a ``workdir`` and ``checkpoint_every`` > 0, checkpoints (train state, data position,
+    config) are saved every ``checkpoint_every`` updates and at the end; a workdir that already
+    holds checkpoints resumes from the newest one, continuing exactly where it stopped.
+    """
     validate(config)
     model = models.build(config.model)
     arch = config.model.arch
     data = make_data(config)
     train_batches = data.train_iterator()
-    first_batch = next(train_batches)
-    params = init_params(model, arch, first_batch, config.seed)
+    start_state = train_batches.get_state()
+    example = next(train_batches)  # shapes for init; the stream is rewound below
+    train_batches.set_state(start_state)
+    params = init_params(model, arch, example, config.seed)
     optimizer = make_optimizer(config)
     opt_state = optimizer.init(params)
     loss_fn = make_loss_fn(model, arch, config.label_smoothing)
     base_key = jax.random.key(config.seed + 2)
-
     train_step = make_train_step(loss_fn, optimizer, base_key)
+
+    checkpointer = None
+    start = 0
+    if workdir and config.checkpoint_every:
+        checkpointer = checkpoint.Checkpointer(workdir, config.checkpoint_every, config.max_to_keep)
+        latest = checkpointer.latest_step()
+        if latest is not None:
+            target = {"params": params, "opt_state": opt_state, "step": np.asarray(0, np.int64)}
+            state, data_state = checkpointer.restore(latest, target)
+            params, opt_state, start = state["params"], state["opt_state"], int(state["step"])
+            train_batches.set_state(data_state)
+            print(f"resuming from {checkpointer.directory}/{latest} (step {start})")
+
+    eval_loss_fn = make_loss_fn(model, arch, 0.0)  # evaluation reports the plain NLL
 
     @jax.jit
     def eval_step(params, batch):
-        return loss_fn(params, batch, base_key, True)[1]
+        return eval_loss_fn(params, batch, base_key, True)[1]
 
-    bar = tqdm(range(config.total_steps), desc="train", unit="step")
-    first_loss = None
-    batch = first_batch
+    # One call per micro-batch; with grad_accum_steps = k, every k-th call updates the params.
+    k = config.grad_accum_steps
+    micro_steps = config.total_steps * k
+    bar = tqdm(range(start, micro_steps), desc="train", unit="batch", initial=start)
+    first_loss = loss = None
     for step in bar:
-        params, opt_state, loss = train_step(params, opt_state, batch, step)
+        params, opt_state, loss = train_step(params, opt_state, next(train_batches), step)
         if first_loss is None:
             first_loss = float(loss)
-        if (step + 1) % config.log_every == 0 or step + 1 == config.total_steps:
+        if (step + 1) % config.log_every == 0 or step + 1 == micro_steps:
             bar.set_postfix(loss=f"{float(loss):.3f}")
-        if step + 1 < config.total_steps:
-            batch = next(train_batches)
+        updates = (step + 1) // k
+        boundary = (step + 1) % k == 0
+        if (
+            checkpointer
+            and boundary
+            and (updates % config.checkpoint_every == 0 or step + 1 == micro_steps)
+        ):
+            state = {
+                "params": params,
+                "opt_state": opt_state,
+                "step": np.asarray(step + 1, np.int64),
+            }
+            checkpointer.save(step + 1, state, train_batches.get_state(), config)
+    if checkpointer:
+        checkpointer.close()
     totals = np.zeros(3)
     for eval_batch in data.eval_batches():
         totals += np.array(jax.device_get(eval_step(params, eval_batch)))
     metrics = {
         "eval_loss": totals[0] / totals[1],
+        "eval_perplexity": float(np.exp(totals[0] / totals[1])),
         "eval_accuracy": totals[2] / totals[1],
         "first_train_loss": first_loss,
-        "train_loss": float(loss),
+        "train_loss": None if loss is None else float(loss),
         "steps": config.total_steps,
     }
     print(json.dumps(metrics))

@@ -239,10 +239,10 @@ def test_bad_data_options(corpus, overrides, arch, match, tmp_path):
 
 
 def _train_config(corpus, dataset="local_parallel", arch="encdec", **data_overrides):
-    sys.path.insert(0, os.path.join(ROOT, "configs"))
-    import default as default_config
+    sys.path.insert(0, ROOT)
+    from configs import base
 
-    c = default_config.get_config()
+    c = base.get_config()
     m = c.model
     m.arch, m.d_model, m.num_heads, m.ffn_dim, m.vocab_size, m.max_len = arch, 32, 4, 64, 300, 64
     m.num_encoder_layers = 2 if arch != "decoder" else 0

@@ -11,12 +11,13 @@ from conftest import ARCH_SCHEME
 from deepnet_jax import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "configs"))
-import default as default_config  # noqa: E402
+sys.path.insert(0, ROOT)
+from configs import base as base_config  # noqa: E402
 
 
 def small_config(arch: str, scheme: str, steps: int = 40):
-    c = default_config.get_config()
+    c = base_config.get_config()  # synthetic reversal data
+    c.label_smoothing = 0.0
     m = c.model
     m.arch, m.scheme = arch, scheme
     m.d_model, m.num_heads, m.ffn_dim, m.vocab_size, m.max_len = 32, 4, 64, 12, 16
@@ -47,12 +48,17 @@ def test_cli_runs_and_writes_eval(tmp_path):
     cmd = [
         sys.executable,
         "train.py",
-        "--config=configs/default.py",
+        "--config=configs/base.py",
         f"--workdir={tmp_path}",
         "--config.total_steps=3",
         "--config.model.num_encoder_layers=2",
         "--config.model.num_decoder_layers=2",
         "--config.eval_batches=1",
+        "--config.model.d_model=64",
+        "--config.model.ffn_dim=128",
+        "--config.model.vocab_size=64",
+        "--config.model.max_len=32",
+        "--config.data.max_len=16",
     ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -57,6 +57,30 @@ FEATURES = {
 }
 
 
+def default_config() -> ml_collections.ConfigDict:
+    """The ``config.data`` fields with their defaults (the same as :class:`DataOptions`)."""
+    c = ml_collections.ConfigDict()
+    c.dataset = "synthetic_reversal"  # ding_de_en, shakespeare, local_parallel, local_text,
+    # wmt14_translate/de-en, wmt17_translate/de-en, or the built-in synthetic_reversal task
+    c.data_dir = os.environ.get("DEEPNET_JAX_DATA", os.path.expanduser("~/deepnet_jax_data"))
+    c.source_dir = ""  # local_parallel / local_text: folder with {train,valid,test}.<ext>
+    c.src_ext = ""  # local_parallel: source file extension (e.g. "de"); local_text: file ext
+    c.tgt_ext = ""  # local_parallel: target file extension (e.g. "en")
+    c.source_lang = ""  # translation direction; "" = the dataset's default (de->en)
+    c.target_lang = ""
+    c.tokenizer = "bpe"  # SentencePiece model type: bpe, unigram or char
+    c.vocab_size = 8000  # SentencePiece pieces (upper bound for char); <= model.vocab_size
+    c.character_coverage = 1.0  # SentencePiece character coverage
+    c.max_len = 128  # longest example in tokens (longer ones are dropped and counted)
+    c.batch_size = 32  # global rows per step (fixed batching and packing)
+    c.max_tokens = 0  # > 0: global token budget per step, length-bucketed batches
+    c.bucket_boundaries = ()  # bucket lengths for max_tokens; () = 8, 16, 32, ..., max_len
+    c.packing = False  # pack several examples per row (segment ids + positions)
+    c.lm_chunking = "stream"  # LM/MLM: "stream" windows over the text, or one "document" each
+    c.mask_rate = 0.15  # MLM: fraction of tokens predicted (80% MASK, 10% random, 10% kept)
+    return c
+
+
 @dataclasses.dataclass(frozen=True)
 class DataOptions:
     """The ``config.data`` fields the pipeline reads (each is commented in ``configs/``).

@@ -1,0 +1,1 @@
+"""Experiment configurations (``python train.py --config=configs/<name>.py``)."""

@@ -1,0 +1,165 @@
+"""Shipped configs, schedules against fairseq's formulas, label smoothing, gradient accumulation."""
+
+import importlib
+import math
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from deepnet_jax import losses, models, train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+CONFIGS = sorted(
+    f[:-3] for f in os.listdir(os.path.join(ROOT, "configs")) if f.endswith(".py") and f[0] != "_"
+)
+
+
+def _load(name):
+    return importlib.import_module(f"configs.{name}").get_config()
+
+
+def test_every_config_is_shipped():
+    expected = {"base", "default", "iwslt14_deen", "wmt17_ende", "deepnet_1000l", "magneto_lm"}
+    expected |= {"labml_shakespeare", "bert_mlm", "dlcl_30l"}
+    assert expected <= set(CONFIGS)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_config_validates_and_builds_its_model_abstractly(name):
+    c = _load(name)
+    if c.data.dataset == "local_parallel" and not c.data.source_dir:
+        c.data.source_dir = "/path/to/iwslt14"  # the one field the user must give
+    train.validate(c)
+    assert c.model.vocab_size >= c.data.vocab_size
+    assert c.data.max_len <= c.model.max_len
+    model = models.build(c.model)
+    tokens = jax.ShapeDtypeStruct((2, 8), jnp.int32)
+    args = (tokens, tokens) if c.model.arch == "encdec" else (tokens,)
+    shapes = jax.eval_shape(model.init, jax.random.key(0), *args)  # nothing allocated
+    n = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
+    if name == "deepnet_1000l":
+        assert 3.6e9 < n < 3.9e9, n  # the paper's 3.8B (its vocabulary differs)
+    docstring = importlib.import_module(f"configs.{name}").__doc__
+    if name != "base":
+        assert f"--config=configs/{name}.py" in docstring  # the run command
+
+
+def _lr(name, step, **kw):
+    c = _load("base")
+    c.optimizer.learning_rate = 1e-3
+    c.total_steps = 1000
+    c.schedule.name = name
+    c.schedule.warmup_steps = 100
+    c.schedule.warmup_init_lr = 1e-7
+    for k, v in kw.items():
+        c.schedule[k] = v
+    train.validate(c)
+    return float(train.learning_rate_schedule(c)(step))
+
+
+def _warmup(step):
+    return 1e-7 + (1e-3 - 1e-7) * step / 100
+
+
+@pytest.mark.parametrize("step", [0, 1, 50, 99, 100, 101, 400, 999, 1000])
+def test_schedules_match_fairseq_formulas(step):
+    rel = {"rtol": 1e-5, "atol": 1e-10}  # float32 schedules
+    warm = step < 100
+    expect_inv = _warmup(step) if warm else 1e-3 * math.sqrt(100 / step)
+    np.testing.assert_allclose(_lr("inverse_sqrt", step), expect_inv, **rel)
+    frac = (step - 100) / 900
+    poly = _warmup(step) if warm else (1e-3 - 1e-5) * (1 - frac) ** 2 + 1e-5
+    np.testing.assert_allclose(_lr("polynomial", step, power=2.0, end_lr=1e-5), poly, **rel)
+    lin = _warmup(step) if warm else (1e-3 - 0) * (1 - frac)
+    np.testing.assert_allclose(_lr("linear", step), lin, **rel)
+    cos = _warmup(step) if warm else 1e-5 + (1e-3 - 1e-5) * (1 + math.cos(math.pi * frac)) / 2
+    np.testing.assert_allclose(_lr("cosine", step, end_lr=1e-5), cos, **rel)
+    np.testing.assert_allclose(_lr("constant", step), 1e-3, **rel)
+
+
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("schedule.warmup_steps", -1, r"schedule\.warmup_steps=-1 must be an integer >= 0"),
+        ("schedule.warmup_steps", 1000, r"schedule\.warmup_steps=1000 must be below total_st"),
+        ("schedule.end_lr", 1.0, r"schedule\.end_lr=1\.0 must be in \[0, learning_rate"),
+        ("schedule.power", 0.0, r"schedule\.power=0\.0 must be > 0"),
+        ("optimizer.name", "sgd", r"optimizer\.name='sgd'; allowed values are \('adamw',\)"),
+        ("optimizer.learning_rate", 0.0, r"optimizer\.learning_rate=0\.0 must be a number > 0"),
+        ("label_smoothing", 1.0, r"label_smoothing=1\.0 must be in \[0, 1\)"),
+        ("grad_accum_steps", 0, r"grad_accum_steps=0 must be an integer >= 1"),
+    ],
+)
+def test_bad_training_fields(field, value, match):
+    c = _load("base")
+    c.schedule.name = "cosine"
+    c.total_steps, c.schedule.warmup_steps = 1000, 100
+    section, _, key = field.rpartition(".")
+    (c[section] if section else c)[key] = value
+    with pytest.raises(ValueError, match=match):
+        train.validate(c)
+
+
+def test_label_smoothed_loss_equals_direct_computation():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(3, 5, 7)).astype(np.float32)
+    targets = rng.integers(1, 7, size=(3, 5))
+    weights = (rng.random((3, 5)) > 0.3).astype(np.float32)
+    eps = 0.1
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    q = np.full(logits.shape, eps / 7)
+    q[np.arange(3)[:, None], np.arange(5)[None], targets] += 1 - eps
+    direct = -(q * logp).sum(-1)
+    total, weight = losses.cross_entropy(jnp.asarray(logits), targets, weights, eps)
+    np.testing.assert_allclose(float(total), (direct * weights).sum(), rtol=1e-5)
+    np.testing.assert_allclose(float(weight), weights.sum())
+
+
+def test_gradient_accumulation_equals_one_large_batch():
+    """k micro-batches through optax.MultiSteps == one k-times batch (equal token counts)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from conftest import init_params, tiny_config
+
+    def config(k):
+        c = _load("base")
+        c.model = tiny_config("encdec", "deepnorm")
+        c.optimizer.grad_clip = 0.0
+        c.schedule.name = "constant"
+        c.grad_accum_steps = k
+        c.label_smoothing = 0.1
+        return c
+
+    rng = np.random.default_rng(0)
+    shape = (8, 6)
+    big = {k: rng.integers(4, 40, shape).astype(np.int32) for k in ("src", "inputs", "targets")}
+    big["weights"] = np.ones(shape, np.float32)  # no padding: every micro-batch has 4×6 tokens
+    halves = [{k: v[i * 4 : (i + 1) * 4] for k, v in big.items()} for i in range(2)]
+    model = models.build(config(1).model)
+    params0 = init_params(model, "encdec", jnp.asarray(big["src"]), jnp.asarray(big["inputs"]))
+    results = []
+    for k, batches in ((1, [big]), (2, halves)):
+        opt = train.make_optimizer(config(k))
+        loss_fn = train.make_loss_fn(model, "encdec", 0.1)
+        step = train.make_train_step(loss_fn, opt, jax.random.key(0))
+        params = jax.tree.map(jnp.copy, params0)
+        state = opt.init(params)
+        for i, b in enumerate(batches):
+            params, state, _ = step(params, state, b, i)
+        results.append(params)
+    moved = jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), results[0], params0)
+    assert max(jax.tree.leaves(moved)) > 1e-4  # the update is not vacuous
+    for a, b in zip(jax.tree.leaves(results[0]), jax.tree.leaves(results[1]), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+
+
+def test_multisteps_wraps_the_optimizer_only_when_accumulating():
+    c = _load("base")
+    assert not isinstance(train.make_optimizer(c), optax.MultiSteps)
+    c.grad_accum_steps = 4
+    assert isinstance(train.make_optimizer(c), optax.MultiSteps)
