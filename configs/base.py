@@ -35,6 +35,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.grad_accum_steps = 1  # micro-batches per optimizer update (optax.MultiSteps)
     c.total_steps = 400  # optimizer updates
     c.log_every = 20  # progress-bar refresh interval (steps)
+    c.eval_every = 0  # validation loss every this many updates (0: only at the end)
     c.checkpoint_every = 1000  # orbax checkpoint interval in updates (and at the end); 0: never
     c.max_to_keep = 3  # newest checkpoints kept
     c.eval_batches = 8  # synthetic data only: held-out batches for the final evaluation

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,6 +24,7 @@ import optax
 from tqdm import tqdm
 
 from deepnet_jax import checkpoint, losses, models, synthetic
+from deepnet_jax import metrics as metrics_lib
 from deepnet_jax.data import pipeline, sources
 
 Batch = dict[str, jax.Array]
@@ -45,7 +47,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _validate_schedule(config)
     if not 0.0 <= config.label_smoothing < 1.0:
         raise ValueError(f"label_smoothing={config.label_smoothing!r} must be in [0, 1)")
-    for name, low in (("checkpoint_every", 0), ("max_to_keep", 1)):
+    for name, low in (("checkpoint_every", 0), ("max_to_keep", 1), ("eval_every", 0)):
         value = config[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name}={value!r} must be an integer >= {low}")
@@ -307,24 +309,56 @@ def run(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict[s
     def eval_step(params, batch):
         return eval_loss_fn(params, batch, base_key, True)[1]
 
+    def evaluate(params) -> dict[str, float]:
+        totals = np.zeros(3)
+        for eval_batch in data.eval_batches():
+            totals += np.array(jax.device_get(eval_step(params, eval_batch)))
+        nll = totals[0] / totals[1]
+        return {"loss": nll, "perplexity": float(np.exp(nll)), "accuracy": totals[2] / totals[1]}
+
+    writer = metrics_lib.MetricsWriter(workdir) if workdir else None
+    schedule = learning_rate_schedule(config)
     # One call per micro-batch; with grad_accum_steps = k, every k-th call updates the params.
     k = config.grad_accum_steps
     micro_steps = config.total_steps * k
     bar = tqdm(range(start, micro_steps), desc="train", unit="batch", initial=start)
-    first_loss = loss = None
+    first_loss = last_loss = None
+    pending = None  # the previous step's loss, read one step late (no sync per step)
+    losses_seen, tokens, tick = [], 0.0, time.perf_counter()
     for step in bar:
-        params, opt_state, loss = train_step(params, opt_state, next(train_batches), step)
+        batch = next(train_batches)
+        params, opt_state, loss = train_step(params, opt_state, batch, step)
+        if pending is not None:
+            losses_seen.append(float(pending))
+        pending = loss
+        tokens += float(np.sum(batch["weights"]))
         if first_loss is None:
             first_loss = float(loss)
-        if (step + 1) % config.log_every == 0 or step + 1 == micro_steps:
-            bar.set_postfix(loss=f"{float(loss):.3f}")
-        updates = (step + 1) // k
-        boundary = (step + 1) % k == 0
-        if (
-            checkpointer
-            and boundary
-            and (updates % config.checkpoint_every == 0 or step + 1 == micro_steps)
-        ):
+        updates, boundary = (step + 1) // k, (step + 1) % k == 0
+        last = step + 1 == micro_steps
+        if (step + 1) % config.log_every == 0 or last:
+            losses_seen.append(float(pending))
+            pending = None
+            elapsed = time.perf_counter() - tick
+            last_loss = float(np.mean(losses_seen))
+            record = {
+                "loss": last_loss,
+                "lr": float(schedule(max(updates - 1, 0))),
+                "tokens_per_s": tokens / elapsed,
+                "step_time_s": elapsed / len(losses_seen),
+            }
+            bar.set_postfix(
+                loss=f"{last_loss:.3f}", lr=f"{record['lr']:.2e}", tok_s=f"{tokens / elapsed:.0f}"
+            )
+            if writer:
+                writer.write("train", updates, record)
+            losses_seen, tokens, tick = [], 0.0, time.perf_counter()
+        if boundary and config.eval_every and updates % config.eval_every == 0 and not last:
+            result = evaluate(params)
+            tqdm.write(f"step {updates}: validation loss {result['loss']:.3f}")
+            if writer:
+                writer.write("eval", updates, result)
+        if checkpointer and boundary and (updates % config.checkpoint_every == 0 or last):
             state = {
                 "params": params,
                 "opt_state": opt_state,
@@ -333,15 +367,15 @@ def run(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict[s
             checkpointer.save(step + 1, state, train_batches.get_state(), config)
     if checkpointer:
         checkpointer.close()
-    totals = np.zeros(3)
-    for eval_batch in data.eval_batches():
-        totals += np.array(jax.device_get(eval_step(params, eval_batch)))
+    result = evaluate(params)
+    if writer:
+        writer.write("eval", config.total_steps, result)
     metrics = {
-        "eval_loss": totals[0] / totals[1],
-        "eval_perplexity": float(np.exp(totals[0] / totals[1])),
-        "eval_accuracy": totals[2] / totals[1],
+        "eval_loss": result["loss"],
+        "eval_perplexity": result["perplexity"],
+        "eval_accuracy": result["accuracy"],
         "first_train_loss": first_loss,
-        "train_loss": None if loss is None else float(loss),
+        "train_loss": last_loss,
         "steps": config.total_steps,
     }
     print(json.dumps(metrics))

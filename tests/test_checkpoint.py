@@ -51,7 +51,7 @@ def _resume_equals_uninterrupted(config, tmp_path, steps):
 
 def test_resume_synthetic_with_dropout(tmp_path):
     c = small_config("encdec", "deepnorm")
-    assert c.model.dropout > 0  # dropout keys must be restored too
+    c.model.dropout = 0.1  # dropout keys must be restored too
     c.total_steps = 6
     _resume_equals_uninterrupted(c, tmp_path, 3)
 
@@ -79,3 +79,22 @@ def test_bad_checkpoint_fields():
     c.max_to_keep = 0
     with pytest.raises(ValueError, match=r"max_to_keep=0 must be an integer >= 1"):
         train.run(c)
+
+
+def test_metrics_file_and_periodic_validation(tmp_path):
+    from deepnet_jax import metrics
+
+    c = small_config("encdec", "pre_ln")
+    c.total_steps, c.log_every, c.eval_every, c.checkpoint_every = 4, 2, 2, 0
+    result = train.run(c, str(tmp_path))
+    records = metrics.read(str(tmp_path))
+    train_records = [r for r in records if r["split"] == "train"]
+    eval_records = [r for r in records if r["split"] == "eval"]
+    assert [r["step"] for r in train_records] == [2, 4]
+    assert [r["step"] for r in eval_records] == [2, 4]  # every 2 updates, then the final one
+    for r in train_records:
+        assert r["loss"] > 0 and r["tokens_per_s"] > 0 and r["step_time_s"] > 0
+    assert train_records[0]["lr"] == pytest.approx(float(train.learning_rate_schedule(c)(1)))
+    assert eval_records[-1]["loss"] == pytest.approx(result["eval_loss"])
+    assert eval_records[-1]["perplexity"] == pytest.approx(np.exp(result["eval_loss"]))
+    assert not (tmp_path / "checkpoints").exists()  # checkpoint_every=0 disables checkpoints

@@ -18,6 +18,8 @@ from configs import base as base_config  # noqa: E402
 def small_config(arch: str, scheme: str, steps: int = 40):
     c = base_config.get_config()  # synthetic reversal data
     c.label_smoothing = 0.0
+    c.model.dropout = 0.0
+    c.optimizer.grad_clip = 1.0
     m = c.model
     m.arch, m.scheme = arch, scheme
     m.d_model, m.num_heads, m.ffn_dim, m.vocab_size, m.max_len = 32, 4, 64, 12, 16
@@ -33,7 +35,9 @@ def small_config(arch: str, scheme: str, steps: int = 40):
 
 @pytest.mark.parametrize("arch, scheme", ARCH_SCHEME)
 def test_loss_falls(arch, scheme):
-    metrics = train.run(small_config(arch, scheme))
+    # MLM on the reversal task learns the copy later than the other tasks (the masked-token
+    # loss sits at the unigram entropy ln 8 until it does): it gets 120 steps.
+    metrics = train.run(small_config(arch, scheme, steps=120 if arch == "encoder" else 40))
     assert metrics["eval_loss"] < 0.85 * metrics["first_train_loss"], metrics
 
 
