@@ -44,7 +44,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"optimizer.name={config.optimizer.name!r}; allowed values are {OPTIMIZERS}"
         )
-    _validate_schedule(config)
     if not 0.0 <= config.label_smoothing < 1.0:
         raise ValueError(f"label_smoothing={config.label_smoothing!r} must be in [0, 1)")
     for name, low in (("checkpoint_every", 0), ("max_to_keep", 1), ("eval_every", 0)):
@@ -57,6 +56,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
         value = functools.reduce(getattr, name.split("."), config)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}={value!r} must be an integer >= 1")
+    _validate_schedule(config)  # after total_steps is known to be an integer
     if config.data.max_len > config.model.max_len:
         raise ValueError(
             f"data.max_len={config.data.max_len} exceeds model.max_len={config.model.max_len}"
