@@ -193,12 +193,10 @@ def open_records(options: DataOptions, split: str, builder: Any = None):
     )
 
 
-def read_all(records, chunk: int = 10_000) -> list[dict[str, str]]:
-    """Every record of a random-access source, read in slices (batched array_record reads)."""
-    out: list[dict[str, str]] = []
+def iter_records(records, chunk: int = 10_000) -> Iterator[dict[str, str]]:
+    """Every record of a random-access source in order, read in slices (batched reads)."""
     for start in range(0, len(records), chunk):
-        out.extend(records[start : start + chunk])
-    return out
+        yield from records[start : start + chunk]
 
 
 def _read_bytes(path: str) -> bytes:
@@ -226,11 +224,9 @@ def prepare_corpus(options: DataOptions, tokenizer_proto: bytes | None = None) -
     )
 
     def sentences() -> Iterator[str]:
-        records = open_records(options, "train", builder)
-        for start in range(0, len(records), 10_000):
-            for record in records[start : start + 10_000]:
-                for field in fields:
-                    yield record[field]
+        for record in iter_records(open_records(options, "train", builder)):
+            for field in fields:
+                yield record[field]
 
     tokenizer, path = load_or_train(options.tokenizer_options(), key, options.data_dir, sentences)
     return PreparedCorpus(builder, key, tokenizer, path)
@@ -345,7 +341,7 @@ class DataPipeline:
     @functools.lru_cache(maxsize=3)  # noqa: B019 (one pipeline per run; splits are few)
     def examples(self, split: str) -> examples.TokenizedExamples:
         """The tokenized, length-filtered examples of ``split`` (cached)."""
-        records = read_all(self._records(split))
+        records = list(iter_records(self._records(split)))
         result = examples.tokenize(
             records, self.tokenizer, self.task, self.options.max_len, self.options.lm_chunking
         )
