@@ -8,6 +8,7 @@ import ml_collections
 
 from deepnet_jax.data.pipeline import default_config as data_default
 from deepnet_jax.models import default_config as model_default
+from deepnet_jax.sharding import default_config as mesh_default
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -31,6 +32,16 @@ def get_config() -> ml_collections.ConfigDict:
     c.schedule.end_lr = 0.0  # polynomial/linear/cosine: learning rate at total_steps
     c.schedule.power = 1.0  # polynomial: decay exponent (1 = linear)
 
+    c.decode = ml_collections.ConfigDict()  # translation decoding (deepnet_jax/decoding.py)
+    c.decode.beam_size = 5  # beam for the final evaluation (validation during training is greedy)
+    c.decode.length_penalty = 1.0  # α of the length penalty
+    c.decode.length_penalty_form = "fairseq"  # fairseq (n^α) or gnmt (((5 + n)/6)^α)
+    c.decode.max_len_a = 1.2  # at most ⌊a·source_length + b⌋ output tokens
+    c.decode.max_len_b = 10  # (see max_len_a)
+    c.decode.batch_size = 64  # sentences per decoding batch
+    c.decode.eval_sentences = 500  # validation sentences translated at each validation; 0: all
+    c.decode.num_samples = 3  # sample translations printed (and kept in eval.json)
+
     c.label_smoothing = 0.1  # label-smoothed cross-entropy ε (0 disables)
     c.grad_accum_steps = 1  # micro-batches per optimizer update (optax.MultiSteps)
     c.total_steps = 400  # optimizer updates
@@ -39,5 +50,10 @@ def get_config() -> ml_collections.ConfigDict:
     c.checkpoint_every = 1000  # orbax checkpoint interval in updates (and at the end); 0: never
     c.max_to_keep = 3  # newest checkpoints kept
     c.eval_batches = 8  # synthetic data only: held-out batches for the final evaluation
+    c.final_split = ""  # corpora: split evaluated after training (loss; BLEU by beam search)
+    c.peak_flops = 0.0  # per-device peak FLOP/s for the MFU estimate; 0: table or measured
+    c.mesh = (
+        mesh_default()
+    )  # devices per mesh axis (data, fsdp, tensor); see deepnet_jax/sharding.py
     c.seed = 0  # parameters, dropout and data order
     return c

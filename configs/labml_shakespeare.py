@@ -37,5 +37,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.schedule.warmup_steps = 0
     c.label_smoothing = 0.0
     c.total_steps = 32000
+    c.eval_every = 2000  # validation (loss; greedy BLEU for translation)
+    c.final_split = "test"  # loss (and beam BLEU) on the test split at the end
     c.log_every = 100
     return c

@@ -35,5 +35,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.schedule.warmup_steps = 500
     c.label_smoothing = 0.0
     c.total_steps = 10000
+    c.eval_every = 1000  # validation (loss; greedy BLEU for translation)
+    c.final_split = "test"  # loss (and beam BLEU) on the test split at the end
     c.log_every = 50
     return c

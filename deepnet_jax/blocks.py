@@ -43,9 +43,17 @@ class TransformerLayer(nn.Module):
       carry_output: return ``(x, None)`` instead of ``x`` (the ``nn.scan`` convention).
 
     Call: ``layer(x [B,T,D], self_mask [B|1,1,T|1,T], enc_out [B,S,D] | None,
-    enc_mask [B,1,1|T,S] | None, dropout_key)``. Every dropout mask in the layer is derived from
-    ``dropout_key`` (by ``fold_in``), so scanned, unrolled and rematerialized stacks given the
-    same per-layer keys draw the same masks.
+    enc_mask [B,1,1|T,S] | None, dropout_key, cache=None, cache_index=None)``.
+
+    With a ``cache`` ({"self": {"k", "v"}, "cross": {"k", "v"}}, see
+    ``MultiHeadAttention``) the layer decodes incrementally: this call's self-attention keys and
+    values are written at ``cache_index``, cross-attention keys/values are computed from
+    ``enc_out`` when it is given (once per source) and read from the cache when it is None; the
+    call then returns ``(x, new_cache)`` (also as the ``nn.scan`` carry/output pair).
+
+    Every dropout mask in the layer is derived from ``dropout_key`` (by ``fold_in``), so
+    scanned, unrolled and rematerialized stacks given the same per-layer keys draw the same
+    masks.
     """
 
     config: TransformerConfig
@@ -62,12 +70,15 @@ class TransformerLayer(nn.Module):
         enc_out_BSD: jax.Array | None = None,
         enc_mask: jax.Array | None = None,
         dropout_key: jax.Array | None = None,
+        cache: dict[str, dict[str, jax.Array]] | None = None,
+        cache_index: jax.Array | None = None,
     ):
         c = self.config
         scheme = residual_scheme(c.scheme)
         alpha, gain = c.side_constants(self.side)
         cross_gain = gain if scheme == "deepnorm" else 1.0  # Sub-LN leaves cross-attn unscaled
         inner = scheme == "subln"
+        new_cache: dict[str, dict[str, jax.Array]] = {}
 
         def key(i: int) -> jax.Array | None:
             return None if dropout_key is None else jax.random.fold_in(dropout_key, i)
@@ -84,23 +95,34 @@ class TransformerLayer(nn.Module):
                 y = layer_norm(c, norm)(alpha * x + branch(x))
             return constrain(y)
 
+        def attend(module: MultiHeadAttention, h, kv, mask, i: int, slot: str, index):
+            if cache is None:
+                return module(h, kv, mask, key(i))
+            out, new_cache[slot] = module(h, kv, mask, key(i), cache=cache[slot], cache_index=index)
+            return out
+
         x_BTD = constrain(x_BTD)
         self_attn = MultiHeadAttention(c, gain, inner, self.deterministic, name="self_attn")
         x_BTD = sublayer(
-            x_BTD, lambda h: self_attn(h, h, self_mask, key(10)), "self_attn_layer_norm", 0
+            x_BTD,
+            lambda h: attend(self_attn, h, h, self_mask, 10, "self", cache_index),
+            "self_attn_layer_norm",
+            0,
         )
         if self.has_cross:
-            if enc_out_BSD is None:
+            if enc_out_BSD is None and cache is None:
                 raise ValueError("a layer with cross-attention needs the encoder output")
             cross_attn = MultiHeadAttention(
                 c, cross_gain, False, self.deterministic, name="cross_attn"
             )
             x_BTD = sublayer(
                 x_BTD,
-                lambda h: cross_attn(h, enc_out_BSD, enc_mask, key(11)),
+                lambda h: attend(cross_attn, h, enc_out_BSD, enc_mask, 11, "cross", None),
                 "cross_attn_layer_norm",
                 1,
             )
         ffn = FeedForward(c, gain, inner, self.deterministic, name="ffn")
         x_BTD = sublayer(x_BTD, lambda h: ffn(h, key(12)), "final_layer_norm", 2)
-        return (x_BTD, None) if self.carry_output else x_BTD
+        if self.carry_output:
+            return x_BTD, (new_cache if cache is not None else None)
+        return x_BTD if cache is None else (x_BTD, new_cache)

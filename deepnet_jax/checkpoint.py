@@ -11,6 +11,10 @@ three items:
   uninterrupted run would have;
 * ``config`` — the run's config as JSON, for evaluation tools and for the record.
 
+The parameters with the best validation score so far (BLEU for translation, else −loss; higher
+is better) are kept apart in ``<workdir>/best/<s>/`` (items ``params`` and ``score``), so the
+rotation of ``max_to_keep`` never deletes them.
+
 Orbax writes each step into a temporary folder and renames it when complete (saves are
 asynchronous; :meth:`Checkpointer.close` waits for them), so a crash never leaves a step that
 looks complete.
@@ -21,6 +25,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import ml_collections
 import orbax.checkpoint as ocp
 
@@ -30,11 +36,38 @@ class Checkpointer:
 
     def __init__(self, workdir: str, every: int, max_to_keep: int):
         self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+        self.best_directory = os.path.join(os.path.abspath(workdir), "best")
         self.every = every
         self.manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
         )
+        self.best_manager = ocp.CheckpointManager(
+            self.best_directory,
+            options=ocp.CheckpointManagerOptions(max_to_keep=1, create=True),
+        )
+
+    def save_best(self, step: int, params: Any, score: float) -> None:
+        """Keep ``params`` as the best so far (replacing the previous best once written)."""
+        self.best_manager.save(
+            step,
+            args=ocp.args.Composite(
+                params=ocp.args.StandardSave(params),
+                score=ocp.args.JsonSave({"score": float(score), "step": step}),
+            ),
+            force=True,
+        )
+
+    def best_score(self) -> float | None:
+        """The score of the kept best parameters, or None when there are none yet."""
+        self.best_manager.wait_until_finished()
+        step = self.best_manager.latest_step()
+        if step is None:
+            return None
+        restored = self.best_manager.restore(
+            step, args=ocp.args.Composite(score=ocp.args.JsonRestore())
+        )
+        return float(restored["score"]["score"])
 
     def latest_step(self) -> int | None:
         """The newest complete checkpoint's step (micro-batches consumed), or None."""
@@ -68,7 +101,65 @@ class Checkpointer:
         )
         return restored["state"], restored["data"]
 
+    def all_steps(self) -> list[int]:
+        """Steps of the complete checkpoints, oldest first."""
+        return sorted(self.manager.all_steps())
+
+    def read_config(self, step: int) -> ml_collections.ConfigDict:
+        """The config a checkpoint was saved with."""
+        restored = self.manager.restore(
+            step, args=ocp.args.Composite(config=ocp.args.JsonRestore())
+        )
+        return ml_collections.ConfigDict(restored["config"])
+
+    def restore_params(self, step: int, abstract_params: Any) -> Any:
+        """Only the parameters of checkpoint ``step`` (the optimizer state is not read),
+        placed as ``abstract_params``' shardings say."""
+        target = {"params": abstract_params}
+        with ocp.Checkpointer(ocp.PyTreeCheckpointHandler()) as reader:
+            restored = reader.restore(
+                os.path.join(self.directory, str(step), "state"),
+                args=ocp.args.PyTreeRestore(
+                    item=target,
+                    restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+                    partial_restore=True,
+                ),
+            )
+        return restored["params"]
+
+    def restore_best_params(self, abstract_params: Any) -> tuple[Any, int, float]:
+        """(best parameters, their step, their validation score); an error when none exist."""
+        self.best_manager.wait_until_finished()
+        step = self.best_manager.latest_step()
+        if step is None:
+            raise ValueError(f"no best parameters under {self.best_directory}")
+        restored = self.best_manager.restore(
+            step,
+            args=ocp.args.Composite(
+                params=ocp.args.StandardRestore(abstract_params), score=ocp.args.JsonRestore()
+            ),
+        )
+        return restored["params"], step, float(restored["score"]["score"])
+
+    def average_params(self, steps: list[int], abstract_params: Any) -> Any:
+        """The element-wise mean of the parameters of checkpoints ``steps`` (fairseq's
+        ``average_checkpoints.py``: θ̄ = (1/k)·Σᵢ θᵢ), accumulated in float32 one checkpoint at
+        a time, so at most two copies of the parameters are held."""
+        if not steps:
+            raise ValueError("average_params needs at least one checkpoint step")
+        add = jax.jit(lambda a, b: jax.tree.map(lambda x, y: x + y.astype(jnp.float32), a, b))
+        total = jax.tree.map(
+            lambda x: x.astype(jnp.float32), self.restore_params(steps[0], abstract_params)
+        )
+        for step in steps[1:]:
+            total = add(total, self.restore_params(step, abstract_params))
+        k = float(len(steps))
+        return jax.jit(
+            lambda t: jax.tree.map(lambda x, a: (x / k).astype(a.dtype), t, abstract_params)
+        )(total)
+
     def close(self) -> None:
         """Wait for pending asynchronous saves, then release the manager."""
-        self.manager.wait_until_finished()
-        self.manager.close()
+        for manager in (self.manager, self.best_manager):
+            manager.wait_until_finished()
+            manager.close()

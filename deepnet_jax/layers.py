@@ -100,10 +100,24 @@ class MultiHeadAttention(nn.Module):
     def __call__(
         self,
         x_q: jax.Array,
-        x_kv: jax.Array,
+        x_kv: jax.Array | None,
         mask: jax.Array | None,
         dropout_key: jax.Array | None = None,
-    ) -> jax.Array:
+        *,
+        cache: dict[str, jax.Array] | None = None,
+        cache_index: jax.Array | None = None,
+    ) -> jax.Array | tuple[jax.Array, dict[str, jax.Array]]:
+        """Attend from ``x_q`` to ``x_kv``; with a ``cache``, also return the updated cache.
+
+        Cached decoding (``cache`` = {"k", "v"}, each [B, S_max, H, K]) has three modes:
+
+        * self-attention step (``cache_index`` given): the keys/values of ``x_kv`` [B, T, D]
+          are written at positions ``cache_index`` … ``cache_index + T − 1`` and the queries
+          attend over the whole cache (``mask`` [B|1, 1, T, S_max] hides future slots);
+        * cross-attention prefill (``x_kv`` given, no ``cache_index``): the keys/values of the
+          encoder output replace the cache;
+        * cross-attention step (``x_kv`` None): the cached keys/values are used as they are.
+        """
         c = self.config
         D, H, K = c.d_model, c.num_heads, c.head_dim
 
@@ -113,8 +127,24 @@ class MultiHeadAttention(nn.Module):
             )
 
         q_BTHK = proj_in("q_proj", 1.0)(x_q)
-        k_BSHK = proj_in("k_proj", 1.0)(x_kv)
-        v_BSHK = proj_in("v_proj", self.value_gain)(x_kv)
+        if x_kv is None:
+            if cache is None:
+                raise ValueError("attention without x_kv needs a cache holding keys and values")
+            k_BSHK, v_BSHK = cache["k"], cache["v"]
+        else:
+            k_BSHK = proj_in("k_proj", 1.0)(x_kv)
+            v_BSHK = proj_in("v_proj", self.value_gain)(x_kv)
+            if cache is not None and cache_index is not None:
+                start = (0, cache_index, 0, 0)
+                k_BSHK = jax.lax.dynamic_update_slice(
+                    cache["k"], k_BSHK.astype(cache["k"].dtype), start
+                )
+                v_BSHK = jax.lax.dynamic_update_slice(
+                    cache["v"], v_BSHK.astype(cache["v"].dtype), start
+                )
+            elif cache is not None:
+                k_BSHK = k_BSHK.astype(cache["k"].dtype)
+                v_BSHK = v_BSHK.astype(cache["v"].dtype)
 
         logits_BHTS = jnp.einsum(
             "bthk,bshk->bhts", q_BTHK, k_BSHK, preferred_element_type=jnp.float32
@@ -126,15 +156,18 @@ class MultiHeadAttention(nn.Module):
         probs_BHTS = nn.Dropout(c.attention_dropout)(
             probs_BHTS, deterministic=self.deterministic, rng=dropout_key
         )
-        out_BTHK = jnp.einsum("bhts,bshk->bthk", probs_BHTS, v_BSHK)
+        out_BTHK = jnp.einsum("bhts,bshk->bthk", probs_BHTS, v_BSHK.astype(c.compute_dtype))
 
         if self.inner_norm:
             B, T = out_BTHK.shape[:2]
             out_BTD = layer_norm(c, "inner_attn_ln")(out_BTHK.reshape(B, T, D))
             out_BTHK = out_BTD.reshape(B, T, H, K)
-        return Projection(
+        out_BTD = Projection(
             (H, K), (D,), ("heads", "kv"), ("embed",), c, self.value_gain, name="out_proj"
         )(out_BTHK)
+        if cache is None:
+            return out_BTD
+        return out_BTD, {"k": k_BSHK, "v": v_BSHK}
 
 
 class FeedForward(nn.Module):

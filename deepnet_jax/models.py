@@ -38,6 +38,7 @@ __all__ = [
     "causal_mask",
     "cross_mask",
     "default_config",
+    "init_cache",
     "padding_mask",
     "segment_mask",
     "validate",
@@ -139,8 +140,21 @@ class Decoder(nn.Module):
         deterministic: bool = True,
         segment_ids: jax.Array | None = None,
         positions: jax.Array | None = None,
-    ) -> jax.Array:
+        cache: dict | None = None,
+        cache_index: jax.Array | None = None,
+    ) -> jax.Array | tuple[jax.Array, dict]:
+        """With a ``cache`` (see ``init_cache``), ``tokens_BT`` sit at positions
+        ``cache_index`` … ``cache_index + T − 1``, attend to every earlier cached position and
+        the call returns ``(x, new_cache)``."""
         c = self.config
+        if cache is None:
+            self_mask = _self_mask(tokens_BT, segment_ids, causal=True)
+        else:
+            T, slots = tokens_BT.shape[1], cache["self"]["k"].shape[2]
+            query_pos = cache_index + jnp.arange(T)
+            self_mask = (jnp.arange(slots)[None, :] <= query_pos[:, None])[None, None]
+            if positions is None:
+                positions = jnp.broadcast_to(query_pos, tokens_BT.shape)
         x = embed(
             tokens_BT,
             self.token_embedding,
@@ -154,11 +168,13 @@ class Decoder(nn.Module):
             c,
             "decoder",
             x,
-            _self_mask(tokens_BT, segment_ids, causal=True),
+            self_mask,
             enc_out_BSD,
             enc_mask,
             has_cross=self.has_cross,
             deterministic=deterministic,
+            cache=cache,
+            cache_index=cache_index,
         )
 
 
@@ -219,6 +235,14 @@ class DecoderOnly(nn.Module):
         )
         return _logits(self.config, self.embed_tokens, self.output_projection, x)
 
+    def decode_step(
+        self, tokens_BT: jax.Array, cache: dict, cache_index: jax.Array
+    ) -> tuple[jax.Array, dict]:
+        """Incremental decoding: tokens [B, T] at positions ``cache_index`` … → logits
+        [B, T, vocab] and the updated cache (``init_cache``; T = 1 per generated token)."""
+        x, cache = self.decoder(tokens_BT, cache=cache, cache_index=cache_index)
+        return _logits(self.config, self.embed_tokens, self.output_projection, x), cache
+
 
 class EncoderDecoder(nn.Module):
     """Translation model: source [B, S] and shifted target [B, T] → logits [B, T, vocab].
@@ -270,6 +294,31 @@ class EncoderDecoder(nn.Module):
         x = self.decoder(tgt_in_BT, enc_out_BSD, enc_mask, deterministic, segment_ids, positions)
         return _logits(self.config, self.target_table, self.output_projection, x)
 
+    def decode_step(
+        self,
+        tgt_in_BT: jax.Array,
+        src_BS: jax.Array,
+        cache: dict,
+        cache_index: jax.Array,
+        enc_out_BSD: jax.Array | None = None,
+    ) -> tuple[jax.Array, dict]:
+        """Incremental decoding: target tokens [B, T] at positions ``cache_index`` … →
+        logits [B, T, vocab] and the updated cache (``init_cache``).
+
+        Pass the encoder output on the first step only: each layer then computes its
+        cross-attention keys/values once and keeps them in the cache; later steps pass None.
+        ``src_BS`` supplies the source padding mask on every step.
+        """
+        x, cache = self.decoder(
+            tgt_in_BT,
+            enc_out_BSD,
+            padding_mask(src_BS),
+            True,
+            cache=cache,
+            cache_index=cache_index,
+        )
+        return _logits(self.config, self.target_table, self.output_projection, x), cache
+
     def __call__(
         self,
         src_BS: jax.Array,
@@ -291,6 +340,38 @@ class EncoderDecoder(nn.Module):
             positions=positions,
             src_segment_ids=src_segment_ids,
         )
+
+
+def init_cache(
+    config: TransformerConfig,
+    batch_size: int,
+    max_decode_len: int,
+    src_len: int | None = None,
+) -> dict[str, dict[str, jax.Array]]:
+    """Zeroed decoding cache laid out like the scanned parameters (layers first).
+
+    ``{"self": {"k", "v"}}`` each [M, B, max_decode_len, H, K] and, for an encoder-decoder,
+    ``{"cross": {"k", "v"}}`` each [M, B, src_len, H, K] (M decoder layers, compute dtype).
+    """
+    if config.arch == "encoder":
+        raise ValueError("model.arch='encoder' has no decoder to decode with")
+    if max_decode_len > config.max_len:
+        raise ValueError(f"decoding length {max_decode_len} exceeds model.max_len={config.max_len}")
+    M, H, K = config.num_decoder_layers, config.num_heads, config.head_dim
+
+    def zeros(length: int) -> dict[str, jax.Array]:
+        shape = (M, batch_size, length, H, K)
+        return {
+            "k": jnp.zeros(shape, config.compute_dtype),
+            "v": jnp.zeros(shape, config.compute_dtype),
+        }
+
+    cache = {"self": zeros(max_decode_len)}
+    if config.arch == "encdec":
+        if src_len is None:
+            raise ValueError("an encoder-decoder cache needs src_len")
+        cache["cross"] = zeros(src_len)
+    return cache
 
 
 _MODELS = {"encoder": EncoderOnly, "decoder": DecoderOnly, "encdec": EncoderDecoder}

@@ -78,36 +78,66 @@ def apply_layers(
     enc_mask: jax.Array | None,
     has_cross: bool,
     deterministic: bool,
-) -> jax.Array:
+    cache: dict | None = None,
+    cache_index: jax.Array | None = None,
+) -> jax.Array | tuple[jax.Array, dict]:
     """Run one side's layers (and its final LN) as submodules of ``owner``.
 
     ``owner`` is the Encoder/Decoder whose compact ``__call__`` is running; layers are created
     in its scope (``owner/layers`` scanned, ``owner/layers_{i}`` unrolled).
+
+    With a decoding ``cache`` (every leaf stacked over layers, [L, B, …], see
+    ``models.init_cache``) the stack returns ``(x, new_cache)``: a scanned stack scans over the
+    cache's layer axis together with the parameters, so one layer body is compiled.
     """
     L = num_layers(config, side)
     keys = layer_dropout_keys(owner, config, L, deterministic)
     args = (x_BTD, self_mask, enc_out_BSD, enc_mask)
     if config.scheme.startswith("dlcl"):
-        return _dlcl(owner, config, side, *args, keys, has_cross, deterministic)
+        x_BTD, new_cache = _dlcl(
+            owner, config, side, *args, keys, has_cross, deterministic, cache, cache_index
+        )
+        return x_BTD if cache is None else (x_BTD, new_cache)
     kwargs = dict(config=config, side=side, has_cross=has_cross, deterministic=deterministic)
     if config.scan_layers:
         scanned = nn.scan(
             _layer_class(config, scanned=True),
             variable_axes={"params": 0},
             split_rngs={"params": True, "dropout": True},
-            in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, 0),
+            in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, 0, 0, nn.broadcast),
             length=L,
             metadata_params={nn.PARTITION_NAME: "layers"},
         )
-        x_BTD, _ = scanned(**kwargs, carry_output=True, name="layers")(*args, keys)
+        layers = scanned(**kwargs, carry_output=True, name="layers")
+        x_BTD, new_cache = layers(*args, keys, cache, cache_index)
     else:
         layer_cls = _layer_class(config, scanned=False)
+        per_layer = []
         for i in range(L):
             key = None if keys is None else keys[i]
-            x_BTD = layer_cls(**kwargs, name=f"layers_{i}")(x_BTD, *args[1:], key)
+            layer = layer_cls(**kwargs, name=f"layers_{i}")
+            if cache is None:
+                x_BTD = layer(x_BTD, *args[1:], key)
+            else:
+                x_BTD, layer_cache = layer(
+                    x_BTD, *args[1:], key, _layer_slice(cache, i), cache_index
+                )
+                per_layer.append(layer_cache)
+        new_cache = _stack_layers(per_layer) if cache is not None else None
     if has_final_norm(config):
         x_BTD = layer_norm(config, "layer_norm")(x_BTD)
-    return constrain(x_BTD)
+    x_BTD = constrain(x_BTD)
+    return x_BTD if cache is None else (x_BTD, new_cache)
+
+
+def _layer_slice(cache: dict, i: int) -> dict:
+    """Layer ``i``'s entries of a cache stacked over layers."""
+    return jax.tree.map(lambda a: a[i], cache)
+
+
+def _stack_layers(caches: list[dict]) -> dict:
+    """Per-layer caches → one cache stacked over layers (the scanned layout)."""
+    return jax.tree.map(lambda *a: jnp.stack(a), *caches)
 
 
 def layer_dropout_keys(
@@ -125,12 +155,24 @@ def layer_dropout_keys(
 
 
 def _dlcl(
-    owner, config, side, x_BTD, self_mask, enc_out_BSD, enc_mask, keys, has_cross, deterministic
+    owner,
+    config,
+    side,
+    x_BTD,
+    self_mask,
+    enc_out_BSD,
+    enc_mask,
+    keys,
+    has_cross,
+    deterministic,
+    cache=None,
+    cache_index=None,
 ):
     """DLCL stack: x_{l+1} = Σ_k W[l, k]·LN_k(y_k) (pre) or LN(Σ_k W[l, k]·y_k) (post).
 
     W is lower-triangular [(L+1), (L+1)]; row l < L feeds layer l+1 and row L forms the stack
-    output (followed by the final LN for dlcl_pre).
+    output (followed by the final LN for dlcl_pre). The combination is position-wise, so cached
+    decoding only needs each layer's attention cache. Returns ``(output, new_cache | None)``.
     """
     L = num_layers(config, side)
     pre = config.scheme == "dlcl_pre"
@@ -162,16 +204,24 @@ def _dlcl(
         return constrain(x)
 
     history = [push(x_BTD, 0)]
+    per_layer = []
     for i in range(L):
-        y = layer_cls(
+        layer = layer_cls(
             config=config,
             side=side,
             has_cross=has_cross,
             deterministic=deterministic,
             name=f"layers_{i}",
-        )(combine(history, i), self_mask, enc_out_BSD, enc_mask, None if keys is None else keys[i])
+        )
+        inputs = (combine(history, i), self_mask, enc_out_BSD, enc_mask)
+        key = None if keys is None else keys[i]
+        if cache is None:
+            y = layer(*inputs, key)
+        else:
+            y, layer_cache = layer(*inputs, key, _layer_slice(cache, i), cache_index)
+            per_layer.append(layer_cache)
         history.append(push(y, i + 1))
     out = combine(history, L)
     if pre:
         out = layer_norm(config, "layer_norm")(out)
-    return out
+    return out, (_stack_layers(per_layer) if cache is not None else None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -23,7 +24,18 @@ import numpy as np
 import optax
 from tqdm import tqdm
 
-from deepnet_jax import checkpoint, losses, models, synthetic
+from deepnet_jax import (
+    checkpoint,
+    decoding,
+    evaluation,
+    flops,
+    inference,
+    losses,
+    models,
+    plots,
+    sharding,
+    synthetic,
+)
 from deepnet_jax import metrics as metrics_lib
 from deepnet_jax.data import pipeline, sources
 
@@ -61,7 +73,20 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"data.max_len={config.data.max_len} exceeds model.max_len={config.model.max_len}"
         )
+    _validate_run_fields(config)
+    dp = sharding.mesh_shape(config.mesh, jax.device_count())
+    dp = dp[0] * dp[1]  # data × fsdp: the devices a batch's rows are split over
+    if config.data.dataset == SYNTHETIC and config.data.batch_size % dp:
+        raise ValueError(
+            f"data.batch_size={config.data.batch_size} does not divide over the {dp} "
+            "data-parallel devices (mesh.data × mesh.fsdp)"
+        )
     if config.data.dataset == SYNTHETIC:
+        if config.final_split:
+            raise ValueError(
+                f"final_split={config.final_split!r} needs a corpus; data.dataset="
+                f"{SYNTHETIC!r} is evaluated on its held-out batches (use final_split='')"
+            )
         for name in ("max_tokens", "bucket_boundaries", "packing", "source_dir"):
             if config.data.get(name):
                 raise ValueError(
@@ -75,6 +100,22 @@ def validate(config: ml_collections.ConfigDict) -> None:
             f"model.vocab_size={config.model.vocab_size} is smaller than "
             f"data.vocab_size={options.vocab_size} (the tokenizer's pieces)"
         )
+
+
+def _validate_run_fields(config: ml_collections.ConfigDict) -> None:
+    """Decoding options, the final split and the MFU peak."""
+    d = config.decode
+    search_options(config, d.beam_size).validate(prefix="decode.")
+    for name in ("batch_size", "eval_sentences", "num_samples"):
+        value, low = d[name], 1 if name == "batch_size" else 0
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"decode.{name}={value!r} must be an integer >= {low}")
+    if config.final_split not in ("", *sources.SPLITS):
+        raise ValueError(
+            f"final_split={config.final_split!r}; allowed values are {('', *sources.SPLITS)}"
+        )
+    if not config.peak_flops >= 0:
+        raise ValueError(f"peak_flops={config.peak_flops!r} must be >= 0 (0: table or measured)")
 
 
 def _validate_schedule(config: ml_collections.ConfigDict) -> None:
@@ -150,7 +191,10 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
 def make_loss_fn(model: nn.Module, arch: str, label_smoothing: float = 0.0) -> Callable:
     """Build ``loss_fn(params, batch, dropout_rng, deterministic)``.
 
-    It returns ``(mean loss, (summed loss, summed weight, summed correct))``.
+    It returns ``(mean loss, sums)``: the mean (label-smoothed) loss over non-padding target
+    tokens, and float32 sums ``loss_sum`` (smoothed), ``nll_sum`` (plain cross-entropy),
+    ``weight`` (target tokens) and ``correct`` (argmax hits) that add up across micro-batches
+    and devices exactly.
     """
 
     def loss_fn(params, batch: Batch, dropout_rng: jax.Array, deterministic: bool):
@@ -161,11 +205,16 @@ def make_loss_fn(model: nn.Module, arch: str, label_smoothing: float = 0.0) -> C
             rngs={"dropout": dropout_rng},
             **pipeline.model_kwargs(batch),
         )
-        loss_sum, weight_sum = losses.cross_entropy(
-            logits, batch["targets"], batch["weights"], label_smoothing
-        )
-        hits = losses.accuracy(logits, batch["targets"], batch["weights"])
-        return loss_sum / jnp.maximum(weight_sum, 1.0), (loss_sum, weight_sum, hits)
+        targets, weights = batch["targets"], batch["weights"]
+        loss_sum, weight = losses.cross_entropy(logits, targets, weights, label_smoothing)
+        nll_sum = losses.cross_entropy(logits, targets, weights)[0] if label_smoothing else loss_sum
+        sums = {
+            "loss_sum": loss_sum,
+            "nll_sum": nll_sum,
+            "weight": weight,
+            "correct": losses.accuracy(logits, targets, weights),
+        }
+        return loss_sum / jnp.maximum(weight, 1.0), sums
 
     return loss_fn
 
@@ -173,21 +222,62 @@ def make_loss_fn(model: nn.Module, arch: str, label_smoothing: float = 0.0) -> C
 def make_train_step(
     loss_fn: Callable, optimizer: optax.GradientTransformation, base_key: jax.Array
 ) -> Callable:
-    """Jitted ``(params, opt_state, batch, step) -> (params, opt_state, loss)`` with donated state.
+    """Jitted ``(params, opt_state, batch, step) -> (params, opt_state, metrics)``, donating
+    the state.
 
-    Dropout keys are ``fold_in(base_key, step)``, so a step's randomness depends only on its index.
+    Dropout keys are ``fold_in(base_key, step)``, so a step's randomness depends only on its
+    index. ``metrics`` holds the loss function's sums plus ``loss`` (the optimized mean),
+    ``grad_norm`` (global L2 norm of this micro-batch's gradient), ``update_norm`` (of the
+    applied update; 0 on micro-steps that only accumulate) and ``param_norm`` (after the step).
     """
 
     @functools.partial(jax.jit, donate_argnums=(0, 1))
     def train_step(params, opt_state, batch: Batch, step):
         dropout_rng = jax.random.fold_in(base_key, step)
-        (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             params, batch, dropout_rng, False
         )
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
+        params = optax.apply_updates(params, updates)
+        metrics = {
+            **sums,
+            "loss": loss,
+            "grad_norm": optax.tree.norm(grads),
+            "update_norm": optax.tree.norm(updates),
+            "param_norm": optax.tree.norm(params),
+        }
+        return params, opt_state, metrics
 
     return train_step
+
+
+def make_eval_step(model: nn.Module, arch: str) -> Callable:
+    """Jitted ``(params, batch) -> sums`` of the plain (unsmoothed) NLL, without dropout."""
+    loss_fn = make_loss_fn(model, arch, 0.0)
+
+    @jax.jit
+    def eval_step(params, batch: Batch):
+        return loss_fn(params, batch, jax.random.key(0), True)[1]
+
+    return eval_step
+
+
+def split_loss(eval_step: Callable, params: Any, batches: Iterator[Batch]) -> dict[str, float]:
+    """Token-weighted NLL (``loss``), ``perplexity`` = exp(loss) and ``accuracy`` over all
+    ``batches`` (placed on the devices) of a split."""
+    sums = {"nll_sum": 0.0, "weight": 0.0, "correct": 0.0}
+    for batch in batches:
+        out = jax.device_get(eval_step(params, batch))
+        for key in sums:
+            sums[key] += float(out[key])
+    if not sums["weight"]:
+        raise ValueError("the evaluation split has no target tokens")
+    nll = sums["nll_sum"] / sums["weight"]
+    return {
+        "loss": nll,
+        "perplexity": float(np.exp(min(nll, 50.0))),
+        "accuracy": sums["correct"] / sums["weight"],
+    }
 
 
 def init_params(model: nn.Module, arch: str, example: Batch, seed: int) -> Any:
@@ -247,117 +337,241 @@ class SyntheticData:
 class CorpusData:
     """A real corpus (prepared if missing) through the grain pipeline."""
 
-    def __init__(self, config: ml_collections.ConfigDict):
+    def __init__(self, config: ml_collections.ConfigDict, row_multiple: int = 1):
         options = pipeline.DataOptions.from_config(config.data, config.seed)
-        self.pipeline = pipeline.DataPipeline(options, config.model.arch)
+        self.pipeline = pipeline.DataPipeline(options, config.model.arch, row_multiple=row_multiple)
         if config.model.vocab_size < self.pipeline.vocab_size:  # char: known only now
             raise ValueError(
                 f"model.vocab_size={config.model.vocab_size} is smaller than the tokenizer's "
                 f"{self.pipeline.vocab_size} pieces (data.vocab_size={options.vocab_size})"
             )
         self.pipeline.check_split("validation")  # fail now, not after training
+        if config.final_split:
+            self.pipeline.check_split(config.final_split)
+
+    @property
+    def translates(self) -> bool:
+        return self.pipeline.task == "translation"
 
     def train_iterator(self):
         """grain's iterator: ``next`` gives a batch; ``get_state``/``set_state`` its position."""
         return iter(self.pipeline.train_dataset())
 
-    def eval_batches(self) -> Iterator[dict[str, np.ndarray]]:
-        return self.pipeline.eval_batches("validation")
+    def eval_batches(self, split: str = "validation") -> Iterator[dict[str, np.ndarray]]:
+        return self.pipeline.eval_batches(split)
 
 
-def make_data(config: ml_collections.ConfigDict) -> SyntheticData | CorpusData:
-    return SyntheticData(config) if config.data.dataset == SYNTHETIC else CorpusData(config)
+def make_data(
+    config: ml_collections.ConfigDict, row_multiple: int = 1
+) -> SyntheticData | CorpusData:
+    """The run's data; every batch's row count divides over ``row_multiple`` devices."""
+    if config.data.dataset == SYNTHETIC:
+        return SyntheticData(config)
+    return CorpusData(config, row_multiple)
 
 
-def run(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict[str, float]:
+def search_options(config: ml_collections.ConfigDict, beam_size: int) -> decoding.SearchOptions:
+    return inference.search_options(config, beam_size)
+
+
+class Interval:
+    """Host-side sums of the per-step metrics between two log lines."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.steps = 0
+        self.updates = 0
+        self.update_norm = 0.0
+        self.param_norm = 0.0
+        self.flops = 0.0
+        self.start = time.perf_counter()
+
+    def add(self, metrics: dict[str, Any], boundary: bool, flops: float) -> None:
+        for k in ("loss_sum", "nll_sum", "weight", "correct", "grad_norm"):
+            self.sums[k] = self.sums.get(k, 0.0) + float(metrics[k])
+        self.steps += 1
+        self.flops += flops
+        if boundary:
+            self.updates += 1
+            self.update_norm += float(metrics["update_norm"])
+            self.param_norm = float(metrics["param_norm"])
+
+    def record(self, lr: float, peak_flops_per_s: float) -> dict[str, float]:
+        elapsed = time.perf_counter() - self.start
+        w = max(self.sums["weight"], 1.0)
+        nll = self.sums["nll_sum"] / w
+        return {
+            "loss": self.sums["loss_sum"] / w,
+            "nll": nll,
+            "perplexity": float(np.exp(min(nll, 50.0))),
+            "accuracy": self.sums["correct"] / w,
+            "lr": lr,
+            "grad_norm": self.sums["grad_norm"] / self.steps,
+            "update_norm": self.update_norm / max(self.updates, 1),
+            "param_norm": self.param_norm,
+            "tokens_per_s": self.sums["weight"] / elapsed,
+            "step_time_s": elapsed / self.steps,
+            "mfu": self.flops / elapsed / peak_flops_per_s,
+        }
+
+
+def _log_line(step: int, total: int, r: dict[str, float]) -> str:
+    return (
+        f"step {step}/{total} | loss {r['loss']:.3f} | nll {r['nll']:.3f} | "
+        f"acc {r['accuracy']:.3f} | lr {r['lr']:.2e} | gnorm {r['grad_norm']:.2f} | "
+        f"{r['tokens_per_s']:.0f} tok/s | {r['step_time_s'] * 1e3:.0f} ms/step | "
+        f"mfu {100 * r['mfu']:.1f}%"
+    )
+
+
+def run(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict[str, Any]:
     """Train for ``config.total_steps`` updates with a progress bar, then evaluate.
 
-    With a ``workdir`` and ``checkpoint_every`` > 0, checkpoints (train state, data position,
-    config) are saved every ``checkpoint_every`` updates and at the end; a workdir that already
-    holds checkpoints resumes from the newest one, continuing exactly where it stopped.
+    With a ``workdir``: metrics go to ``metrics.jsonl`` and TensorBoard files, the curves to
+    ``curves.png``, the final results to ``eval.json``, and (``checkpoint_every`` > 0)
+    checkpoints (train state, data position, config) every ``checkpoint_every`` updates and at
+    the end, plus ``best/`` holding the parameters with the best validation score (BLEU for
+    translation, else loss). A workdir that already holds checkpoints resumes from the newest
+    one, continuing exactly where it stopped.
     """
     validate(config)
+    mesh = sharding.make_mesh(config.mesh)
+    with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.LOGICAL_AXIS_RULES):
+        return _run(config, workdir, mesh)
+
+
+def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> dict[str, Any]:
     model = models.build(config.model)
     arch = config.model.arch
-    data = make_data(config)
+    data = make_data(config, sharding.data_parallel_size(mesh))
+    translates = isinstance(data, CorpusData) and data.translates
+    rows = sharding.batch_sharding(mesh)
+
+    def place(local_batch: dict[str, np.ndarray]) -> Batch:
+        """This process's rows → global arrays split over the data-parallel devices."""
+        if jax.process_count() == 1:
+            return jax.device_put(local_batch, rows)
+        return pipeline.global_batch(local_batch, rows)
+
     train_batches = data.train_iterator()
     start_state = train_batches.get_state()
     example = next(train_batches)  # shapes for init; the stream is rewound below
     train_batches.set_state(start_state)
-    params = init_params(model, arch, example, config.seed)
     optimizer = make_optimizer(config)
-    opt_state = optimizer.init(params)
+    plan = sharding.sharded_state(
+        lambda: model.init(
+            {"params": jax.random.key(config.seed), "dropout": jax.random.key(config.seed + 1)},
+            *synthetic.model_inputs(arch, example),
+        ),
+        optimizer.init,
+        mesh,
+    )
     loss_fn = make_loss_fn(model, arch, config.label_smoothing)
     base_key = jax.random.key(config.seed + 2)
     train_step = make_train_step(loss_fn, optimizer, base_key)
+    k = config.grad_accum_steps  # micro-batches per optimizer update
 
     checkpointer = None
     start = 0
+    best = None
     if workdir and config.checkpoint_every:
         checkpointer = checkpoint.Checkpointer(workdir, config.checkpoint_every, config.max_to_keep)
         latest = checkpointer.latest_step()
         if latest is not None:
-            target = {"params": params, "opt_state": opt_state, "step": np.asarray(0, np.int64)}
+            target = {**plan.abstract, "step": np.asarray(0, np.int64)}  # nothing allocated
             state, data_state = checkpointer.restore(latest, target)
             params, opt_state, start = state["params"], state["opt_state"], int(state["step"])
             train_batches.set_state(data_state)
+            best = checkpointer.best_score()
             print(f"resuming from {checkpointer.directory}/{latest} (step {start})")
+    if start == 0:
+        params, opt_state = plan.create()
+    if workdir and isinstance(data, CorpusData) and jax.process_index() == 0:
+        os.makedirs(workdir, exist_ok=True)  # the tokenizer travels with the run
+        shutil.copyfile(data.pipeline.tokenizer_path, inference.tokenizer_path(workdir))
 
-    eval_loss_fn = make_loss_fn(model, arch, 0.0)  # evaluation reports the plain NLL
+    eval_step = make_eval_step(model, arch)
 
-    @jax.jit
-    def eval_step(params, batch):
-        return eval_loss_fn(params, batch, base_key, True)[1]
+    def evaluate(params, split: str = "validation") -> dict[str, float]:
+        batches = data.eval_batches() if split == "validation" else data.eval_batches(split)
+        return split_loss(eval_step, params, map(place, batches))
 
-    def evaluate(params) -> dict[str, float]:
-        totals = np.zeros(3)
-        for eval_batch in data.eval_batches():
-            totals += np.array(jax.device_get(eval_step(params, eval_batch)))
-        nll = totals[0] / totals[1]
-        return {"loss": nll, "perplexity": float(np.exp(nll)), "accuracy": totals[2] / totals[1]}
+    def translation_scores(params, split: str, beam_size: int, limit: int) -> dict[str, Any]:
+        pairs = data.pipeline.translation_set(split)
+        options = search_options(config, beam_size)
+        hyps, scores = evaluation.translate_split(
+            model, params, data.pipeline.tokenizer, pairs, options, config.decode.batch_size, limit
+        )
+        for i in range(min(config.decode.num_samples, len(hyps))):
+            tqdm.write(f"  src: {pairs.sources[i]}\n  ref: {pairs.references[i]}\n  hyp: {hyps[i]}")
+        scores["samples"] = [
+            {"source": pairs.sources[i], "reference": pairs.references[i], "hypothesis": hyps[i]}
+            for i in range(min(config.decode.num_samples, len(hyps)))
+        ]
+        return scores
+
+    def validate_now(params, updates: int) -> dict[str, Any]:
+        """Validation loss (+ greedy BLEU); keeps the best parameters in ``best/``."""
+        nonlocal best
+        result = evaluate(params)
+        line = (
+            f"step {updates}: validation loss {result['loss']:.3f}, ppl {result['perplexity']:.1f}"
+        )
+        if translates:
+            scores = translation_scores(params, "validation", 1, config.decode.eval_sentences)
+            result.update(
+                bleu=scores["bleu"], chrf=scores["chrf"], bleu_sentences=scores["sentences"]
+            )
+            line += f", greedy BLEU {scores['bleu']:.2f} ({scores['sentences']} sentences)"
+        tqdm.write(line)
+        score = result["bleu"] if translates else -result["loss"]
+        if checkpointer and (best is None or score > best):
+            best = score
+            checkpointer.save_best(updates * k, params, score)
+        if writer:
+            writer.write("eval", updates, result)
+        return result
 
     writer = metrics_lib.MetricsWriter(workdir) if workdir else None
     schedule = learning_rate_schedule(config)
-    # One call per micro-batch; with grad_accum_steps = k, every k-th call updates the params.
-    k = config.grad_accum_steps
+    peak, peak_source = flops.peak_flops_per_device(config.peak_flops)
+    peak_total = peak * jax.device_count()
+    print(f"MFU is measured against {peak / 1e12:.3g} TFLOP/s per device ({peak_source})")
     micro_steps = config.total_steps * k
     bar = tqdm(range(start, micro_steps), desc="train", unit="batch", initial=start)
-    first_loss = last_loss = None
-    pending = None  # the previous step's loss, read one step late (no sync per step)
-    losses_seen, tokens, tick = [], 0.0, time.perf_counter()
+    first_loss = None
+    last_record: dict[str, float] = {}
+    pending = None  # the previous step's metrics, read one step late (no sync per step)
+    interval = Interval()
     for step in bar:
         batch = next(train_batches)
-        params, opt_state, loss = train_step(params, opt_state, batch, step)
+        step_flops = flops.train_flops_per_step(
+            config.model, {n: v.shape for n, v in batch.items()}
+        )
+        params, opt_state, metrics = train_step(params, opt_state, place(batch), step)
         if pending is not None:
-            losses_seen.append(float(pending))
-        pending = loss
-        tokens += float(np.sum(batch["weights"]))
+            interval.add(jax.device_get(pending[0]), *pending[1:])
+        pending = (metrics, (step + 1) % k == 0, step_flops)
         if first_loss is None:
-            first_loss = float(loss)
+            first_loss = float(metrics["loss"])
         updates, boundary = (step + 1) // k, (step + 1) % k == 0
         last = step + 1 == micro_steps
         if (step + 1) % config.log_every == 0 or last:
-            losses_seen.append(float(pending))
+            interval.add(jax.device_get(pending[0]), *pending[1:])
             pending = None
-            elapsed = time.perf_counter() - tick
-            last_loss = float(np.mean(losses_seen))
-            record = {
-                "loss": last_loss,
-                "lr": float(schedule(max(updates - 1, 0))),
-                "tokens_per_s": tokens / elapsed,
-                "step_time_s": elapsed / len(losses_seen),
-            }
+            last_record = interval.record(float(schedule(max(updates - 1, 0))), peak_total)
             bar.set_postfix(
-                loss=f"{last_loss:.3f}", lr=f"{record['lr']:.2e}", tok_s=f"{tokens / elapsed:.0f}"
+                loss=f"{last_record['loss']:.3f}",
+                lr=f"{last_record['lr']:.2e}",
+                tok_s=f"{last_record['tokens_per_s']:.0f}",
             )
+            tqdm.write(_log_line(updates, config.total_steps, last_record))
             if writer:
-                writer.write("train", updates, record)
-            losses_seen, tokens, tick = [], 0.0, time.perf_counter()
+                writer.write("train", updates, last_record)
+            interval = Interval()
         if boundary and config.eval_every and updates % config.eval_every == 0 and not last:
-            result = evaluate(params)
-            tqdm.write(f"step {updates}: validation loss {result['loss']:.3f}")
-            if writer:
-                writer.write("eval", updates, result)
+            validate_now(params, updates)
+            interval = Interval()  # validation time is not training time
         if checkpointer and boundary and (updates % config.checkpoint_every == 0 or last):
             state = {
                 "params": params,
@@ -365,22 +579,46 @@ def run(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict[s
                 "step": np.asarray(step + 1, np.int64),
             }
             checkpointer.save(step + 1, state, train_batches.get_state(), config)
-    if checkpointer:
-        checkpointer.close()
-    result = evaluate(params)
-    if writer:
-        writer.write("eval", config.total_steps, result)
-    metrics = {
+    bar.close()
+    result = validate_now(params, config.total_steps)
+    metrics_out: dict[str, Any] = {
         "eval_loss": result["loss"],
         "eval_perplexity": result["perplexity"],
         "eval_accuracy": result["accuracy"],
         "first_train_loss": first_loss,
-        "train_loss": last_loss,
+        "train_loss": last_record.get("loss"),
         "steps": config.total_steps,
     }
-    print(json.dumps(metrics))
-    if workdir:
+    if translates:
+        metrics_out["eval_bleu_greedy"] = result["bleu"]
+    if isinstance(data, CorpusData) and config.final_split:
+        split = config.final_split
+        final = evaluate(params, split)
+        metrics_out.update({f"{split}_{name}": v for name, v in final.items()})
+        line = f"{split}: loss {final['loss']:.3f}, perplexity {final['perplexity']:.2f}"
+        if translates:
+            beam = config.decode.beam_size
+            scores = translation_scores(params, split, beam, 0)
+            metrics_out.update({f"{split}_{name}": v for name, v in scores.items()})
+            if writer:
+                writer.write(
+                    split, config.total_steps, {"bleu": scores["bleu"], "chrf": scores["chrf"]}
+                )
+            line += (
+                f", BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f} (beam {beam}; "
+                f"{scores['bleu_signature']})"
+            )
+        print(line)
+    if checkpointer:
+        checkpointer.close()
+    print(
+        json.dumps({k: v for k, v in metrics_out.items() if k != f"{config.final_split}_samples"})
+    )
+    if workdir and jax.process_index() == 0:
         os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, "eval.json"), "w") as f:
-            json.dump(metrics, f)
-    return metrics
+            json.dump(metrics_out, f, indent=1)
+        if writer:
+            writer.close()
+            print(f"curves: {plots.plot_curves(workdir)}")
+    return metrics_out

@@ -31,7 +31,7 @@ import functools
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import grain
@@ -43,6 +43,7 @@ from jax.experimental import multihost_utils
 
 from deepnet_jax.data import batching, examples, sources
 from deepnet_jax.data.tokenizer import (
+    EOS_ID,
     Tokenizer,
     TokenizerOptions,
     cache_path,
@@ -281,6 +282,28 @@ def _check_int(name: str, value: Any, minimum: int, prefix: str = "data.") -> No
         raise ValueError(f"{prefix}{name}={value!r} must be an integer >= {minimum}")
 
 
+def source_ids(
+    tokenizer: Tokenizer, texts: Sequence[str], max_len: int
+) -> tuple[list[np.ndarray], list[bool]]:
+    """Source sentences as encoder input: encode(text) + EOS, as in training. A sentence of
+    more than ``max_len − 1`` pieces is cut to its first ``max_len − 1`` (+ EOS) and flagged."""
+    ids, truncated = [], []
+    for body in tokenizer.encode_batch(list(texts)):
+        truncated.append(len(body) > max_len - 1)
+        ids.append(np.append(body[: max_len - 1], EOS_ID).astype(np.int32))
+    return ids, truncated
+
+
+@dataclasses.dataclass(frozen=True)
+class TranslationSet:
+    """A parallel split for decoding: model-ready source ids and the raw texts, in order."""
+
+    source_ids: list[np.ndarray]
+    sources: list[str]
+    references: list[str]
+    truncated: list[bool]
+
+
 class DataPipeline:
     """A prepared corpus with its tokenizer, serving training and evaluation batches.
 
@@ -297,6 +320,7 @@ class DataPipeline:
         process_index: int | None = None,
         process_count: int | None = None,
         row_multiple: int = 1,
+        tokenizer_path: str | None = None,
     ):
         options.validate()
         if arch not in examples.ARCH_TASK:
@@ -325,7 +349,14 @@ class DataPipeline:
             options.bucket_boundaries,
             self.row_multiple,
         )
-        corpus = prepare_on_all_processes(options)
+        if tokenizer_path is None:
+            corpus = prepare_on_all_processes(options)
+        else:  # a run's own tokenizer (evaluation): the tokenizer cache is not touched
+            builder = sources.prepare(options.dataset, options.data_dir, **options.source_kwargs())
+            tokenizer = Tokenizer.load(tokenizer_path)
+            corpus = PreparedCorpus(
+                builder, _dataset_key(builder, options.dataset), tokenizer, tokenizer_path
+            )
         self.builder = corpus.builder
         self.dataset_key = corpus.key
         self.tokenizer = corpus.tokenizer
@@ -360,6 +391,23 @@ class DataPipeline:
                 f"dropped {result.dropped})"
             )
         return result
+
+    @functools.lru_cache(maxsize=3)  # noqa: B019
+    def translation_set(self, split: str) -> TranslationSet:
+        """Every pair of a parallel ``split``, in order, for BLEU: the source as model input
+        (ids + EOS, as in training) with the raw source and reference texts (cached).
+
+        Unlike training examples nothing is dropped: a source longer than ``data.max_len``
+        tokens is cut to its first ``max_len − 1`` pieces + EOS and flagged in ``truncated``.
+        """
+        if self.task != "translation":
+            raise ValueError(f"data.dataset={self.options.dataset!r} is not parallel data")
+        records = list(iter_records(self._records(split)))
+        texts = [r["source"] for r in records]
+        ids, truncated = source_ids(self.tokenizer, texts, self.options.max_len)
+        if not records:
+            raise ValueError(f"{self.options.dataset} {split} split is empty")
+        return TranslationSet(ids, texts, [r["target"] for r in records], truncated)
 
     def check_split(self, split: str) -> None:
         """Tokenize and plan ``split`` now, so a missing or empty split fails before training."""

@@ -1,0 +1,130 @@
+"""Evaluate a trained run on a split of its corpus.
+
+    python -m deepnet_jax.evaluate --workdir=DIR --split=test [--beam_size=5] [--average_last=5]
+
+Prints, for every run, the split's token-level loss (NLL), perplexity = exp(NLL) and accuracy
+(next-token for LMs and translation targets, masked tokens for MLM); for a translation run also
+BLEU and chrF of beam-search translations against the raw references (sacrebleu, with its
+signature and the n-gram precisions / brevity penalty). The run's own ``tokenizer.model`` and
+config (data set, lengths, decoding options) are used, so the figures match the run's final
+evaluation. The last line is the results as JSON (also written to ``--output`` if given).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import jax
+from absl import app, flags
+
+from deepnet_jax import evaluation, inference, sharding, train
+from deepnet_jax.data import DataPreparationError, pipeline, sources
+
+
+def define_flags() -> dict[str, flags.FlagHolder]:
+    return {
+        **inference.define_run_flags(),
+        **inference.define_search_flags(),
+        "split": flags.DEFINE_enum("split", "test", list(sources.SPLITS), "The split to evaluate."),
+        "limit": flags.DEFINE_integer("limit", 0, "Translate only the first N sentences (0: all)."),
+        "output": flags.DEFINE_string("output", None, "Also write the results as JSON here."),
+    }
+
+
+def evaluate_run(
+    run: inference.LoadedRun,
+    split: str,
+    beam_size: int | None = None,
+    length_penalty: float | None = None,
+    batch_size: int | None = None,
+    limit: int = 0,
+) -> dict[str, Any]:
+    """Loss/perplexity/accuracy of ``split`` and, for translation, BLEU/chrF (see module doc)."""
+    config = run.config
+    if config.data.dataset == train.SYNTHETIC:
+        raise ValueError(
+            f"{run.workdir} trained on data.dataset={train.SYNTHETIC!r}, which has no splits"
+        )
+    if limit < 0:
+        raise ValueError(f"--limit={limit} must be >= 0")
+    options = inference.search_options(config, beam_size, length_penalty)
+    options.validate(prefix="--")
+    batch_size = inference.positive("batch_size", batch_size, config.decode.batch_size)
+    data = pipeline.DataPipeline(
+        pipeline.DataOptions.from_config(config.data, config.seed),
+        config.model.arch,
+        row_multiple=sharding.data_parallel_size(run.mesh),
+        tokenizer_path=inference.tokenizer_path(run.workdir),
+    )
+    rows = sharding.batch_sharding(run.mesh)
+
+    def place(batch):
+        if jax.process_count() == 1:
+            return jax.device_put(batch, rows)
+        return pipeline.global_batch(batch, rows)
+
+    result: dict[str, Any] = {"split": split, "parameters": run.description}
+    with run.context():
+        eval_step = train.make_eval_step(run.model, config.model.arch)
+        result.update(train.split_loss(eval_step, run.params, map(place, data.eval_batches(split))))
+        if data.task == "translation":
+            _, scores = evaluation.translate_split(
+                run.model,
+                run.params,
+                data.tokenizer,
+                data.translation_set(split),
+                options,
+                batch_size,
+                limit,
+            )
+            result.update(scores, beam_size=options.beam_size)
+    return result
+
+
+def report(result: dict[str, Any]) -> str:
+    """Human-readable lines for :func:`evaluate_run`'s result."""
+    lines = [
+        f"{result['split']} ({result['parameters']}): loss {result['loss']:.4f}, "
+        f"perplexity {result['perplexity']:.2f}, accuracy {result['accuracy']:.4f}"
+    ]
+    if "bleu" in result:
+        lines.append(
+            f"{result['sentences']} sentences, beam {result['beam_size']}"
+            + (
+                f", {result['truncated_sources']} sources cut to data.max_len"
+                if result["truncated_sources"]
+                else ""
+            )
+        )
+        lines += [result["bleu_report"], result["chrf_report"]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    try:
+        run = inference.load_from_flags(_FLAGS)
+        result = evaluate_run(
+            run,
+            _FLAGS["split"].value,
+            _FLAGS["beam_size"].value,
+            _FLAGS["length_penalty"].value,
+            _FLAGS["batch_size"].value,
+            _FLAGS["limit"].value,
+        )
+    except (ValueError, OSError, DataPreparationError) as e:
+        print("error: " + " ".join(str(e).split()), file=sys.stderr)
+        sys.exit(1)
+    print(report(result))
+    print(json.dumps(result))
+    if _FLAGS["output"].value:
+        with open(_FLAGS["output"].value, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    _FLAGS = define_flags()
+    app.run(main)

@@ -1,0 +1,111 @@
+"""Sample continuations from a trained decoder-only (language model) run.
+
+    python -m deepnet_jax.sample --workdir=DIR --prompt="ROMEO:" [--prompt=...] \\
+        [--num_samples=3] [--max_new_tokens=200] [--temperature=0.8] [--top_k=0] [--top_p=0.9]
+
+Each prompt is encoded with the run's ``tokenizer.model`` after the start marker the run's
+examples begin with (BOS for ``data.lm_chunking="document"``; EOS, the separator between texts,
+for ``"stream"``), and continued ``--num_samples`` times with cached sampling
+(``decoding.sample``: temperature, top-k, nucleus top-p; temperature 0 is greedy). Each sample
+is printed (the prompt and its continuation), followed by a line of dashes.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import jax
+import numpy as np
+from absl import app, flags
+
+from deepnet_jax import decoding, inference
+from deepnet_jax.data.tokenizer import BOS_ID, EOS_ID
+
+
+def define_flags() -> dict[str, flags.FlagHolder]:
+    return {
+        **inference.define_run_flags(),
+        "prompt": flags.DEFINE_multi_string("prompt", [""], "Prompt text (repeat for several)."),
+        "num_samples": flags.DEFINE_integer("num_samples", 1, "Samples per prompt."),
+        "max_new_tokens": flags.DEFINE_integer("max_new_tokens", 128, "Tokens per sample."),
+        "temperature": flags.DEFINE_float("temperature", 1.0, "Softmax temperature (0: greedy)."),
+        "top_k": flags.DEFINE_integer("top_k", 0, "Sample among the k most likely (0: off)."),
+        "top_p": flags.DEFINE_float("top_p", 1.0, "Nucleus sampling mass (1.0: off)."),
+        "seed": flags.DEFINE_integer("seed", 0, "Sampling seed."),
+    }
+
+
+def sample_texts(
+    run: inference.LoadedRun,
+    prompts: list[str],
+    options: decoding.SampleOptions,
+    num_samples: int = 1,
+    seed: int = 0,
+) -> list[list[str]]:
+    """``num_samples`` detokenized texts (the prompt and its continuation) for each prompt."""
+    config = run.config
+    if config.model.arch != "decoder" or run.tokenizer is None:
+        raise ValueError(
+            f"{run.workdir} is a model.arch={config.model.arch!r} run on "
+            f"data.dataset={config.data.dataset!r}; sampling needs a decoder run on a text corpus "
+            "(use deepnet_jax.translate for encdec runs)"
+        )
+    if num_samples < 1:
+        raise ValueError(f"--num_samples={num_samples} must be an integer >= 1")
+    options.validate(prefix="--")
+    start = BOS_ID if config.data.lm_chunking == "document" else EOS_ID
+    encoded = [np.append(start, run.tokenizer.encode(p)).astype(np.int32) for p in prompts]
+    width = max(len(e) for e in encoded)
+    if width + options.max_new_tokens > config.model.max_len:
+        raise ValueError(
+            f"the longest prompt ({width} tokens with the start marker) + --max_new_tokens="
+            f"{options.max_new_tokens} exceeds model.max_len={config.model.max_len}"
+        )
+    rows = np.zeros((len(prompts) * num_samples, width), np.int32)
+    for i, e in enumerate(encoded):
+        rows[i * num_samples : (i + 1) * num_samples, : len(e)] = e
+    with run.context():
+        tokens = decoding.sample(
+            run.model, run.params, jax.numpy.asarray(rows), jax.random.key(seed), options
+        )
+    tokens = np.asarray(tokens)
+    out: list[list[str]] = [[] for _ in prompts]
+    for r in range(tokens.shape[0]):
+        i = r // num_samples
+        continuation = decoding.strip(tokens[r : r + 1, len(encoded[i]) :], options.eos_id)[0]
+        # decoded together with the prompt, so word boundaries at the seam come out right
+        out[i].append(run.tokenizer.decode([*encoded[i][1:].tolist(), *continuation]))
+    return out
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    try:
+        run = inference.load_from_flags(_FLAGS)
+        options = decoding.SampleOptions(
+            max_new_tokens=_FLAGS["max_new_tokens"].value,
+            temperature=_FLAGS["temperature"].value,
+            top_k=_FLAGS["top_k"].value,
+            top_p=_FLAGS["top_p"].value,
+        )
+        texts = sample_texts(
+            run,
+            list(_FLAGS["prompt"].value),
+            options,
+            _FLAGS["num_samples"].value,
+            _FLAGS["seed"].value,
+        )
+    except (ValueError, OSError) as e:
+        print("error: " + " ".join(str(e).split()), file=sys.stderr)
+        sys.exit(1)
+    print(f"samples from {run.description}", file=sys.stderr)
+    for samples in texts:
+        for text in samples:
+            print(text)
+            print("-" * 40)
+
+
+if __name__ == "__main__":
+    _FLAGS = define_flags()
+    app.run(main)

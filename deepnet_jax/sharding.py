@@ -1,0 +1,198 @@
+"""Device mesh, logical-axis rules and sharded initialization of the train state.
+
+The mesh has three axes: ``data`` (pure data parallelism), ``fsdp`` (data parallelism with
+parameters and optimizer state sharded, ZeRO-3 style) and ``tensor`` (Megatron-style splitting
+of heads and the FFN width). Every parameter carries logical axis names (``layers``, ``embed``,
+``heads``, ``kv``, ``mlp``, ``vocab``, ``norm``, ``positions``); ``LOGICAL_AXIS_RULES`` maps them
+to mesh axes in priority order (flax skips a rule whose mesh axis an earlier dimension of the
+same array already uses), and activations are constrained to ``(batch, length, embed)`` at block
+boundaries.
+
+Initialization never materializes an unsharded state: ``jax.eval_shape`` gives the abstract
+parameters with their logical names, the rules turn them into ``NamedSharding``s, and
+``jax.jit(init, out_shardings=...)`` creates each shard on its device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import ml_collections
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+MESH_AXES = ("data", "fsdp", "tensor")
+# (logical axis, mesh axes) in priority order; unlisted names stay replicated.
+LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
+    ("batch", ("data", "fsdp")),
+    ("embed", "fsdp"),
+    ("heads", "tensor"),
+    ("mlp", "tensor"),
+    ("vocab", "tensor"),
+    ("length", None),
+    ("kv", None),
+    ("layers", None),
+    ("norm", None),
+    ("positions", None),
+)
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """``config.mesh``: devices along each mesh axis; one axis may be -1 (all remaining)."""
+    c = ml_collections.ConfigDict()
+    c.data = -1  # data-parallel replicas (-1: all devices not used by the other axes)
+    c.fsdp = 1  # parameter/optimizer-state shards (data parallel too)
+    c.tensor = 1  # tensor-parallel shards of heads and FFN width
+    return c
+
+
+def mesh_shape(mesh_config: ml_collections.ConfigDict, device_count: int) -> tuple[int, ...]:
+    """The (data, fsdp, tensor) sizes for ``device_count`` devices, -1 filled in."""
+    sizes = [mesh_config[a] for a in MESH_AXES]
+    for axis, size in zip(MESH_AXES, sizes, strict=True):
+        if isinstance(size, bool) or not isinstance(size, int) or (size < 1 and size != -1):
+            raise ValueError(f"mesh.{axis}={size!r} must be a positive integer or -1")
+    if sizes.count(-1) > 1:
+        raise ValueError(f"mesh={dict(zip(MESH_AXES, sizes, strict=True))}: at most one axis -1")
+    known = int(np.prod([s for s in sizes if s != -1]))
+    if -1 in sizes:
+        if device_count % known:
+            raise ValueError(
+                f"mesh={dict(zip(MESH_AXES, sizes, strict=True))} does not divide the "
+                f"{device_count} devices"
+            )
+        sizes[sizes.index(-1)] = device_count // known
+    if int(np.prod(sizes)) != device_count:
+        raise ValueError(
+            f"mesh={dict(zip(MESH_AXES, sizes, strict=True))} needs {int(np.prod(sizes))} "
+            f"devices; {device_count} are available"
+        )
+    return tuple(sizes)
+
+
+def make_mesh(
+    mesh_config: ml_collections.ConfigDict, devices: list[jax.Device] | None = None
+) -> jax.sharding.Mesh:
+    """A ``(data, fsdp, tensor)`` mesh over ``devices`` (default: all), axis types Auto."""
+    devices = jax.devices() if devices is None else devices
+    shape = mesh_shape(mesh_config, len(devices))
+    return jax.make_mesh(
+        shape,
+        MESH_AXES,
+        axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES),
+        devices=devices,
+    )
+
+
+def batch_sharding(mesh: jax.sharding.Mesh) -> NamedSharding:
+    """Batches are split by rows over ``data × fsdp`` and replicated over ``tensor``."""
+    return NamedSharding(mesh, PartitionSpec(("data", "fsdp")))
+
+
+def data_parallel_size(mesh: jax.sharding.Mesh) -> int:
+    return mesh.shape["data"] * mesh.shape["fsdp"]
+
+
+@dataclasses.dataclass
+class ShardedState:
+    """How to create (or restore) the train state on a mesh without materializing it whole.
+
+    ``abstract`` is ``{"params", "opt_state"}`` as ``jax.ShapeDtypeStruct``s carrying their
+    shardings (the restore target); ``create()`` initializes it, each shard on its device.
+    """
+
+    abstract: dict[str, Any]
+    create: Callable[[], tuple[Any, Any]]
+
+
+def abstract_parameters(
+    init_variables: Callable[[], dict[str, Any]],
+    mesh: jax.sharding.Mesh,
+    rules: tuple[tuple[str, Any], ...] = LOGICAL_AXIS_RULES,
+) -> Any:
+    """The model's parameters as ``jax.ShapeDtypeStruct``s carrying their ``NamedSharding``s
+    on ``mesh`` (from the logical axis names; nothing is allocated)."""
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        boxed = jax.eval_shape(init_variables)["params"]
+        specs = nn.get_partition_spec(boxed)
+        param_shardings = nn.logical_to_mesh_sharding(specs, mesh, rules)
+        return jax.tree.map(
+            lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+            _strip_metadata(boxed),
+            param_shardings,
+        )
+
+
+def sharded_state(
+    init_variables: Callable[[], dict[str, Any]],
+    optimizer_init: Callable[[Any], Any],
+    mesh: jax.sharding.Mesh,
+    rules: tuple[tuple[str, Any], ...] = LOGICAL_AXIS_RULES,
+) -> ShardedState:
+    """Plan the sharded train state.
+
+    ``init_variables()`` returns the model's (boxed, logically annotated) variables; only its
+    ``"params"`` collection is kept. Optimizer-state leaves shaped like a parameter (Adam's
+    moments, accumulated gradients) are sharded like it (``like_params``); the rest (counts)
+    are replicated.
+    """
+    abstract_params = abstract_parameters(init_variables, mesh, rules)
+    param_shardings = jax.tree.map(lambda a: a.sharding, abstract_params)
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        opt_shapes = jax.eval_shape(optimizer_init, abstract_params)
+        opt_shardings = like_params(
+            opt_shapes, abstract_params, NamedSharding(mesh, PartitionSpec())
+        )
+        opt_init = jax.jit(optimizer_init, out_shardings=opt_shardings)
+        abstract_opt = jax.tree.map(
+            lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+            opt_shapes,
+            opt_shardings,
+        )
+        init_params = jax.jit(
+            lambda: nn.unbox(init_variables()["params"]), out_shardings=param_shardings
+        )
+
+    def create() -> tuple[Any, Any]:
+        with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+            params = init_params()
+            return params, opt_init(params)
+
+    return ShardedState({"params": abstract_params, "opt_state": abstract_opt}, create)
+
+
+def like_params(tree: Any, abstract_params: Any, default: jax.sharding.Sharding) -> Any:
+    """Shardings for ``tree`` (e.g. an optimizer state): a leaf whose key path ends with a
+    parameter's key path and has that parameter's shape gets the parameter's sharding; any
+    other leaf gets ``default``."""
+    by_path = {
+        _names(path): leaf
+        for path, leaf in jax.tree_util.tree_flatten_with_path(abstract_params)[0]
+    }
+
+    def pick(path, leaf):
+        names = _names(path)
+        for start in range(len(names)):
+            param = by_path.get(names[start:])
+            if param is not None and param.shape == leaf.shape:
+                return param.sharding
+        return default
+
+    return jax.tree_util.tree_map_with_path(pick, tree)
+
+
+def _names(path) -> tuple[str, ...]:
+    return tuple(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
+
+
+def _strip_metadata(boxed: Any) -> Any:
+    """Values of a boxed (``nn.Partitioned``) tree, without applying sharding constraints."""
+    return jax.tree.map(
+        lambda x: x.unbox(apply_constraint=False) if isinstance(x, nn.meta.AxisMetadata) else x,
+        boxed,
+        is_leaf=lambda x: isinstance(x, nn.meta.AxisMetadata),
+    )

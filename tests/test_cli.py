@@ -1,0 +1,168 @@
+"""Loading a run from its workdir, checkpoint averaging, and the translate/evaluate/sample CLIs."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from test_data_pipeline import _train_config, corpus  # noqa: F401 (fixture)
+
+from deepnet_jax import decoding, evaluate, inference, sample, train, translate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def translation_run(corpus, tmp_path_factory):  # noqa: F811
+    """A finished tiny translation run with checkpoints at 3, 6, 9 and 12 updates."""
+    workdir = tmp_path_factory.mktemp("translation_run")
+    c = _train_config(corpus, max_tokens=192)
+    c.total_steps, c.log_every, c.eval_every, c.checkpoint_every, c.max_to_keep = 12, 6, 6, 3, 10
+    c.final_split = "test"
+    c.decode.beam_size, c.decode.eval_sentences, c.decode.num_samples = 2, 10, 0
+    result = train.run(c, str(workdir))
+    return str(workdir), result
+
+
+@pytest.fixture(scope="module")
+def lm_run(corpus, tmp_path_factory):  # noqa: F811
+    workdir = tmp_path_factory.mktemp("lm_run")
+    c = _train_config(corpus, "local_text", "decoder")
+    c.total_steps, c.log_every, c.eval_every, c.checkpoint_every = 4, 4, 0, 4
+    train.run(c, str(workdir))
+    return str(workdir)
+
+
+def test_evaluate_reproduces_the_runs_final_test_figures(translation_run):
+    workdir, result = translation_run
+    run = inference.load_run(workdir)
+    assert run.description == "checkpoint 12"
+    got = evaluate.evaluate_run(run, "test")
+    assert got["loss"] == pytest.approx(result["test_loss"], rel=1e-6)
+    assert got["bleu"] == pytest.approx(result["test_bleu"])
+    assert got["chrf"] == pytest.approx(result["test_chrf"])
+    assert got["sentences"] == 30 and got["beam_size"] == 2
+    assert got["bleu_report"].startswith("BLEU|nrefs:1|")
+    lines = evaluate.report(got).splitlines()
+    assert lines[0].startswith("test (checkpoint 12): loss ") and "BLEU|" in lines[2]
+
+
+def test_checkpoint_choices_and_averaging(translation_run):
+    workdir, _ = translation_run
+    latest = inference.load_run(workdir)
+    ckpts = {s: inference.load_run(workdir, s).params for s in (6, 9, 12)}
+    mean = inference.load_run(workdir, "latest", average_last=3)
+    assert mean.description == "mean of checkpoints [6, 9, 12]"
+    expected = jax.tree.map(lambda *x: sum(x) / 3, *ckpts.values())
+    for got, want in zip(jax.tree.leaves(mean.params), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    jax.tree.map(np.testing.assert_array_equal, latest.params, ckpts[12])
+    assert not np.array_equal(jax.tree.leaves(mean.params)[0], jax.tree.leaves(latest.params)[0])
+    two = inference.load_run(workdir, 9, average_last=2)
+    assert two.description == "mean of checkpoints [6, 9]"
+    best = inference.load_run(workdir, "best")
+    assert best.description.startswith("best parameters (step ")
+
+
+@pytest.mark.parametrize(
+    "choice, average, message",
+    [
+        (7, 1, r"checkpoint=7 is not one of the saved steps \[3, 6, 9, 12\]"),
+        ("latest", 5, r"average_last=5 needs 5 checkpoints up to step 12; the run has"),
+        ("best", 2, r"average_last > 1 averages checkpoints/"),
+        ("latest", 0, r"average_last=0 must be an integer >= 1"),
+    ],
+)
+def test_bad_checkpoint_choices(translation_run, choice, average, message):
+    with pytest.raises(ValueError, match=message):
+        inference.load_run(translation_run[0], choice, average)
+
+
+def test_bad_workdir_and_checkpoint_flag(tmp_path):
+    with pytest.raises(ValueError, match=r"holds no checkpoints"):
+        inference.load_run(str(tmp_path))
+    with pytest.raises(ValueError, match=r"checkpoint='newest'; allowed values are"):
+        inference.parse_checkpoint("newest")
+
+
+def test_translate_cli_keeps_every_line_in_order(translation_run):
+    workdir, _ = translation_run
+    lines = ["ein kleines haus", "", "das ist gut"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "deepnet_jax.translate", f"--workdir={workdir}", "--beam_size=1"],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout.splitlines()
+    assert len(out) == 3
+    run = inference.load_run(workdir)
+    expected, cut = translate.translate_lines(
+        run, lines, decoding.SearchOptions(beam_size=1), batch_size=64
+    )
+    assert out == expected and cut == 0
+    assert "translated 3 lines with checkpoint 12, beam 1" in proc.stderr
+
+
+def test_evaluate_cli_prints_sacrebleu_signature_and_json(translation_run, tmp_path):
+    workdir, result = translation_run
+    out_file = tmp_path / "test.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "deepnet_jax.evaluate",
+            f"--workdir={workdir}",
+            "--split=test",
+            f"--output={out_file}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in proc.stdout
+    assert "chrF2|nrefs:1|" in proc.stdout
+    saved = json.loads(out_file.read_text())
+    assert saved["bleu"] == pytest.approx(result["test_bleu"])
+
+
+def test_cli_errors_are_one_line(translation_run, lm_run):
+    workdir, _ = translation_run
+    proc = subprocess.run(
+        [sys.executable, "-m", "deepnet_jax.sample", f"--workdir={workdir}", "--prompt=x"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "sampling needs a decoder run" in proc.stderr and "Traceback" not in proc.stderr
+    run = inference.load_run(lm_run)
+    with pytest.raises(ValueError, match=r"translation needs an encdec run"):
+        translate.translate_lines(run, ["x"], decoding.SearchOptions(), 8)
+
+
+def test_sample_continues_each_prompt(lm_run):
+    run = inference.load_run(lm_run)
+    greedy = decoding.SampleOptions(max_new_tokens=8, temperature=0.0)
+    texts = sample.sample_texts(run, ["the", "a b"], greedy, num_samples=2, seed=0)
+    assert [len(t) for t in texts] == [2, 2]
+    assert texts[0][0] == texts[0][1]  # temperature 0: both samples are the greedy one
+    assert all(t[0].startswith(p) for t, p in zip(texts, ["the", "a b"], strict=True))
+    assert sample.sample_texts(run, ["the"], greedy, seed=7) == [[texts[0][0]]]
+    hot = decoding.SampleOptions(max_new_tokens=8, temperature=1.0, top_p=0.9)
+    draws = sample.sample_texts(run, ["the"], hot, num_samples=4, seed=1)[0]
+    assert len(draws) == 4
+    with pytest.raises(ValueError, match=r"exceeds model\.max_len=64"):
+        sample.sample_texts(run, ["the"], decoding.SampleOptions(max_new_tokens=100))
+    with pytest.raises(ValueError, match=r"--top_p=0\.0 must be in \(0, 1\]"):
+        sample.sample_texts(run, ["the"], decoding.SampleOptions(top_p=0.0))
