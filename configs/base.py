@@ -7,6 +7,7 @@ own (its data is the synthetic reversal task); see ``configs/default.py``.
 import ml_collections
 
 from deepnet_jax.data.pipeline import default_config as data_default
+from deepnet_jax.distributed import default_config as distributed_default
 from deepnet_jax.models import default_config as model_default
 from deepnet_jax.sharding import default_config as mesh_default
 
@@ -52,8 +53,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.eval_batches = 8  # synthetic data only: held-out batches for the final evaluation
     c.final_split = ""  # corpora: split evaluated after training (loss; BLEU by beam search)
     c.peak_flops = 0.0  # per-device peak FLOP/s for the MFU estimate; 0: table or measured
-    c.mesh = (
-        mesh_default()
-    )  # devices per mesh axis (data, fsdp, tensor); see deepnet_jax/sharding.py
+    c.mesh = mesh_default()  # devices per mesh axis and logical-axis rules: deepnet_jax/sharding.py
+    c.distributed = distributed_default()  # multi-host start-up: deepnet_jax/distributed.py
     c.seed = 0  # parameters, dropout and data order
     return c

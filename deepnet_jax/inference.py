@@ -51,7 +51,8 @@ class LoadedRun:
     @contextlib.contextmanager
     def context(self) -> Iterator[None]:
         """``with run.context():`` — the mesh and logical-axis rules the model runs under."""
-        with jax.set_mesh(self.mesh), nn.logical_axis_rules(sharding.LOGICAL_AXIS_RULES):
+        rules = sharding.logical_axis_rules(self.config.mesh)
+        with jax.set_mesh(self.mesh), nn.logical_axis_rules(rules):
             yield
 
 
@@ -139,7 +140,7 @@ def run_mesh(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
     """The run's mesh if it fits this machine's devices, else all devices on ``data``."""
     try:
         return sharding.make_mesh(config.mesh)
-    except ValueError:
+    except ValueError:  # e.g. a pod run evaluated on one host: same rules, data-parallel mesh
         return sharding.make_mesh(sharding.default_config())
 
 
@@ -154,6 +155,7 @@ def abstract_params(model: nn.Module, config: ml_collections.ConfigDict, mesh) -
             *synthetic.model_inputs(arch, example),
         ),
         mesh,
+        sharding.logical_axis_rules(config.mesh),
     )
 
 

@@ -26,33 +26,83 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 MESH_AXES = ("data", "fsdp", "tensor")
-# (logical axis, mesh axes) in priority order; unlisted names stay replicated.
-LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
-    ("batch", ("data", "fsdp")),
-    ("embed", "fsdp"),
-    ("heads", "tensor"),
-    ("mlp", "tensor"),
-    ("vocab", "tensor"),
-    ("length", None),
-    ("kv", None),
-    ("layers", None),
-    ("norm", None),
-    ("positions", None),
+# Every logical axis name a parameter or activation carries.
+LOGICAL_AXES = (
+    "batch",
+    "length",
+    "embed",
+    "heads",
+    "kv",
+    "mlp",
+    "vocab",
+    "layers",
+    "norm",
+    "positions",
 )
+# logical axis -> mesh axes ("" replicated, "a,b" both): the defaults of ``config.mesh.rules``.
+DEFAULT_RULES = {
+    "batch": "data,fsdp",  # rows of a batch: data parallel over data × fsdp
+    "embed": "fsdp",  # d_model dimension of parameters: ZeRO-3 sharding over fsdp
+    "heads": "tensor",  # attention heads: Megatron tensor parallelism
+    "mlp": "tensor",  # FFN width: tensor parallelism
+    "vocab": "tensor",  # vocabulary of embeddings and output projection
+    "length": "",  # sequence positions (no sequence parallelism)
+    "kv": "",  # per-head dimension
+    "layers": "",  # the scanned depth axis: always replicated (each scan step takes a slice)
+    "norm": "",  # LayerNorm scales and biases
+    "positions": "",  # learned position-embedding rows
+}
 
 
 def default_config() -> ml_collections.ConfigDict:
-    """``config.mesh``: devices along each mesh axis; one axis may be -1 (all remaining)."""
+    """``config.mesh``: devices along each mesh axis (one may be -1: all remaining) and the
+    logical-axis rules."""
     c = ml_collections.ConfigDict()
     c.data = -1  # data-parallel replicas (-1: all devices not used by the other axes)
     c.fsdp = 1  # parameter/optimizer-state shards (data parallel too)
     c.tensor = 1  # tensor-parallel shards of heads and FFN width
+    c.rules = ml_collections.ConfigDict(DEFAULT_RULES)  # logical axis -> "mesh,axes" or ""
     return c
+
+
+def logical_axis_rules(mesh_config: ml_collections.ConfigDict) -> tuple[tuple[str, Any], ...]:
+    """``mesh.rules`` as flax's ``(logical axis, mesh axes)`` pairs, validated.
+
+    Each value is a comma-separated list of mesh axes (``"data,fsdp"``) or ``""`` (replicated);
+    logical axes not given keep their ``DEFAULT_RULES`` value. Flax applies the rules in order
+    and skips a mesh axis an earlier dimension of the same array already uses.
+    """
+    given = dict(mesh_config.get("rules") or {})
+    for name in given:
+        if name not in LOGICAL_AXES:
+            raise ValueError(f"mesh.rules.{name}: unknown logical axis; allowed are {LOGICAL_AXES}")
+    rules = []
+    for name in LOGICAL_AXES:
+        value = given.get(name, DEFAULT_RULES[name])
+        if not isinstance(value, str):
+            raise ValueError(f"mesh.rules.{name}={value!r} must be a string like 'data,fsdp' or ''")
+        axes = tuple(a.strip() for a in value.split(",") if a.strip())
+        for axis in axes:
+            if axis not in MESH_AXES:
+                raise ValueError(
+                    f"mesh.rules.{name}={value!r}: {axis!r} is not a mesh axis {MESH_AXES}"
+                )
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"mesh.rules.{name}={value!r} names a mesh axis twice")
+        if name == "layers" and axes:
+            raise ValueError(
+                f"mesh.rules.layers={value!r} must be '': the scanned layer axis is never sharded"
+            )
+        rules.append((name, None if not axes else axes[0] if len(axes) == 1 else axes))
+    return tuple(rules)
+
+
+LOGICAL_AXIS_RULES = logical_axis_rules(default_config())
 
 
 def mesh_shape(mesh_config: ml_collections.ConfigDict, device_count: int) -> tuple[int, ...]:
     """The (data, fsdp, tensor) sizes for ``device_count`` devices, -1 filled in."""
-    sizes = [mesh_config[a] for a in MESH_AXES]
+    sizes = [mesh_config.get(a) for a in MESH_AXES]
     for axis, size in zip(MESH_AXES, sizes, strict=True):
         if isinstance(size, bool) or not isinstance(size, int) or (size < 1 and size != -1):
             raise ValueError(f"mesh.{axis}={size!r} must be a positive integer or -1")

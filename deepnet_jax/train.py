@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -27,6 +27,7 @@ from tqdm import tqdm
 from deepnet_jax import (
     checkpoint,
     decoding,
+    distributed,
     evaluation,
     flops,
     inference,
@@ -46,8 +47,11 @@ SCHEDULES = ("inverse_sqrt", "polynomial", "linear", "cosine", "constant")
 OPTIMIZERS = ("adamw",)
 
 
-def validate(config: ml_collections.ConfigDict) -> None:
-    """One clear error for the first invalid training field (the model is checked by build)."""
+def validate(config: ml_collections.ConfigDict, device_count: int | None = None) -> None:
+    """One clear error for the first invalid training field (the model is checked by build).
+
+    ``device_count``: the devices the mesh spans (default: all).
+    """
     if config.data.dataset not in DATASETS:
         raise ValueError(f"data.dataset={config.data.dataset!r}; allowed values are {DATASETS}")
     if config.schedule.name not in SCHEDULES:
@@ -74,7 +78,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
             f"data.max_len={config.data.max_len} exceeds model.max_len={config.model.max_len}"
         )
     _validate_run_fields(config)
-    dp = sharding.mesh_shape(config.mesh, jax.device_count())
+    sharding.logical_axis_rules(config.mesh)
+    device_count = jax.device_count() if device_count is None else device_count
+    dp = sharding.mesh_shape(config.mesh, device_count)
     dp = dp[0] * dp[1]  # data × fsdp: the devices a batch's rows are split over
     if config.data.dataset == SYNTHETIC and config.data.batch_size % dp:
         raise ValueError(
@@ -312,16 +318,28 @@ class SyntheticIterator:
 
 
 class SyntheticData:
-    """The reversal task behind the same interface as ``pipeline.DataPipeline``."""
+    """The reversal task behind the same interface as ``pipeline.DataPipeline``.
+
+    Every process draws the same global batch and keeps its own contiguous share of the rows
+    (as the corpus pipeline does), so a run's batches do not depend on the process count.
+    """
 
     def __init__(self, config: ml_collections.ConfigDict):
-        self._make = functools.partial(
+        make_global = functools.partial(
             synthetic.batch,
             config.model.arch,
             config.data.batch_size,
             config.model.vocab_size,
             config.data.max_len,
         )
+        n, i = jax.process_count(), jax.process_index()
+        rows = config.data.batch_size // n
+
+        def make(rng: np.random.Generator) -> dict[str, np.ndarray]:
+            batch = make_global(rng)
+            return {k: v[i * rows : (i + 1) * rows] for k, v in batch.items()}
+
+        self._make = make
         self._seed = config.seed
         self._eval_batches = config.eval_batches
 
@@ -415,6 +433,12 @@ class Interval:
         }
 
 
+def say(message: str) -> None:
+    """Print on process 0 only (above the progress bar); other processes stay quiet."""
+    if jax.process_index() == 0:
+        tqdm.write(message)
+
+
 def _log_line(step: int, total: int, r: dict[str, float]) -> str:
     return (
         f"step {step}/{total} | loss {r['loss']:.3f} | nll {r['nll']:.3f} | "
@@ -424,7 +448,11 @@ def _log_line(step: int, total: int, r: dict[str, float]) -> str:
     )
 
 
-def run(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict[str, Any]:
+def run(
+    config: ml_collections.ConfigDict,
+    workdir: str | None = None,
+    devices: Sequence[jax.Device] | None = None,
+) -> dict[str, Any]:
     """Train for ``config.total_steps`` updates with a progress bar, then evaluate.
 
     With a ``workdir``: metrics go to ``metrics.jsonl`` and TensorBoard files, the curves to
@@ -433,14 +461,20 @@ def run(config: ml_collections.ConfigDict, workdir: str | None = None) -> dict[s
     the end, plus ``best/`` holding the parameters with the best validation score (BLEU for
     translation, else loss). A workdir that already holds checkpoints resumes from the newest
     one, continuing exactly where it stopped.
+
+    ``devices``: the devices the mesh spans (default: all of them, every process's); a subset
+    is for single-process runs (e.g. comparing a 1-device run with a sharded one).
     """
-    validate(config)
-    mesh = sharding.make_mesh(config.mesh)
-    with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.LOGICAL_AXIS_RULES):
-        return _run(config, workdir, mesh)
+    distributed.initialize(config.distributed)  # before anything touches a backend
+    devices = jax.devices() if devices is None else list(devices)
+    validate(config, len(devices))
+    mesh = sharding.make_mesh(config.mesh, devices)
+    rules = sharding.logical_axis_rules(config.mesh)
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        return _run(config, workdir, mesh, rules)
 
 
-def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> dict[str, Any]:
+def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) -> dict[str, Any]:
     model = models.build(config.model)
     arch = config.model.arch
     data = make_data(config, sharding.data_parallel_size(mesh))
@@ -465,6 +499,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> dict[s
         ),
         optimizer.init,
         mesh,
+        rules,
     )
     loss_fn = make_loss_fn(model, arch, config.label_smoothing)
     base_key = jax.random.key(config.seed + 2)
@@ -483,7 +518,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> dict[s
             params, opt_state, start = state["params"], state["opt_state"], int(state["step"])
             train_batches.set_state(data_state)
             best = checkpointer.best_score()
-            print(f"resuming from {checkpointer.directory}/{latest} (step {start})")
+            say(f"resuming from {checkpointer.directory}/{latest} (step {start})")
     if start == 0:
         params, opt_state = plan.create()
     if workdir and isinstance(data, CorpusData) and jax.process_index() == 0:
@@ -503,7 +538,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> dict[s
             model, params, data.pipeline.tokenizer, pairs, options, config.decode.batch_size, limit
         )
         for i in range(min(config.decode.num_samples, len(hyps))):
-            tqdm.write(f"  src: {pairs.sources[i]}\n  ref: {pairs.references[i]}\n  hyp: {hyps[i]}")
+            say(f"  src: {pairs.sources[i]}\n  ref: {pairs.references[i]}\n  hyp: {hyps[i]}")
         scores["samples"] = [
             {"source": pairs.sources[i], "reference": pairs.references[i], "hypothesis": hyps[i]}
             for i in range(min(config.decode.num_samples, len(hyps)))
@@ -523,7 +558,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> dict[s
                 bleu=scores["bleu"], chrf=scores["chrf"], bleu_sentences=scores["sentences"]
             )
             line += f", greedy BLEU {scores['bleu']:.2f} ({scores['sentences']} sentences)"
-        tqdm.write(line)
+        say(line)
         score = result["bleu"] if translates else -result["loss"]
         if checkpointer and (best is None or score > best):
             best = score
@@ -535,10 +570,16 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> dict[s
     writer = metrics_lib.MetricsWriter(workdir) if workdir else None
     schedule = learning_rate_schedule(config)
     peak, peak_source = flops.peak_flops_per_device(config.peak_flops)
-    peak_total = peak * jax.device_count()
-    print(f"MFU is measured against {peak / 1e12:.3g} TFLOP/s per device ({peak_source})")
+    peak_total = peak * mesh.size
+    say(f"MFU is measured against {peak / 1e12:.3g} TFLOP/s per device ({peak_source})")
     micro_steps = config.total_steps * k
-    bar = tqdm(range(start, micro_steps), desc="train", unit="batch", initial=start)
+    bar = tqdm(
+        range(start, micro_steps),
+        desc="train",
+        unit="batch",
+        initial=start,
+        disable=jax.process_index() != 0,
+    )
     first_loss = None
     last_record: dict[str, float] = {}
     pending = None  # the previous step's metrics, read one step late (no sync per step)
@@ -565,7 +606,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> dict[s
                 lr=f"{last_record['lr']:.2e}",
                 tok_s=f"{last_record['tokens_per_s']:.0f}",
             )
-            tqdm.write(_log_line(updates, config.total_steps, last_record))
+            say(_log_line(updates, config.total_steps, last_record))
             if writer:
                 writer.write("train", updates, last_record)
             interval = Interval()
@@ -608,17 +649,15 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> dict[s
                 f", BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f} (beam {beam}; "
                 f"{scores['bleu_signature']})"
             )
-        print(line)
+        say(line)
     if checkpointer:
         checkpointer.close()
-    print(
-        json.dumps({k: v for k, v in metrics_out.items() if k != f"{config.final_split}_samples"})
-    )
+    say(json.dumps({k: v for k, v in metrics_out.items() if k != f"{config.final_split}_samples"}))
     if workdir and jax.process_index() == 0:
         os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, "eval.json"), "w") as f:
             json.dump(metrics_out, f, indent=1)
         if writer:
             writer.close()
-            print(f"curves: {plots.plot_curves(workdir)}")
+            say(f"curves: {plots.plot_curves(workdir)}")
     return metrics_out

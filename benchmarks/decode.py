@@ -1,0 +1,221 @@
+"""Decoding speed: cached vs uncached generation, and beam-5 sentences per second.
+
+Run from the repository root::
+
+    python -m benchmarks.decode [--workdir=RUN] [--batch=32] [--length=64] [--repeats=3]
+    python -m benchmarks.decode --smoke          # a 2-layer model, seconds (CI runs this)
+
+Rows (one JSON line each):
+
+* ``generation`` — greedy generation of exactly ``--length`` tokens for ``--batch`` sources of
+  ``--src_len`` tokens with the default model (6L-6L DeepNorm, d 128, vocab 4000; random
+  parameters: speed does not depend on their values), three ways in one process:
+
+  - ``cached``: ``EncoderDecoder.decode_step`` over the stacked KV cache (the project's
+    decoder), one token per step, all steps in one jitted ``lax.fori_loop``;
+  - ``uncached_full``: the full decoder re-run over the whole fixed-size target buffer every
+    step (the static-shape way to decode without a cache under jit), one jitted loop;
+  - ``uncached_prefix``: the full decoder re-run over the prefix generated so far (length
+    t + 1 at step t, one compiled function per length, compiled before timing) — the least
+    work an uncached decoder can do.
+
+  Each is compiled, then timed ``--repeats`` times (best kept); the encoder runs once per
+  batch in all three. Reported: seconds per batch and ``speedup_vs_*`` = uncached / cached
+  time (issue target ≥ 5× at length 64).
+* ``beam`` — ``decoding.translate_ids`` with beam 5 (length penalty 1.0, max length 1.2·s+10)
+  on the first ``--sentences`` validation sources of a trained run (``--workdir``: its
+  parameters and tokenizer; the corpus must be prepared) or, without one, on random sources
+  of 8–40 tokens with random parameters (which rarely emit EOS, so every hypothesis runs to
+  its length limit: a lower bound). Timed after a warm-up pass that compiles every length
+  bucket: ``sentences_per_s``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from deepnet_jax import decoding, inference, models, train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from configs import default as default_config  # noqa: E402
+
+
+def _model_config(smoke: bool):
+    c = default_config.get_config().model
+    if smoke:
+        c.num_encoder_layers = c.num_decoder_layers = 2
+        c.d_model, c.num_heads, c.ffn_dim, c.vocab_size = 32, 4, 64, 200
+    return c
+
+
+def _best_time(fn, repeats: int) -> float:
+    jax.block_until_ready(fn())  # compile + warm up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def generation_row(config, batch: int, src_len: int, length: int, repeats: int) -> dict:
+    model = models.build(config)
+    rng = np.random.default_rng(0)
+    src = jnp.asarray(rng.integers(3, config.vocab_size, (batch, src_len)), jnp.int32)
+    params = train.init_params(model, "encdec", {"src": src, "inputs": src[:, :8]}, seed=0)
+    bos = decoding.BOS_ID
+
+    @jax.jit
+    def cached(params, src):
+        enc = model.apply({"params": params}, src, method=models.EncoderDecoder.encode)
+        cache = models.init_cache(model.config, batch, length, src_len)
+        out = jnp.zeros((batch, length + 1), jnp.int32).at[:, 0].set(bos)
+
+        def step(t, out, cache, enc_out=None):
+            token = jax.lax.dynamic_slice_in_dim(out, t, 1, axis=1)
+            logits, cache = model.apply(
+                {"params": params},
+                token,
+                src,
+                cache,
+                t,
+                enc_out,  # given on the first step only: fills the cross-attention cache
+                method=models.EncoderDecoder.decode_step,
+            )
+            nxt = jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32)
+            return jax.lax.dynamic_update_slice_in_dim(out, nxt[:, None], t + 1, axis=1), cache
+
+        carry = step(0, out, cache, enc)
+        return jax.lax.fori_loop(1, length, lambda t, c: step(t, *c), carry)[0]
+
+    @jax.jit
+    def uncached_full(params, src):
+        enc = model.apply({"params": params}, src, method=models.EncoderDecoder.encode)
+        out = jnp.zeros((batch, length + 1), jnp.int32).at[:, 0].set(bos)
+
+        def step(t, out):
+            logits = model.apply(
+                {"params": params}, out[:, :length], enc, src, method=models.EncoderDecoder.decode
+            )
+            nxt = jnp.argmax(jax.lax.dynamic_index_in_dim(logits, t, 1, False), axis=-1)
+            return jax.lax.dynamic_update_slice_in_dim(
+                out, nxt.astype(jnp.int32)[:, None], t + 1, axis=1
+            )
+
+        return jax.lax.fori_loop(0, length, step, out)
+
+    encode = jax.jit(
+        lambda p, s: model.apply({"params": p}, s, method=models.EncoderDecoder.encode)
+    )
+
+    @jax.jit
+    def next_token(params, prefix, enc, src):
+        logits = model.apply(
+            {"params": params}, prefix, enc, src, method=models.EncoderDecoder.decode
+        )
+        return jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32)
+
+    def uncached_prefix(params, src):
+        enc = encode(params, src)
+        out = jnp.full((batch, 1), bos, jnp.int32)
+        for _ in range(length):
+            out = jnp.concatenate([out, next_token(params, out, enc, src)[:, None]], axis=1)
+        return out
+
+    outputs = {
+        name: fn(params, src)
+        for name, fn in (("cached", cached), ("full", uncached_full), ("prefix", uncached_prefix))
+    }
+    # the three decoders must agree token for token (greedy over the same parameters)
+    agree = bool(
+        np.array_equal(outputs["cached"], outputs["full"])
+        and np.array_equal(outputs["cached"], outputs["prefix"])
+    )
+    t_cached = _best_time(functools.partial(cached, params, src), repeats)
+    t_full = _best_time(functools.partial(uncached_full, params, src), repeats)
+    t_prefix = _best_time(functools.partial(uncached_prefix, params, src), repeats)
+    return {
+        "row": "generation",
+        "layers": f"{config.num_encoder_layers}L-{config.num_decoder_layers}L",
+        "d_model": config.d_model,
+        "batch": batch,
+        "src_len": src_len,
+        "length": length,
+        "outputs_agree": agree,
+        "cached_s": round(t_cached, 4),
+        "uncached_full_s": round(t_full, 4),
+        "uncached_prefix_s": round(t_prefix, 4),
+        "speedup_vs_full": round(t_full / t_cached, 2),
+        "speedup_vs_prefix": round(t_prefix / t_cached, 2),
+    }
+
+
+def beam_row(config, workdir: str | None, sentences: int, batch: int) -> dict:
+    options = decoding.SearchOptions(beam_size=5, length_penalty=1.0)
+    if workdir:
+        run = inference.load_run(workdir)
+        from deepnet_jax.data import pipeline
+
+        data = pipeline.DataPipeline(
+            pipeline.DataOptions.from_config(run.config.data, run.config.seed),
+            "encdec",
+            tokenizer_path=inference.tokenizer_path(workdir),
+        )
+        sources = data.translation_set("validation").source_ids[:sentences]
+        model, params, what = run.model, run.params, f"validation sources of {workdir}"
+    else:
+        model = models.build(config)
+        rng = np.random.default_rng(1)
+        sources = [
+            np.append(rng.integers(3, config.vocab_size, rng.integers(7, 40)), decoding.EOS_ID)
+            for _ in range(sentences)
+        ]
+        example = {"src": np.ones((1, 8), np.int32), "inputs": np.ones((1, 8), np.int32)}
+        params = train.init_params(model, "encdec", example, seed=0)
+        what = "random sources, random parameters"
+    decoding.translate_ids(model, params, sources, options, batch)  # compiles every bucket
+    start = time.perf_counter()
+    out = decoding.translate_ids(model, params, sources, options, batch)
+    elapsed = time.perf_counter() - start
+    return {
+        "row": "beam",
+        "beam_size": 5,
+        "sentences": len(sources),
+        "batch": batch,
+        "inputs": what,
+        "mean_output_tokens": round(float(np.mean([len(o) + 1 for o in out])), 2),
+        "seconds": round(elapsed, 3),
+        "sentences_per_s": round(len(sources) / elapsed, 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", default=None, help="a trained default run for the beam row")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--src_len", type=int, default=32)
+    parser.add_argument("--length", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sentences", type=int, default=256)
+    parser.add_argument("--smoke", action="store_true", help="tiny model and sizes (CI)")
+    args = parser.parse_args()
+    if args.smoke:
+        args.batch, args.src_len, args.length, args.repeats, args.sentences = 4, 8, 8, 1, 8
+    config = _model_config(args.smoke)
+    print(json.dumps({"device": str(jax.devices()[0]), "backend": jax.default_backend()}))
+    print(json.dumps(generation_row(config, args.batch, args.src_len, args.length, args.repeats)))
+    print(json.dumps(beam_row(config, args.workdir, args.sentences, args.batch)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""Runs of the sharding tests that need several (simulated) devices; started by
+test_sharding.py with ``XLA_FLAGS=--xla_force_host_platform_device_count=N``, not by pytest.
+
+argv: mode out_json [args]. Modes:
+
+* ``equivalence``: for each architecture, 3 training steps on mesh (2, 2, 2) and on a single
+  device; per-step losses of both, and per-device vs total parameter bytes on (2, 2, 2).
+* ``restore WORKDIR``: 4 steps on (2, 2, 2) uninterrupted; then 2 steps on (2, 2, 2) saved and
+  resumed for 2 more on (8, 1, 1) and on (1, 4, 2); per-step losses of each.
+* ``process PID PORT WORKDIR``: one of two processes (4 devices each) training the encdec
+  config of ``equivalence`` on mesh (2, 2, 2) through ``jax.distributed``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import jax
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from configs import base  # noqa: E402
+from deepnet_jax import metrics, models, sharding, synthetic, train  # noqa: E402
+
+ARCHS = ("encdec", "decoder", "encoder")
+
+
+def config(arch: str, mesh: tuple[int, int, int], steps: int = 3):
+    c = base.get_config()
+    m = c.model
+    m.arch, m.scheme = arch, "deepnorm"
+    m.d_model, m.num_heads, m.ffn_dim, m.vocab_size, m.max_len = 64, 4, 256, 64, 16
+    m.num_encoder_layers = 2 if arch != "decoder" else 0
+    m.num_decoder_layers = 2 if arch != "encoder" else 0
+    m.dropout = 0.0
+    c.data.batch_size, c.data.max_len = 8, 16
+    c.total_steps, c.log_every, c.eval_every, c.checkpoint_every = steps, 1, 0, 0
+    c.eval_batches = 1
+    c.optimizer.learning_rate = 1e-3
+    c.schedule.warmup_steps = 2
+    c.mesh.data, c.mesh.fsdp, c.mesh.tensor = mesh
+    return c
+
+
+def losses(workdir: str) -> list[float]:
+    return [r["loss"] for r in metrics.read(workdir) if r["split"] == "train"]
+
+
+def param_bytes(arch: str) -> dict[str, int]:
+    """Bytes of the parameters: in total, and on device 0 of a (2, 2, 2) mesh."""
+    c = config(arch, (2, 2, 2))
+    model = models.build(c.model)
+    mesh = sharding.make_mesh(c.mesh)
+    example = synthetic.batch(arch, 8, 64, 16, np.random.default_rng(0))
+    plan = sharding.sharded_state(
+        lambda: model.init(jax.random.key(0), *synthetic.model_inputs(arch, example)),
+        lambda p: {},
+        mesh,
+    )
+    params, _ = plan.create()
+    total = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params))
+    device0 = jax.devices()[0]
+    local = sum(
+        s.data.nbytes
+        for x in jax.tree.leaves(params)
+        for s in x.addressable_shards
+        if s.device == device0
+    )
+    return {"total": int(total), "device0": int(local)}
+
+
+def equivalence(out: str, tmp: str) -> dict:
+    result = {}
+    for arch in ARCHS:
+        w1, w8 = f"{tmp}/{arch}_single", f"{tmp}/{arch}_sharded"
+        train.run(config(arch, (1, 1, 1)), w1, devices=jax.devices()[:1])
+        train.run(config(arch, (2, 2, 2)), w8)
+        result[arch] = {"single": losses(w1), "sharded": losses(w8), "bytes": param_bytes(arch)}
+    return result
+
+
+def restore(out: str, tmp: str) -> dict:
+    def cfg(mesh, steps):
+        c = config("encdec", mesh, steps)
+        c.checkpoint_every = 2
+        return c
+
+    train.run(cfg((2, 2, 2), 4), f"{tmp}/straight")
+    train.run(cfg((2, 2, 2), 2), f"{tmp}/first_half")
+    result = {"straight": losses(f"{tmp}/straight")}
+    for name, mesh in (("data8", (8, 1, 1)), ("fsdp4_tensor2", (1, 4, 2))):
+        shutil.copytree(f"{tmp}/first_half", f"{tmp}/{name}")
+        train.run(cfg(mesh, 4), f"{tmp}/{name}")
+        result[name] = losses(f"{tmp}/{name}")
+    return result
+
+
+def process(pid: int, port: str, workdir: str) -> dict:
+    c = config("encdec", (2, 2, 2))
+    c.checkpoint_every = 3  # every process takes part in the (orbax) save
+    d = c.distributed
+    d.coordinator_address, d.num_processes, d.process_id = f"127.0.0.1:{port}", 2, pid
+    d.initialization_timeout = 60
+    train.run(c, workdir)
+    result = {
+        "process_count": jax.process_count(),
+        "local_devices": jax.local_device_count(),
+        "devices": jax.device_count(),
+    }
+    if pid == 0:
+        result["losses"] = losses(workdir)
+    jax.distributed.shutdown()
+    return result
+
+
+def main() -> None:
+    mode, out = sys.argv[1], sys.argv[2]
+    if mode == "process":
+        result = process(int(sys.argv[3]), sys.argv[4], sys.argv[5])
+    else:
+        tmp = sys.argv[3]
+        result = {"equivalence": equivalence, "restore": restore}[mode](out, tmp)
+    with open(out, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""The benchmark scripts run end to end in their --smoke setting."""
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_decode_benchmark_smoke():
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.decode", "--smoke"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {r.get("row"): r for r in map(json.loads, proc.stdout.splitlines())}
+    gen, beam = rows["generation"], rows["beam"]
+    assert gen["outputs_agree"]  # cached and both uncached decoders pick the same tokens
+    assert gen["cached_s"] > 0 and gen["speedup_vs_full"] > 0
+    assert beam["sentences"] == 8 and beam["sentences_per_s"] > 0

@@ -1,0 +1,51 @@
+"""The AOT memory planner on the 1,000-layer config with 8 simulated devices."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _plan(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "deepnet_jax.plan", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "XLA_FLAGS": ""},
+        timeout=600,
+    )
+
+
+def test_planner_on_the_1000_layer_model():
+    proc = _plan(
+        "--config=configs/deepnet_1000l.py",
+        "--num_devices=8",
+        "--config.mesh.data=1",
+        "--config.mesh.fsdp=8",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    plan = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert plan["mesh"] == {"data": 1, "fsdp": 8, "tensor": 1}
+    assert 3.6e9 < plan["num_params"] < 3.9e9  # the paper's 3.8B (SPEC.md)
+    full = plan["num_params"] * 4  # float32
+    assert plan["params"] == pytest.approx(full / 8, rel=0.02)  # fsdp 8: an eighth each
+    assert plan["opt_state"] == pytest.approx(2 * plan["params"], rel=1e-3)  # Adam's μ and ν
+    # the planner's figures are the compiled program's: arguments = params + opt + batch + step
+    memory = plan["memory_analysis"]
+    assert memory["argument_size_in_bytes"] == (
+        plan["params"] + plan["opt_state"] + plan["batch"] + 4
+    )
+    assert plan["temporaries"] == memory["temp_size_in_bytes"] > 0
+    assert "per device:" in proc.stdout and "compiled in" in proc.stdout
+
+
+def test_planner_rejects_a_mesh_that_does_not_match():
+    proc = _plan("--config=configs/default.py", "--num_devices=8", "--config.mesh.data=3")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: mesh=")
+    assert "Traceback" not in proc.stderr

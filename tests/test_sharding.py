@@ -1,0 +1,155 @@
+"""Sharded training on 8 simulated CPU devices, mesh changes on restore, two processes, and the
+config's mesh and logical-axis rules."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import ml_collections
+import numpy as np
+import pytest
+
+from deepnet_jax import distributed, sharding
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sharding_worker.py")
+
+
+def _env(devices: int) -> dict[str, str]:
+    return {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+    }
+
+
+def _worker(mode: str, tmp_path, *args: str, devices: int = 8) -> dict:
+    out = tmp_path / f"{mode}.json"
+    proc = subprocess.run(
+        [sys.executable, WORKER, mode, str(out), *args],
+        env=_env(devices),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def equivalence(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("equivalence")
+    return _worker("equivalence", tmp, str(tmp))
+
+
+@pytest.mark.parametrize("arch", ["encdec", "decoder", "encoder"])
+def test_sharded_losses_equal_single_device(equivalence, arch):
+    r = equivalence[arch]
+    assert len(r["single"]) == 3
+    np.testing.assert_allclose(r["sharded"], r["single"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["encdec", "decoder", "encoder"])
+def test_per_device_parameter_bytes(equivalence, arch):
+    b = equivalence[arch]["bytes"]
+    expected = b["total"] / 4  # fsdp 2 × tensor 2
+    assert abs(b["device0"] - expected) <= 0.1 * expected, b
+
+
+def test_checkpoint_restores_onto_other_meshes(tmp_path):
+    r = _worker("restore", tmp_path, str(tmp_path))
+    assert len(r["straight"]) == 4
+    for name in ("data8", "fsdp4_tensor2"):
+        np.testing.assert_allclose(r[name], r["straight"], rtol=1e-5, atol=1e-5)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_equal_one_process_with_eight_devices(equivalence, tmp_path):
+    port = str(_free_port())
+    workdir = tmp_path / "run"
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                WORKER,
+                "process",
+                str(tmp_path / f"p{pid}.json"),
+                str(pid),
+                port,
+                str(workdir),
+            ],
+            env=_env(4),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for pid in (0, 1)
+    ]
+    try:
+        errors = [p.communicate(timeout=300)[1] for p in procs]
+    finally:
+        for p in procs:  # only this test's own processes
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, err in zip(procs, errors, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    r0 = json.loads((tmp_path / "p0.json").read_text())
+    r1 = json.loads((tmp_path / "p1.json").read_text())
+    assert (r0["process_count"], r0["local_devices"], r0["devices"]) == (2, 4, 8)
+    assert r1["process_count"] == 2 and "losses" not in r1  # process 0 alone logs
+    np.testing.assert_allclose(r0["losses"], equivalence["encdec"]["sharded"], rtol=1e-5, atol=1e-5)
+    assert (workdir / "checkpoints" / "3").is_dir()  # saved by both processes together
+
+
+@pytest.mark.parametrize(
+    "rules, message",
+    [
+        ({"embed": "fsdp,pipe"}, r"mesh\.rules\.embed='fsdp,pipe': 'pipe' is not a mesh axis"),
+        ({"layers": "fsdp"}, r"mesh\.rules\.layers='fsdp' must be ''"),
+        ({"hidden": "tensor"}, r"mesh\.rules\.hidden: unknown logical axis"),
+        ({"batch": "data,data"}, r"mesh\.rules\.batch='data,data' names a mesh axis twice"),
+        ({"mlp": 2}, r"mesh\.rules\.mlp=2 must be a string"),
+    ],
+)
+def test_bad_logical_axis_rules(rules, message):
+    c = ml_collections.ConfigDict(
+        {"data": -1, "fsdp": 1, "tensor": 1, "rules": {**sharding.DEFAULT_RULES, **rules}}
+    )
+    with pytest.raises(ValueError, match=message):
+        sharding.logical_axis_rules(c)
+
+
+def test_rules_from_config():
+    c = sharding.default_config()
+    c.rules.embed = ""  # pure data parallelism over fsdp: parameters replicated
+    rules = dict(sharding.logical_axis_rules(c))
+    assert rules["embed"] is None and rules["batch"] == ("data", "fsdp")
+    assert dict(sharding.LOGICAL_AXIS_RULES)["embed"] == "fsdp"
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"num_processes": 2}, r"num_processes=2 needs distributed\.coordinator_address"),
+        ({"num_processes": 0}, r"num_processes=0 must be an integer >= 1"),
+        ({"num_processes": 2, "process_id": 2, "coordinator_address": "h:1"}, r"process_id=2"),
+        ({"auto": True, "num_processes": 2}, r"auto=True detects the cluster itself"),
+        (
+            {"coordinator_address": "localhost"},
+            r"coordinator_address='localhost' must be host:port",
+        ),
+    ],
+)
+def test_bad_distributed_fields(fields, message):
+    c = distributed.default_config()
+    for k, v in fields.items():
+        c[k] = v
+    with pytest.raises(ValueError, match=message):
+        distributed.validate(c)
