@@ -76,7 +76,7 @@ class Plan:
         return "\n".join(lines)
 
 
-def _device_bytes(tree: Any) -> int:
+def device_bytes(tree: Any) -> int:
     """Bytes of one device's shards of an abstract (sharded ShapeDtypeStruct) tree; every
     device holds the same amount under these meshes, so device 0 stands for all."""
     total = 0
@@ -148,9 +148,9 @@ def plan(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = N
             "generated_code_size_in_bytes",
         )
     }
-    params_b = _device_bytes(state.abstract["params"])
-    opt_b = _device_bytes(state.abstract["opt_state"])
-    batch_b = _device_bytes(abstract_batch)
+    params_b = device_bytes(state.abstract["params"])
+    opt_b = device_bytes(state.abstract["opt_state"])
+    batch_b = device_bytes(abstract_batch)
     not_aliased = memory["output_size_in_bytes"] - memory["alias_size_in_bytes"]
     return Plan(
         mesh=dict(mesh.shape),

@@ -1,0 +1,98 @@
+"""Per-device train-state bytes under FSDP, and the memory planner on the 1,000-layer model.
+
+Run from the repository root (simulates 8 CPU devices itself)::
+
+    python -m benchmarks.sharding            # the 1,000-layer config (500L-500L, d 512)
+    python -m benchmarks.sharding --smoke    # the default config, fewer meshes (CI runs this)
+
+Rows (one JSON line each):
+
+* ``state_bytes`` — for 1, 2, 4 and 8 devices on the ``fsdp`` axis (mesh (1, n, 1)): bytes of
+  device 0's shards of the parameters and of the AdamW state, from the shardings of the
+  abstract state (``sharding.sharded_state``; nothing allocated), and
+  ``reduction_vs_1`` = bytes at 1 device ÷ bytes at n (target: ≥ 7× at 8).
+* ``plan`` — ``deepnet_jax.plan`` (the compiled train step on abstract inputs) on a few
+  8-device meshes: per-device params, optimizer state, temporaries, peak and compile time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+
+import jax
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+MESHES = ((1, 8, 1), (2, 4, 1), (1, 4, 2), (8, 1, 1))
+
+
+def _config(smoke: bool, mesh: tuple[int, int, int]):
+    from configs import deepnet_1000l, default
+
+    c = (default if smoke else deepnet_1000l).get_config()
+    c.mesh.data, c.mesh.fsdp, c.mesh.tensor = mesh
+    return c
+
+
+def state_row(smoke: bool, n: int, base: float | None) -> dict:
+    from deepnet_jax import models, plan, sharding, synthetic, train
+
+    c = _config(smoke, (1, n, 1))
+    model = models.build(c.model)
+    mesh = sharding.make_mesh(c.mesh, jax.devices()[:n])
+    arch = c.model.arch
+    example = synthetic.batch(arch, 1, c.model.vocab_size, 16, np.random.default_rng(0))
+    state = sharding.sharded_state(
+        lambda: model.init(
+            {"params": jax.random.key(0), "dropout": jax.random.key(1)},
+            *synthetic.model_inputs(arch, example),
+        ),
+        train.make_optimizer(c).init,
+        mesh,
+        sharding.logical_axis_rules(c.mesh),
+    )
+    params = plan.device_bytes(state.abstract["params"])
+    opt = plan.device_bytes(state.abstract["opt_state"])
+    total = params + opt
+    return {
+        "row": "state_bytes",
+        "fsdp_devices": n,
+        "params_bytes": params,
+        "opt_state_bytes": opt,
+        "state_bytes": total,
+        "reduction_vs_1": round((base or total) / total, 3),
+    }
+
+
+def plan_row(smoke: bool, mesh: tuple[int, int, int]) -> dict:
+    from deepnet_jax import plan
+
+    result = dataclasses.asdict(plan.plan(_config(smoke, mesh)))
+    result.pop("memory_analysis")
+    return {"row": "plan", **result, "compile_s": round(result["compile_s"], 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="default config, two meshes")
+    args = parser.parse_args()
+    jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_num_cpu_devices", 8)
+    print(json.dumps({"devices": jax.device_count(), "backend": jax.default_backend()}))
+    base = None
+    for n in (1, 2, 4, 8):
+        row = state_row(args.smoke, n, base)
+        base = base or row["state_bytes"]
+        print(json.dumps(row), flush=True)
+    for mesh in MESHES[:2] if args.smoke else MESHES:
+        print(json.dumps(plan_row(args.smoke, mesh)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
