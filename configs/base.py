@@ -40,7 +40,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.decode.max_len_a = 1.2  # at most ⌊a·source_length + b⌋ output tokens
     c.decode.max_len_b = 10  # (see max_len_a)
     c.decode.batch_size = 64  # sentences per decoding batch
-    c.decode.eval_sentences = 500  # validation sentences translated at each validation; 0: all
+    c.decode.eval_sentences = 500  # validation sentences greedy-translated for BLEU; 0: no BLEU
     c.decode.num_samples = 3  # sample translations printed (and kept in eval.json)
 
     c.label_smoothing = 0.1  # label-smoothed cross-entropy ε (0 disables)

@@ -11,9 +11,10 @@ three items:
   uninterrupted run would have;
 * ``config`` — the run's config as JSON, for evaluation tools and for the record.
 
-The parameters with the best validation score so far (BLEU for translation, else −loss; higher
-is better) are kept apart in ``<workdir>/best/<s>/`` (items ``params`` and ``score``), so the
-rotation of ``max_to_keep`` never deletes them.
+The parameters with the best validation score so far (greedy BLEU for translation when
+``decode.eval_sentences`` > 0, else −loss; higher is better) are kept apart in
+``<workdir>/best/<s>/`` (items ``params`` and ``score``), so the rotation of ``max_to_keep``
+never deletes them.
 
 Orbax writes each step into a temporary folder and renames it when complete (saves are
 asynchronous; :meth:`Checkpointer.close` waits for them), so a crash never leaves a step that
@@ -34,18 +35,25 @@ import orbax.checkpoint as ocp
 class Checkpointer:
     """Saves every ``every`` optimizer updates (and at the end), keeps the last ``max_to_keep``."""
 
-    def __init__(self, workdir: str, every: int, max_to_keep: int):
+    def __init__(self, workdir: str, every: int, max_to_keep: int, read_only: bool = False):
+        """``read_only``: for evaluation tools; nothing is created in the workdir."""
         self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
         self.best_directory = os.path.join(os.path.abspath(workdir), "best")
         self.every = every
         self.manager = ocp.CheckpointManager(
             self.directory,
-            options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
+            options=ocp.CheckpointManagerOptions(
+                max_to_keep=max_to_keep, create=not read_only, read_only=read_only
+            ),
         )
-        self.best_manager = ocp.CheckpointManager(
-            self.best_directory,
-            options=ocp.CheckpointManagerOptions(max_to_keep=1, create=True),
-        )
+        self.best_manager = None
+        if not read_only or os.path.isdir(self.best_directory):
+            self.best_manager = ocp.CheckpointManager(
+                self.best_directory,
+                options=ocp.CheckpointManagerOptions(
+                    max_to_keep=1, create=not read_only, read_only=read_only
+                ),
+            )
 
     def save_best(self, step: int, params: Any, score: float) -> None:
         """Keep ``params`` as the best so far (replacing the previous best once written)."""
@@ -129,8 +137,10 @@ class Checkpointer:
 
     def restore_best_params(self, abstract_params: Any) -> tuple[Any, int, float]:
         """(best parameters, their step, their validation score); an error when none exist."""
-        self.best_manager.wait_until_finished()
-        step = self.best_manager.latest_step()
+        step = None
+        if self.best_manager is not None:
+            self.best_manager.wait_until_finished()
+            step = self.best_manager.latest_step()
         if step is None:
             raise ValueError(f"no best parameters under {self.best_directory}")
         restored = self.best_manager.restore(
@@ -161,5 +171,6 @@ class Checkpointer:
     def close(self) -> None:
         """Wait for pending asynchronous saves, then release the manager."""
         for manager in (self.manager, self.best_manager):
-            manager.wait_until_finished()
-            manager.close()
+            if manager is not None:
+                manager.wait_until_finished()
+                manager.close()

@@ -7,7 +7,8 @@ depth and a 1,000-layer decoder compiles one layer body. The whole search is one
 
 Lengths. A search generates at most ``max_len`` tokens y_1 … y_n (EOS included), where
 ``max_len = min(⌊a·S + b⌋, model.max_len)`` for the padded source length S (a =
-``max_len_a``, b = ``max_len_b``, fairseq's convention). Each sentence has its own limit
+``max_len_a``, b = ``max_len_b``, named after fairseq's options; unlike fairseq, whose limit
+excludes the final EOS, this one counts it). Each sentence has its own limit
 ``⌊a·s + b⌋`` from its unpadded length s; at that limit EOS is forced (fairseq), so every
 hypothesis ends in EOS and a sentence's output never depends on the padding or on the other
 sentences in its batch.
@@ -36,6 +37,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 
 from deepnet_jax import models
 
@@ -304,6 +306,25 @@ def strip(tokens: np.ndarray | jax.Array, eos_id: int = EOS_ID) -> list[list[int
     return out
 
 
+def _like_params(params, array: np.ndarray) -> jax.Array:
+    """``array`` as a jax.Array the search can combine with ``params``: on a multi-process
+    mesh, a global array replicated over the parameters' mesh (every process passes the same
+    rows), else a plain device array."""
+    leaf = jax.tree.leaves(params)[0]
+    sharding = getattr(leaf, "sharding", None)
+    if jax.process_count() == 1 or not isinstance(sharding, jax.sharding.NamedSharding):
+        return jnp.asarray(array)
+    replicated = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
+    return jax.make_array_from_process_local_data(replicated, array)
+
+
+def _fetch(array: jax.Array) -> np.ndarray:
+    """The whole value of a (possibly multi-process) array on this host."""
+    if array.is_fully_addressable:
+        return np.asarray(array)
+    return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+
+
 def translate_ids(
     model: nn.Module,
     params,
@@ -335,8 +356,8 @@ def translate_ids(
         src = np.zeros((batch_size, width), np.int32)
         for r, i in enumerate(rows):
             src[r, : lengths[i]] = sources[i]
-        tokens, _ = search(model, params, jnp.asarray(src), options)
-        for r, ids in zip(rows, strip(tokens, options.eos_id), strict=False):
+        tokens, _ = search(model, params, _like_params(params, src), options)
+        for r, ids in zip(rows, strip(_fetch(tokens), options.eos_id), strict=False):
             results[r] = ids
     return results
 
@@ -446,6 +467,7 @@ def sample(
             logits = filter_logits(logits / options.temperature, options.top_k, options.top_p)
             token = jax.random.categorical(jax.random.fold_in(rng, t), logits, axis=-1)
         generating = t + 1 >= prompt_len
+        done = done | (t + 1 >= prompt_len + options.max_new_tokens)  # this row's budget is spent
         current = jax.lax.dynamic_slice_in_dim(seq, t + 1, 1, axis=1)[:, 0]
         token = jnp.where(generating, jnp.where(done, PAD_ID, token), current).astype(jnp.int32)
         seq = jax.lax.dynamic_update_slice_in_dim(seq, token[:, None], t + 1, axis=1)

@@ -170,7 +170,7 @@ def load_run(
     directory = os.path.join(os.path.abspath(workdir), "checkpoints")
     if not os.path.isdir(directory):
         raise ValueError(f"workdir={workdir!r} holds no checkpoints ({directory} is missing)")
-    ckpt = checkpoint.Checkpointer(workdir, every=1, max_to_keep=1_000_000)
+    ckpt = checkpoint.Checkpointer(workdir, every=1, max_to_keep=1_000_000, read_only=True)
     try:
         steps = ckpt.all_steps()
         if not steps:

@@ -458,9 +458,9 @@ def run(
     With a ``workdir``: metrics go to ``metrics.jsonl`` and TensorBoard files, the curves to
     ``curves.png``, the final results to ``eval.json``, and (``checkpoint_every`` > 0)
     checkpoints (train state, data position, config) every ``checkpoint_every`` updates and at
-    the end, plus ``best/`` holding the parameters with the best validation score (BLEU for
-    translation, else loss). A workdir that already holds checkpoints resumes from the newest
-    one, continuing exactly where it stopped.
+    the end, plus ``best/`` holding the parameters with the best validation score (greedy BLEU
+    for translation with ``decode.eval_sentences`` > 0, else loss). A workdir that already
+    holds checkpoints resumes from the newest one, continuing exactly where it stopped.
 
     ``devices``: the devices the mesh spans (default: all of them, every process's); a subset
     is for single-process runs (e.g. comparing a 1-device run with a sharded one).
@@ -545,6 +545,8 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
         ]
         return scores
 
+    validation_bleu = translates and config.decode.eval_sentences > 0
+
     def validate_now(params, updates: int) -> dict[str, Any]:
         """Validation loss (+ greedy BLEU); keeps the best parameters in ``best/``."""
         nonlocal best
@@ -552,14 +554,14 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
         line = (
             f"step {updates}: validation loss {result['loss']:.3f}, ppl {result['perplexity']:.1f}"
         )
-        if translates:
+        if validation_bleu:
             scores = translation_scores(params, "validation", 1, config.decode.eval_sentences)
             result.update(
                 bleu=scores["bleu"], chrf=scores["chrf"], bleu_sentences=scores["sentences"]
             )
             line += f", greedy BLEU {scores['bleu']:.2f} ({scores['sentences']} sentences)"
         say(line)
-        score = result["bleu"] if translates else -result["loss"]
+        score = result["bleu"] if validation_bleu else -result["loss"]
         if checkpointer and (best is None or score > best):
             best = score
             checkpointer.save_best(updates * k, params, score)
@@ -586,8 +588,9 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
     interval = Interval()
     for step in bar:
         batch = next(train_batches)
-        step_flops = flops.train_flops_per_step(
-            config.model, {n: v.shape for n, v in batch.items()}
+        step_flops = flops.train_flops_per_step(  # the global batch: every process's rows
+            config.model,
+            {n: (v.shape[0] * jax.process_count(), *v.shape[1:]) for n, v in batch.items()},
         )
         params, opt_state, metrics = train_step(params, opt_state, place(batch), step)
         if pending is not None:
@@ -611,8 +614,9 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
                 writer.write("train", updates, last_record)
             interval = Interval()
         if boundary and config.eval_every and updates % config.eval_every == 0 and not last:
+            started = time.perf_counter()
             validate_now(params, updates)
-            interval = Interval()  # validation time is not training time
+            interval.start += time.perf_counter() - started  # validation is not training time
         if checkpointer and boundary and (updates % config.checkpoint_every == 0 or last):
             state = {
                 "params": params,
@@ -630,7 +634,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
         "train_loss": last_record.get("loss"),
         "steps": config.total_steps,
     }
-    if translates:
+    if validation_bleu:
         metrics_out["eval_bleu_greedy"] = result["bleu"]
     if isinstance(data, CorpusData) and config.final_split:
         split = config.final_split

@@ -51,7 +51,7 @@ def main(argv: list[str]) -> None:
         batch_size = inference.positive(
             "batch_size", _FLAGS["batch_size"].value, run.config.decode.batch_size
         )
-        lines = [line.rstrip("\n") for line in sys.stdin]
+        lines = [line.rstrip("\r\n") for line in sys.stdin]
         hyps, cut = translate_lines(run, lines, options, batch_size)
     except (ValueError, OSError) as e:
         print("error: " + " ".join(str(e).split()), file=sys.stderr)

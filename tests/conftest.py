@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import itertools
+import shutil
+import tempfile
 
 import flax.linen as nn
 import jax
@@ -17,6 +20,14 @@ from deepnet_jax.model_config import ARCHS, SCHEMES
 # The "rbg" generator compiles several times faster than threefry on CPU; tests only need
 # well-distributed bits, not threefry's exact stream.
 jax.config.update("jax_default_prng_impl", "rbg")
+
+# Many tests train the same tiny models again (resume, CLI, config tables): a persistent
+# compilation cache for this test session turns their repeated compiles into cache reads.
+_XLA_CACHE = tempfile.mkdtemp(prefix="deepnet_jax_test_xla_cache_")
+atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
+jax.config.update("jax_compilation_cache_dir", _XLA_CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 ARCH_SCHEME = list(itertools.product(ARCHS, SCHEMES))
 

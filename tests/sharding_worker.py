@@ -4,11 +4,13 @@ test_sharding.py with ``XLA_FLAGS=--xla_force_host_platform_device_count=N``, no
 argv: mode out_json [args]. Modes:
 
 * ``equivalence``: for each architecture, 3 training steps on mesh (2, 2, 2) and on a single
-  device; per-step losses of both, and per-device vs total parameter bytes on (2, 2, 2).
+  device; per-step losses of both, and per-device vs total parameter bytes on (2, 2, 2); beam
+  search outputs with sharded parameters.
 * ``restore WORKDIR``: 4 steps on (2, 2, 2) uninterrupted; then 2 steps on (2, 2, 2) saved and
   resumed for 2 more on (8, 1, 1) and on (1, 4, 2); per-step losses of each.
 * ``process PID PORT WORKDIR``: one of two processes (4 devices each) training the encdec
-  config of ``equivalence`` on mesh (2, 2, 2) through ``jax.distributed``.
+  config of ``equivalence`` on mesh (2, 2, 2) through ``jax.distributed``, then beam-searching
+  with parameters sharded over both processes.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import shutil
 import sys
 
+import flax.linen as nn
 import jax
 import numpy as np
 
@@ -25,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from configs import base  # noqa: E402
-from deepnet_jax import metrics, models, sharding, synthetic, train  # noqa: E402
+from deepnet_jax import decoding, metrics, models, sharding, synthetic, train  # noqa: E402
 
 ARCHS = ("encdec", "decoder", "encoder")
 
@@ -74,8 +77,30 @@ def param_bytes(arch: str) -> dict[str, int]:
     return {"total": int(total), "device0": int(local)}
 
 
+def translations() -> list[list[int]]:
+    """Beam-2 outputs for three sources with the encdec config's parameters (seed 3) sharded
+    on mesh (2, 2, 2): the decoder on a mesh that may span processes."""
+    c = config("encdec", (2, 2, 2))
+    model = models.build(c.model)
+    mesh = sharding.make_mesh(c.mesh)
+    rules = sharding.logical_axis_rules(c.mesh)
+    example = synthetic.batch("encdec", 8, 64, 16, np.random.default_rng(0))
+    state = sharding.sharded_state(
+        lambda: model.init(jax.random.key(3), *synthetic.model_inputs("encdec", example)),
+        lambda p: {},
+        mesh,
+        rules,
+    )
+    params, _ = state.create()
+    sources = [np.array([5, 6, 7, 2]), np.array([9, 10, 11, 12, 13, 2]), np.array([20, 2])]
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        return decoding.translate_ids(
+            model, params, sources, decoding.SearchOptions(beam_size=2), batch_size=4
+        )
+
+
 def equivalence(out: str, tmp: str) -> dict:
-    result = {}
+    result = {"translations": translations()}
     for arch in ARCHS:
         w1, w8 = f"{tmp}/{arch}_single", f"{tmp}/{arch}_sharded"
         train.run(config(arch, (1, 1, 1)), w1, devices=jax.devices()[:1])
@@ -114,6 +139,7 @@ def process(pid: int, port: str, workdir: str) -> dict:
     }
     if pid == 0:
         result["losses"] = losses(workdir)
+    result["translations"] = translations()
     jax.distributed.shutdown()
     return result
 

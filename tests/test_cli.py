@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -79,6 +80,18 @@ def test_checkpoint_choices_and_averaging(translation_run):
 def test_bad_checkpoint_choices(translation_run, choice, average, message):
     with pytest.raises(ValueError, match=message):
         inference.load_run(translation_run[0], choice, average)
+
+
+def test_loading_writes_nothing_into_the_workdir(translation_run, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(translation_run[0], copy)
+    shutil.rmtree(copy / "best")
+    before = sorted(str(p.relative_to(copy)) for p in copy.rglob("*"))
+    run = inference.load_run(str(copy))
+    assert run.description == "checkpoint 12"
+    assert sorted(str(p.relative_to(copy)) for p in copy.rglob("*")) == before
+    with pytest.raises(ValueError, match=r"no best parameters under"):
+        inference.load_run(str(copy), "best")
 
 
 def test_bad_workdir_and_checkpoint_flag(tmp_path):

@@ -191,7 +191,7 @@ def test_sample_keeps_prompts_and_greedy_matches_argmax():
     logits = jit_apply(model)({"params": params}, jnp.asarray(out))
     logits = logits.at[:, :, jnp.asarray([0, 1])].set(-jnp.inf)
     for row, prompt_len in ((0, 4), (1, 2)):
-        ids = list(out[row])
+        ids = list(out[row][: prompt_len + 5])  # at most max_new_tokens after its prompt
         end = ids.index(decoding.EOS_ID, prompt_len) + 1 if decoding.EOS_ID in ids else len(ids)
         for t in range(prompt_len - 1, end - 1):
             assert out[row, t + 1] == int(jnp.argmax(logits[row, t]))
@@ -204,6 +204,17 @@ def test_sample_keeps_prompts_and_greedy_matches_argmax():
         decoding.SampleOptions(max_new_tokens=5, temperature=1.0, top_k=3),
     )
     assert sampled.shape == (2, 9) and np.all(np.asarray(sampled)[:, 0] == 1)
+
+
+def test_sample_gives_every_row_exactly_its_budget():
+    _, model, params = built("decoder", "subln")
+    prompts = jnp.asarray([[1, 5, 6, 7], [1, 9, 0, 0]], jnp.int32)
+    # EOS banned too, so no row stops early: each gets exactly max_new_tokens new tokens
+    options = decoding.SampleOptions(max_new_tokens=2, temperature=0.0, banned_ids=(0, 1, 2))
+    out = np.asarray(decoding.sample(model, params, prompts, jax.random.key(0), options))
+    assert out.shape == (2, 6)
+    assert [int((row != 0).sum()) for row in out] == [4 + 2, 2 + 2]
+    assert np.all(out[1, 4:] == 0)  # the short prompt's row stops at its own budget
 
 
 def test_bad_options_fail_with_one_line_errors():

@@ -106,6 +106,10 @@ def test_two_processes_equal_one_process_with_eight_devices(equivalence, tmp_pat
     assert r1["process_count"] == 2 and "losses" not in r1  # process 0 alone logs
     np.testing.assert_allclose(r0["losses"], equivalence["encdec"]["sharded"], rtol=1e-5, atol=1e-5)
     assert (workdir / "checkpoints" / "3").is_dir()  # saved by both processes together
+    # decoding with parameters sharded over both processes: each gets the whole output,
+    # the same as one process with 8 devices
+    assert r0["translations"] == r1["translations"] == equivalence["translations"]
+    assert all(len(t) > 0 for t in r0["translations"])
 
 
 @pytest.mark.parametrize(
