@@ -17,7 +17,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     try:
         train.run(_CONFIG.value, _WORKDIR.value)
-    except (ValueError, OSError, DataPreparationError) as e:  # user-fixable: one line
+    except (ValueError, OSError, DataPreparationError, train.NonFiniteError) as e:  # one line
         print("error: " + " ".join(str(e).split()), file=sys.stderr)
         sys.exit(1)
 

@@ -52,6 +52,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.max_to_keep = 3  # newest checkpoints kept
     c.eval_batches = 8  # synthetic data only: held-out batches for the final evaluation
     c.final_split = ""  # corpora: split evaluated after training (loss; BLEU by beam search)
+    c.nan_policy = "halt"  # non-finite loss/gradient: halt (diagnostic save, exit 1) or skip
+    c.nan_max_skips = 10  # skip: halt after this many non-finite steps in a row
     c.peak_flops = 0.0  # per-device peak FLOP/s for the MFU estimate; 0: table or measured
     c.mesh = mesh_default()  # devices per mesh axis and logical-axis rules: deepnet_jax/sharding.py
     c.distributed = distributed_default()  # multi-host start-up: deepnet_jax/distributed.py

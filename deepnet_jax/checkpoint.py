@@ -174,3 +174,14 @@ class Checkpointer:
             if manager is not None:
                 manager.wait_until_finished()
                 manager.close()
+
+
+def save_diagnostic(workdir: str, step: int, state: dict[str, Any]) -> str:
+    """Write ``state`` (e.g. parameters that went non-finite) to
+    ``<workdir>/diagnostic/<step>`` for inspection, apart from the resumable checkpoints;
+    returns the folder."""
+    path = os.path.join(os.path.abspath(workdir), "diagnostic", str(step))
+    with ocp.StandardCheckpointer() as writer:
+        writer.save(path, state, force=True)
+        writer.wait_until_finished()
+    return path

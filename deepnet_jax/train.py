@@ -45,6 +45,11 @@ SYNTHETIC = "synthetic_reversal"
 DATASETS = (SYNTHETIC, *sources.DATASETS)
 SCHEDULES = ("inverse_sqrt", "polynomial", "linear", "cosine", "constant")
 OPTIMIZERS = ("adamw",)
+NAN_POLICIES = ("halt", "skip")
+
+
+class NonFiniteError(RuntimeError):
+    """Training stopped on a non-finite loss or gradient (``nan_policy``)."""
 
 
 def validate(config: ml_collections.ConfigDict, device_count: int | None = None) -> None:
@@ -120,6 +125,11 @@ def _validate_run_fields(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"final_split={config.final_split!r}; allowed values are {('', *sources.SPLITS)}"
         )
+    if config.nan_policy not in NAN_POLICIES:
+        raise ValueError(f"nan_policy={config.nan_policy!r}; allowed values are {NAN_POLICIES}")
+    m = config.nan_max_skips
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise ValueError(f"nan_max_skips={m!r} must be an integer >= 1")
     if not config.peak_flops >= 0:
         raise ValueError(f"peak_flops={config.peak_flops!r} must be >= 0 (0: table or measured)")
 
@@ -181,7 +191,8 @@ def learning_rate_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
 
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
     """Clipping + AdamW on the schedule; with ``grad_accum_steps`` = k > 1, wrapped in
-    ``optax.MultiSteps``: k calls (micro-batches) make one update with their mean gradient."""
+    ``optax.MultiSteps``: k calls (micro-batches) make one update with their mean gradient;
+    with ``nan_policy="skip"``, in ``optax.apply_if_finite``."""
     o = config.optimizer
     optimizer = optax.chain(
         optax.clip_by_global_norm(o.grad_clip) if o.grad_clip else optax.identity(),
@@ -190,7 +201,11 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
         ),
     )
     if config.grad_accum_steps > 1:
-        return optax.MultiSteps(optimizer, every_k_schedule=config.grad_accum_steps)
+        optimizer = optax.MultiSteps(optimizer, every_k_schedule=config.grad_accum_steps)
+    if config.nan_policy == "skip":
+        # a micro-batch with a non-finite gradient changes nothing (not even the accumulated
+        # gradient); the trainer counts such steps and halts after nan_max_skips in a row
+        optimizer = optax.apply_if_finite(optimizer, max_consecutive_errors=2**31 - 1)
     return optimizer
 
 
@@ -402,6 +417,7 @@ class Interval:
         self.update_norm = 0.0
         self.param_norm = 0.0
         self.flops = 0.0
+        self.skipped = 0  # steps with a non-finite loss or gradient (nan_policy="skip")
         self.start = time.perf_counter()
 
     def add(self, metrics: dict[str, Any], boundary: bool, flops: float) -> None:
@@ -416,20 +432,23 @@ class Interval:
 
     def record(self, lr: float, peak_flops_per_s: float) -> dict[str, float]:
         elapsed = time.perf_counter() - self.start
-        w = max(self.sums["weight"], 1.0)
-        nll = self.sums["nll_sum"] / w
+        sums = {k: self.sums.get(k, 0.0) for k in ("loss_sum", "nll_sum", "weight", "correct")}
+        w = max(sums["weight"], 1.0)
+        nll = sums["nll_sum"] / w
+        steps = max(self.steps, 1)
         return {
-            "loss": self.sums["loss_sum"] / w,
+            "loss": sums["loss_sum"] / w,
             "nll": nll,
             "perplexity": float(np.exp(min(nll, 50.0))),
-            "accuracy": self.sums["correct"] / w,
+            "accuracy": sums["correct"] / w,
             "lr": lr,
-            "grad_norm": self.sums["grad_norm"] / self.steps,
+            "grad_norm": self.sums.get("grad_norm", 0.0) / steps,
             "update_norm": self.update_norm / max(self.updates, 1),
             "param_norm": self.param_norm,
-            "tokens_per_s": self.sums["weight"] / elapsed,
-            "step_time_s": elapsed / self.steps,
+            "tokens_per_s": sums["weight"] / elapsed,
+            "step_time_s": elapsed / (self.steps + self.skipped or 1),
             "mfu": self.flops / elapsed / peak_flops_per_s,
+            "skipped_steps": self.skipped,
         }
 
 
@@ -586,6 +605,38 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
     last_record: dict[str, float] = {}
     pending = None  # the previous step's metrics, read one step late (no sync per step)
     interval = Interval()
+    skipped_in_a_row = 0
+
+    def read(pending) -> None:
+        """Bring a step's metrics to the host: check them (``nan_policy``), then sum them."""
+        nonlocal skipped_in_a_row
+        metrics, boundary, step_flops, index = pending
+        host = jax.device_get(metrics)
+        bad = [n for n in ("loss", "grad_norm") if not np.isfinite(float(host[n]))]
+        if not bad:
+            skipped_in_a_row = 0
+            interval.add(host, boundary, step_flops)
+            return
+        skipped_in_a_row += 1
+        interval.skipped += 1
+        if config.nan_policy == "skip" and skipped_in_a_row < config.nan_max_skips:
+            say(f"step {index + 1}: non-finite {bad[0]}={float(host[bad[0]])}; update skipped")
+            return
+        message = f"step {index + 1}: non-finite {bad[0]}={float(host[bad[0]])} " + (
+            "(nan_policy='halt')"
+            if config.nan_policy == "halt"
+            else f"in {skipped_in_a_row} steps in a row (nan_policy='skip', "
+            f"nan_max_skips={config.nan_max_skips})"
+        )
+        if workdir:  # every process: the metrics, hence the halt, are the same on all
+            where = checkpoint.save_diagnostic(
+                workdir, index + 1, {"params": params, "opt_state": opt_state}
+            )
+            message += f"; diagnostic state saved in {where}"
+        if checkpointer:
+            checkpointer.close()  # the last good checkpoints stay complete
+        raise NonFiniteError(message)
+
     for step in bar:
         batch = next(train_batches)
         step_flops = flops.train_flops_per_step(  # the global batch: every process's rows
@@ -594,14 +645,14 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
         )
         params, opt_state, metrics = train_step(params, opt_state, place(batch), step)
         if pending is not None:
-            interval.add(jax.device_get(pending[0]), *pending[1:])
-        pending = (metrics, (step + 1) % k == 0, step_flops)
+            read(pending)
+        pending = (metrics, (step + 1) % k == 0, step_flops, step)
         if first_loss is None:
             first_loss = float(metrics["loss"])
         updates, boundary = (step + 1) // k, (step + 1) % k == 0
         last = step + 1 == micro_steps
         if (step + 1) % config.log_every == 0 or last:
-            interval.add(jax.device_get(pending[0]), *pending[1:])
+            read(pending)
             pending = None
             last_record = interval.record(float(schedule(max(updates - 1, 0))), peak_total)
             bar.set_postfix(
@@ -618,6 +669,9 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
             validate_now(params, updates)
             interval.start += time.perf_counter() - started  # validation is not training time
         if checkpointer and boundary and (updates % config.checkpoint_every == 0 or last):
+            if pending is not None:  # never save a state whose step has not been checked
+                read(pending)
+                pending = None
             state = {
                 "params": params,
                 "opt_state": opt_state,

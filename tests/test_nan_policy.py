@@ -1,0 +1,89 @@
+"""Non-finite losses: nan_policy="halt" stops with a diagnostic save, "skip" drops updates."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from test_training import small_config
+
+from deepnet_jax import train
+
+ORIGINAL_NEXT = train.SyntheticIterator.__next__
+
+
+def _poison(monkeypatch, bad_batches):
+    """Give the synthetic batches whose index is in ``bad_batches`` NaN loss weights."""
+
+    def poisoned_next(self):
+        index = self._next
+        batch = ORIGINAL_NEXT(self)
+        if index in bad_batches:
+            batch = {**batch, "weights": np.full_like(batch["weights"], np.nan)}
+        return batch
+
+    monkeypatch.setattr(train.SyntheticIterator, "__next__", poisoned_next)
+
+
+def _config(policy: str, steps: int = 6):
+    c = small_config("encdec", "deepnorm")
+    c.total_steps, c.checkpoint_every, c.log_every, c.eval_every = steps, 2, 1, 0
+    c.nan_policy = policy
+    return c
+
+
+def test_halt_stops_at_the_step_with_a_diagnostic_save(monkeypatch, tmp_path):
+    _poison(monkeypatch, {2})  # the third step
+    with pytest.raises(train.NonFiniteError, match=r"^step 3: non-finite loss=nan") as info:
+        train.run(_config("halt"), str(tmp_path))
+    assert "(nan_policy='halt'); diagnostic state saved in" in str(info.value)
+    assert (tmp_path / "diagnostic" / "3").is_dir()
+    steps = sorted(int(d) for d in os.listdir(tmp_path / "checkpoints") if d.isdigit())
+    assert steps == [2]  # the last good checkpoint is kept, nothing after the NaN is saved
+
+
+def test_skip_drops_the_update_and_counts_it(monkeypatch, tmp_path):
+    _poison(monkeypatch, {2})
+    result = train.run(_config("skip"), str(tmp_path))
+    assert np.isfinite(result["eval_loss"])
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train_records = [r for r in records if r["split"] == "train"]
+    assert sum(r["skipped_steps"] for r in train_records) == 1
+    assert all(np.isfinite(r["loss"]) for r in train_records)  # the NaN step is not averaged in
+
+
+def test_skip_halts_after_too_many_in_a_row(monkeypatch, tmp_path):
+    _poison(monkeypatch, set(range(1, 100)))
+    c = _config("skip")
+    c.nan_max_skips = 3
+    with pytest.raises(train.NonFiniteError, match=r"in 3 steps in a row \(nan_policy='skip'"):
+        train.run(c, str(tmp_path))
+
+
+def test_skip_leaves_parameters_unchanged_by_a_bad_batch(monkeypatch, tmp_path):
+    # Two steps where the second is poisoned end where one clean step ends.
+    c1, c2 = _config("skip", 1), _config("skip", 2)
+    for c in (c1, c2):
+        c.checkpoint_every = 1
+    train.run(c1, str(tmp_path / "one"))
+    _poison(monkeypatch, {1})
+    train.run(c2, str(tmp_path / "two"))
+    one = ocp.StandardCheckpointer().restore(tmp_path / "one" / "checkpoints" / "1" / "state")
+    two = ocp.StandardCheckpointer().restore(tmp_path / "two" / "checkpoints" / "2" / "state")
+    jax.tree.map(np.testing.assert_array_equal, one["params"], two["params"])
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("nan_policy", "ignore", r"nan_policy='ignore'; allowed values are \('halt', 'skip'\)"),
+        ("nan_max_skips", 0, r"nan_max_skips=0 must be an integer >= 1"),
+    ],
+)
+def test_bad_nan_fields(field, value, message):
+    c = _config("halt")
+    c[field] = value
+    with pytest.raises(ValueError, match=message):
+        train.validate(c)
