@@ -49,6 +49,7 @@ def _resume_equals_uninterrupted(config, tmp_path, steps):
     return a
 
 
+@pytest.mark.slow  # in CI: test_reliability's kill -9 and SIGTERM resumes (dropout 0.1)
 def test_resume_synthetic_with_dropout(tmp_path):
     c = small_config("encdec", "deepnorm")
     c.model.dropout = 0.1  # dropout keys must be restored too

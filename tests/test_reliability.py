@@ -7,6 +7,7 @@ interrupted and resumed must end with the same train state, bit for bit, as one 
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -109,6 +110,8 @@ def reference(tmp_path_factory) -> dict:
     """The final train state of an uninterrupted run."""
     workdir = tmp_path_factory.mktemp("reference")
     run_to_end(workdir)
+    evaluation = json.loads((workdir / "eval.json").read_text())  # train.py's end-of-run eval
+    assert evaluation["steps"] == TOTAL and evaluation["eval_loss"] > 0
     return final_state(workdir)
 
 
@@ -212,12 +215,19 @@ def test_sigint_in_process_stops_cleanly_and_a_second_one_interrupts(monkeypatch
     assert os.path.isdir(tmp_path / "checkpoints" / str(result["step"]))
     assert signal.getsignal(signal.SIGINT) is handler_before  # handlers are given back
 
-    signals = preemption.StopSignals()
-    with signals, pytest.raises(KeyboardInterrupt):
-        os.kill(os.getpid(), signal.SIGINT)
-        assert signals.received == "SIGINT"
-        np.testing.assert_array_equal(signals.flags(3), [1, 1, 1])
-        os.kill(os.getpid(), signal.SIGINT)  # the second acts as usual
+    # Python's own Ctrl-C handler underneath (a shell's background job starts with SIGINT
+    # ignored, and then a second SIGINT would do nothing at all)
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        signals = preemption.StopSignals()
+        with signals, pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            assert signals.received == "SIGINT"
+            np.testing.assert_array_equal(signals.flags(3), [1, 1, 1])
+            os.kill(os.getpid(), signal.SIGINT)  # the second acts as usual
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, outer)
 
 
 def _checkpointed_config(steps: int):

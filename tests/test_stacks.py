@@ -69,7 +69,7 @@ def test_layout_rejects_gaps():
         layout.stack_layers({"layers_0": {"w": np.zeros(2)}, "layers_2": {"w": np.zeros(2)}})
 
 
-@pytest.mark.parametrize("scan_layers", [True, False])
+@pytest.mark.parametrize("scan_layers", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_remat_policies_match_no_remat(scan_layers):
     """Every remat policy gives the same loss and gradients as no remat (dropout on)."""
     arch, scheme = "encdec", "deepnorm"

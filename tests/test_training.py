@@ -33,7 +33,17 @@ def small_config(arch: str, scheme: str, steps: int = 40):
     return c
 
 
-@pytest.mark.parametrize("arch, scheme", ARCH_SCHEME)
+def _loss_falls_cases() -> list:
+    """Every scheme on the encoder-decoder; the encoder- and decoder-only stacks (the same
+    layer code, other masks and losses) with DeepNorm and Sub-LN here, the rest under -m slow."""
+    fast = {"deepnorm", "subln"}
+    return [
+        pytest.param(a, s, marks=() if a == "encdec" or s in fast else pytest.mark.slow)
+        for a, s in ARCH_SCHEME
+    ]
+
+
+@pytest.mark.parametrize("arch, scheme", _loss_falls_cases())
 def test_loss_falls(arch, scheme):
     # MLM on the reversal task learns the copy later than the other tasks (the masked-token
     # loss sits at the unigram entropy ln 8 until it does): it gets 120 steps.
@@ -48,6 +58,7 @@ def test_invalid_training_field():
         train.run(c)
 
 
+@pytest.mark.slow  # train.py runs end to end in test_reliability's reference run
 def test_cli_runs_and_writes_eval(tmp_path):
     cmd = [
         sys.executable,
