@@ -21,7 +21,13 @@ from collections.abc import Callable
 import flax.linen as nn
 import jax
 
-from deepnet_jax.layers import FeedForward, MultiHeadAttention, constrain, layer_norm
+from deepnet_jax.layers import (
+    FeedForward,
+    MultiHeadAttention,
+    constrain,
+    layer_norm,
+    record_input_norm,
+)
 from deepnet_jax.model_config import TransformerConfig
 
 SIDES = ("encoder", "decoder")
@@ -90,9 +96,12 @@ class TransformerLayer(nn.Module):
                 return nn.Dropout(c.dropout)(g(h), deterministic=self.deterministic, rng=key(i))
 
             if scheme in ("pre_ln", "subln"):
+                record_input_norm(self, norm, x)
                 y = x + branch(layer_norm(c, norm)(x))
             else:  # post_ln (α = 1) and deepnorm: α scales the residual, not G(x)
-                y = layer_norm(c, norm)(alpha * x + branch(x))
+                z = alpha * x + branch(x)
+                record_input_norm(self, norm, z)
+                y = layer_norm(c, norm)(z)
             return constrain(y)
 
         def attend(module: MultiHeadAttention, h, kv, mask, i: int, slot: str, index):

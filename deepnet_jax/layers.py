@@ -22,6 +22,26 @@ from deepnet_jax.model_config import TransformerConfig
 ACTIVATION_AXES = ("batch", "length", "embed")
 
 
+DIAGNOSTICS = "diagnostics"  # the flax collection the stability instruments sow into
+LN_INPUT_SUFFIX = "_input"  # sown name = LayerNorm name + this (names are shared with modules)
+
+
+def record_input_norm(module: nn.Module, name: str, x: jax.Array) -> None:
+    """Sow ``<name>_input`` = mean over positions of ‖x[..., :]‖₂ (x [B, T, F], padding
+    included) into the ``diagnostics`` collection for the LayerNorm ``name`` about to read x,
+    only when that collection is mutable outside ``init`` (the stability instruments of
+    ``deepnet_jax.diagnostics``); otherwise nothing is computed."""
+    if module.is_mutable_collection(DIAGNOSTICS) and not module.is_initializing():
+        norms = jnp.sqrt(jnp.sum(jnp.square(x.astype(jnp.float32)), axis=-1))
+        module.sow(
+            DIAGNOSTICS,
+            f"{name}{LN_INPUT_SUFFIX}",
+            jnp.mean(norms),
+            reduce_fn=lambda _, v: v,
+            init_fn=float,
+        )
+
+
 def layer_norm(config: TransformerConfig, name: str, axis_name: str = "norm") -> nn.LayerNorm:
     """LayerNorm over the last axis with float32 statistics; scale/bias on ``axis_name``."""
     return nn.LayerNorm(
@@ -160,7 +180,9 @@ class MultiHeadAttention(nn.Module):
 
         if self.inner_norm:
             B, T = out_BTHK.shape[:2]
-            out_BTD = layer_norm(c, "inner_attn_ln")(out_BTHK.reshape(B, T, D))
+            out_BTD = out_BTHK.reshape(B, T, D)
+            record_input_norm(self, "inner_attn_ln", out_BTD)
+            out_BTD = layer_norm(c, "inner_attn_ln")(out_BTD)
             out_BTHK = out_BTD.reshape(B, T, H, K)
         out_BTD = Projection(
             (H, K), (D,), ("heads", "kv"), ("embed",), c, self.value_gain, name="out_proj"
@@ -196,6 +218,7 @@ class FeedForward(nn.Module):
             h_BTF, deterministic=self.deterministic, rng=dropout_key
         )
         if self.inner_norm:
+            record_input_norm(self, "ffn_layernorm", h_BTF)
             h_BTF = layer_norm(c, "ffn_layernorm", axis_name="mlp")(h_BTF)
         return Projection(
             (c.ffn_dim,), (c.d_model,), ("mlp",), ("embed",), c, self.gain, name="fc2"

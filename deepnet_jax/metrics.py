@@ -102,7 +102,8 @@ class MetricsWriter:
 
 
 def _plain(value: Any) -> Any:
-    return value.item() if hasattr(value, "item") else value
+    """Arrays and numpy scalars as Python numbers or (nested) lists."""
+    return value.tolist() if hasattr(value, "tolist") else value
 
 
 def read(workdir: str) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from deepnet_jax.blocks import TransformerLayer, residual_scheme
-from deepnet_jax.layers import constrain, layer_norm
+from deepnet_jax.layers import DIAGNOSTICS, constrain, layer_norm
 from deepnet_jax.model_config import TransformerConfig
 
 # Names tagged with ``checkpoint_name`` inside each layer, saved by the "qkv_fc1" policy.
@@ -102,7 +102,7 @@ def apply_layers(
     if config.scan_layers:
         scanned = nn.scan(
             _layer_class(config, scanned=True),
-            variable_axes={"params": 0},
+            variable_axes={"params": 0, DIAGNOSTICS: 0},  # instruments: one entry per layer
             split_rngs={"params": True, "dropout": True},
             in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, 0, 0, nn.broadcast),
             length=L,

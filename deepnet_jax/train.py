@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from deepnet_jax import (
     checkpoint,
+    diagnostics,
     distributed,
     evaluation,
     flops,
@@ -52,7 +53,12 @@ NAN_POLICIES = ("halt", "skip")
 
 
 class NonFiniteError(RuntimeError):
-    """Training stopped on a non-finite loss or gradient (``nan_policy``)."""
+    """Training stopped on a non-finite loss or gradient (``nan_policy``) at micro-step
+    ``step`` (1-based)."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
 
 
 def validate(config: ml_collections.ConfigDict, device_count: int | None = None) -> None:
@@ -88,6 +94,7 @@ def validate(config: ml_collections.ConfigDict, device_count: int | None = None)
             f"data.max_len={config.data.max_len} exceeds model.max_len={config.model.max_len}"
         )
     _validate_run_fields(config)
+    diagnostics.validate(config.diagnostics)
     sharding.logical_axis_rules(config.mesh)
     device_count = jax.device_count() if device_count is None else device_count
     dp = sharding.mesh_shape(config.mesh, device_count)
@@ -246,7 +253,10 @@ def make_loss_fn(model: nn.Module, arch: str, label_smoothing: float = 0.0) -> C
 
 
 def make_train_step(
-    loss_fn: Callable, optimizer: optax.GradientTransformation, base_key: jax.Array
+    loss_fn: Callable,
+    optimizer: optax.GradientTransformation,
+    base_key: jax.Array,
+    layer_grad_norms: bool = False,
 ) -> Callable:
     """Jitted ``(params, opt_state, batch, step) -> (params, opt_state, metrics)``, donating
     the state.
@@ -255,6 +265,8 @@ def make_train_step(
     index. ``metrics`` holds the loss function's sums plus ``loss`` (the optimized mean),
     ``grad_norm`` (global L2 norm of this micro-batch's gradient), ``update_norm`` (of the
     applied update; 0 on micro-steps that only accumulate) and ``param_norm`` (after the step).
+    With ``layer_grad_norms``, ``metrics["layer_grad_norm"]`` holds each sublayer type's
+    per-layer gradient norms (``diagnostics.layer_grad_norms``, [L] each).
     A batch entry ``preemption.STOP_KEY`` (int32 [B], each process's stop flag on its rows) is
     not fed to the model; its max over the global batch comes back as the metric of that name.
     """
@@ -276,6 +288,8 @@ def make_train_step(
             "update_norm": optax.tree.norm(updates),
             "param_norm": optax.tree.norm(params),
         }
+        if layer_grad_norms:
+            metrics["layer_grad_norm"] = diagnostics.layer_grad_norms(grads)
         if stop is not None:  # any process's stop flag, the same on all (an all-reduce)
             metrics[preemption.STOP_KEY] = jnp.max(stop)
         return params, opt_state, metrics
@@ -501,6 +515,17 @@ def main(config: ml_collections.ConfigDict, workdir: str | None) -> int:
     return 0
 
 
+def _diagnostics_record(
+    model_update: float, ln_inputs: dict[str, Any], layer_grads: dict[str, Any]
+) -> dict[str, Any]:
+    """A ``split: "diagnostics"`` record: ``model_update``, ``ln_input/<side>/<ln>`` [L] and
+    ``grad_norm/<side>/<sublayer>`` [L]."""
+    record: dict[str, Any] = {"model_update": model_update}
+    record.update({f"ln_input/{k}": v for k, v in jax.device_get(ln_inputs).items()})
+    record.update({f"grad_norm/{k}": v for k, v in layer_grads.items()})
+    return record
+
+
 def _stopped(
     config: ml_collections.ConfigDict,
     workdir: str | None,
@@ -606,7 +631,8 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
             say(f"resuming from {checkpointer.directory}/{latest} (step {start})")
     loss_fn = make_loss_fn(model, arch, config.label_smoothing)
     base_key = jax.random.key(config.seed + 2)
-    train_step = make_train_step(loss_fn, optimizer, base_key)
+    instruments = config.diagnostics.every  # updates between stability measurements; 0: off
+    train_step = make_train_step(loss_fn, optimizer, base_key, layer_grad_norms=bool(instruments))
     k = config.grad_accum_steps  # micro-batches per optimizer update
 
     if start == 0:
@@ -661,6 +687,23 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
     writer = metrics_lib.MetricsWriter(workdir) if workdir else None
     if writer and start:  # what a crashed run logged after this checkpoint is logged again
         writer.rewind(start // k, keep_final=start < config.total_steps * k)
+    latest_layer_grads: dict[str, Any] = {}  # the last read step's, with the instruments on
+    if instruments:  # F(x; θ_0) on the probe batch (θ_0 initialized again on resume)
+        probe = diagnostics.make_probe(model, arch)
+        update_size = jax.jit(diagnostics.model_update)
+        probe_batch = place(next(iter(data.eval_batches("validation"))))
+        features_0, ln_inputs_0 = probe(params if start == 0 else plan.create()[0], probe_batch)
+        if writer and start == 0:
+            writer.write("diagnostics", 0, _diagnostics_record(0.0, ln_inputs_0, {}))
+
+    def measure(updates: int) -> None:
+        """Model update, LN inputs (probe batch) and this step's layer gradient norms."""
+        features, ln_inputs = probe(params, probe_batch)
+        delta = float(update_size(features, features_0, probe_batch["inputs"]))
+        if writer:
+            record = _diagnostics_record(delta, ln_inputs, latest_layer_grads)
+            writer.write("diagnostics", updates, record)
+
     schedule = learning_rate_schedule(config)
     peak, peak_source = flops.peak_flops_per_device(config.peak_flops)
     peak_total = peak * mesh.size
@@ -686,6 +729,9 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
         metrics, boundary, step_flops, index = pending
         host = jax.device_get(metrics)
         stop_agreed |= bool(host.pop(preemption.STOP_KEY, 0))
+        if "layer_grad_norm" in host:
+            latest_layer_grads.clear()
+            latest_layer_grads.update(host.pop("layer_grad_norm"))
         bad = [n for n in ("loss", "grad_norm") if not np.isfinite(float(host[n]))]
         if not bad:
             skipped_in_a_row = 0
@@ -709,7 +755,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
             message += f"; diagnostic state saved in {where}"
         if checkpointer:
             checkpointer.close()  # the last good checkpoints stay complete
-        raise NonFiniteError(message)
+        raise NonFiniteError(message, index + 1)
 
     def save(step: int) -> None:
         """Checkpoint the state after ``step`` micro-batches (once its metrics are checked)."""
@@ -754,6 +800,11 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
                 started = time.perf_counter()
                 validate_now(params, updates)
                 interval.start += time.perf_counter() - started  # not training time
+            if instruments and boundary and updates % instruments == 0:
+                if pending is not None:  # this step's layer gradient norms
+                    read(pending)
+                    pending = None
+                measure(updates)
             saved = checkpointer and boundary and (updates % config.checkpoint_every == 0 or last)
             if saved:
                 save(step + 1)
@@ -803,4 +854,6 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
         if writer:
             writer.close()
             say(f"curves: {plots.plot_curves(workdir)}")
+            if instruments and config.diagnostics.plot:
+                say(f"diagnostics: {', '.join(diagnostics.plot(workdir))}")
     return metrics_out

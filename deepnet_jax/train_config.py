@@ -13,6 +13,7 @@ from typing import Any
 import ml_collections
 
 from deepnet_jax.data.pipeline import default_config as data_default
+from deepnet_jax.diagnostics import default_config as diagnostics_default
 from deepnet_jax.distributed import default_config as distributed_default
 from deepnet_jax.models import default_config as model_default
 from deepnet_jax.sharding import default_config as mesh_default
@@ -62,6 +63,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.nan_policy = "halt"  # non-finite loss/gradient: halt (diagnostic save, exit 1) or skip
     c.nan_max_skips = 10  # skip: halt after this many non-finite steps in a row
     c.peak_flops = 0.0  # per-device peak FLOP/s for the MFU estimate; 0: table or measured
+    c.diagnostics = diagnostics_default()  # stability instruments: deepnet_jax/diagnostics.py
     c.mesh = mesh_default()  # devices per mesh axis and logical-axis rules: deepnet_jax/sharding.py
     c.distributed = distributed_default()  # multi-host start-up: deepnet_jax/distributed.py
     c.seed = 0  # parameters, dropout and data order

@@ -1,0 +1,286 @@
+"""What the depth experiments share: the model, data and optimizer settings, one training run
+and its verdict, and the output files.
+
+The settings (fixed before any result was looked at, the same for every scheme):
+
+* **Model**: the DeepNet paper's tiny 64-128-2 encoder-decoder (d_model 64, FFN 128, 2 heads;
+  its Figure 5), N encoder and N decoder layers, dropout 0.1, sinusoidal positions.
+* **Data**: ``ding_de_en`` German→English, a joint 4,000-piece BPE vocabulary, sentences of
+  at most 64 tokens, batches of at most 1,024 tokens per update (the paper's IWSLT-14 runs
+  use 4,000; 2 CPU cores set this budget).
+* **Optimizer**: the paper's IWSLT-14 De-En recipe (its Table 4): Adam β = (0.9, 0.98),
+  ε = 1e-8, weight decay 1e-4 (decoupled), label smoothing 0.1, no gradient clipping (it
+  would hide divergence), inverse-square-root schedule with a linear warm-up from 1e-7.
+* **Verdict** of a run (:func:`verdict`): ``diverged`` if the loss or a gradient became
+  non-finite (the trainer's ``nan_policy="halt"``); ``stuck`` if its final validation NLL is
+  within 0.25 nats of the unigram entropy of the validation targets, or above it (it predicts
+  no better than token frequencies); ``trained`` otherwise.
+
+The ``smoke`` setting swaps the corpus for the synthetic reversal task and shrinks everything
+so that an experiment runs end to end in under a minute (the CI check of the code path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import ml_collections
+import numpy as np
+
+from deepnet_jax import metrics, train, train_config
+
+SETTINGS = ("smoke", "quick", "full")
+SCHEMES = ("post_ln", "pre_ln", "deepnorm", "subln")
+PAPER_LR = 5e-4  # DeepNet Table 4 (IWSLT-14 De-En)
+PAPER_WARMUP = 4000  # warm-up updates, from 1e-7 (DeepNet Table 4)
+STUCK_MARGIN = 0.25  # nats: "stuck" = validation NLL >= unigram entropy - this
+VERDICTS = ("trained", "stuck", "diverged")
+
+
+def base_config(setting: str) -> ml_collections.ConfigDict:
+    """The shared settings above as a training config (no checkpoints, no BLEU, validation
+    loss only at the end); experiments set the scheme, depth, learning rate and schedule."""
+    if setting not in SETTINGS:
+        raise ValueError(f"--setting={setting!r}; allowed values are {SETTINGS}")
+    c = train_config.default_config()
+    m = c.model
+    m.arch = "encdec"
+    m.d_model, m.ffn_dim, m.num_heads = 64, 128, 2
+    m.dropout = 0.1
+    c.optimizer.name = "adamw"
+    c.optimizer.b1, c.optimizer.b2, c.optimizer.eps = 0.9, 0.98, 1e-8
+    c.optimizer.weight_decay = 1e-4
+    c.optimizer.grad_clip = 0.0
+    c.schedule.name = "inverse_sqrt"
+    c.schedule.warmup_init_lr = 1e-7
+    c.label_smoothing = 0.1
+    c.checkpoint_every = 0
+    c.eval_every = 0
+    c.decode.eval_sentences = 0
+    c.final_split = ""
+    c.nan_policy = "halt"
+    c.diagnostics.plot = False  # the experiment draws its own figure
+    if setting == "smoke":
+        m.vocab_size, m.max_len = 12, 16
+        m.d_model, m.ffn_dim, m.num_heads = 16, 32, 2
+        c.data.dataset = "synthetic_reversal"
+        c.data.max_len, c.data.batch_size = 12, 8
+        c.eval_batches = 1
+        c.log_every = 1
+        c.peak_flops = 1e12  # no fp32 matmul measurement for the MFU estimate
+        m.scan_layers, m.remat_policy = False, "none"  # 2 layers: the quickest compiles
+    else:
+        m.vocab_size, m.max_len = 4000, 64
+        c.data.dataset = "ding_de_en"
+        c.data.vocab_size = 4000
+        c.data.max_len = 64
+        c.data.max_tokens = 1024
+        c.log_every = 25
+    return c
+
+
+def with_run(
+    c: ml_collections.ConfigDict,
+    scheme: str,
+    layers: int,
+    learning_rate: float,
+    warmup_steps: int,
+    steps: int,
+) -> ml_collections.ConfigDict:
+    """A copy of ``c`` for one run: N-layer encoder and decoder of ``scheme``, peak
+    ``learning_rate`` after ``warmup_steps`` (0: constant from the first update). DLCL stacks
+    are unrolled (each layer reads every earlier one); the others are scanned."""
+    c = ml_collections.ConfigDict(c.to_dict())
+    c.model.scheme = scheme
+    c.model.num_encoder_layers = c.model.num_decoder_layers = layers
+    c.model.scan_layers = not scheme.startswith("dlcl")  # DLCL reads every earlier layer
+    c.optimizer.learning_rate = learning_rate
+    if warmup_steps:
+        c.schedule.name, c.schedule.warmup_steps = "inverse_sqrt", warmup_steps
+    else:
+        c.schedule.name = "constant"
+    c.total_steps = steps
+    return c
+
+
+def unigram_entropy(config: ml_collections.ConfigDict) -> float:
+    """Entropy (nats) of the validation targets' token distribution: the NLL of predicting
+    each target token by its frequency, which a model that learned nothing else reaches."""
+    data = train.make_data(config, 1)
+    counts: dict[int, float] = {}
+    for batch in data.eval_batches("validation"):
+        tokens, weights = np.asarray(batch["targets"]), np.asarray(batch["weights"])
+        ids, n = np.unique(tokens[weights > 0], return_counts=True)
+        for i, k in zip(ids.tolist(), n.tolist(), strict=True):
+            counts[i] = counts.get(i, 0.0) + k
+    p = np.array(list(counts.values())) / sum(counts.values())
+    return float(-(p * np.log(p)).sum())
+
+
+def verdict(result: dict[str, Any], entropy: float) -> str:
+    """``diverged``, ``stuck`` or ``trained`` (see the module docstring)."""
+    if result.get("nonfinite_step") is not None:
+        return "diverged"
+    if result["eval_loss"] >= entropy - STUCK_MARGIN:
+        return "stuck"
+    return "trained"
+
+
+def train_once(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+    """Train ``config`` in ``workdir`` (emptied first) and return its results: ``eval_loss``
+    (validation NLL), ``eval_accuracy``, ``train_loss``, ``eval_bleu_greedy`` (with
+    ``decode.eval_sentences`` > 0), ``nonfinite_step`` (the update whose loss or gradient was
+    not finite, else None), ``seconds`` and ``diagnostics`` (the run's diagnostics records)."""
+    if os.path.isdir(workdir):
+        for name in os.listdir(workdir):  # a rerun starts afresh, never resumes
+            path = os.path.join(workdir, name)
+            if os.path.isfile(path):
+                os.remove(path)
+            else:
+                shutil.rmtree(path)
+    os.makedirs(workdir, exist_ok=True)
+    started = time.perf_counter()
+    out: dict[str, Any] = {"nonfinite_step": None}
+    try:
+        result = train.run(config, workdir)
+        out.update({k: v for k, v in result.items() if isinstance(v, (int, float, str))})
+    except train.NonFiniteError as e:
+        out["nonfinite_step"] = e.step
+        out["error"] = str(e)
+        out["eval_loss"] = out["eval_accuracy"] = math.nan
+    out["seconds"] = time.perf_counter() - started
+    records = metrics.read(workdir)
+    out["diagnostics"] = [r for r in records if r["split"] == "diagnostics"]
+    train_records = [r for r in records if r["split"] == "train"]
+    if train_records and "train_loss" not in out:
+        out["train_loss"] = train_records[-1]["loss"]
+    return out
+
+
+class Results:
+    """An experiment's runs, kept in ``<out>/<name>.json`` after every run, so that a long
+    experiment that was interrupted skips the runs it finished when started again."""
+
+    def __init__(self, out_dir: str, name: str, setting: str, settings: dict[str, Any]):
+        self.path = os.path.join(out_dir, f"{name}.json")
+        self.payload: dict[str, Any] = {"setting": setting, "settings": settings, "runs": []}
+        if os.path.exists(self.path):
+            with open(self.path) as f:
+                kept = json.load(f)
+            if kept.get("setting") == setting and kept.get("settings") == _plain(settings):
+                self.payload["runs"] = kept["runs"]
+        os.makedirs(out_dir, exist_ok=True)
+
+    @property
+    def runs(self) -> list[dict[str, Any]]:
+        return self.payload["runs"]
+
+    def find(self, key: dict[str, Any]) -> dict[str, Any] | None:
+        for run in self.runs:
+            if all(run.get(k) == v for k, v in key.items()):
+                return run
+        return None
+
+    def add(self, key: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+        run = {**key, **result}
+        self.runs.append(run)
+        self.save()
+        return run
+
+    def save(self) -> None:
+        """Write the payload (atomically: a rename)."""
+        with open(self.path + ".tmp", "w") as f:
+            json.dump(self.payload, f, indent=1, default=_json_default)
+        os.replace(self.path + ".tmp", self.path)
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=_json_default))
+
+
+def run_grid(
+    results: Results,
+    keys: Sequence[dict[str, Any]],
+    make_config: Any,
+    entropy: float | None,
+    work_root: str,
+) -> list[dict[str, Any]]:
+    """Train every ``key`` (a dict of the run's settings) not in ``results`` yet, with
+    ``make_config(key)``, in ``<work_root>/<i>``; add its result and its :func:`verdict`
+    (with ``entropy``; None for the synthetic smoke data: then only diverged/trained)."""
+    out = []
+    for i, key in enumerate(keys):
+        run = results.find(key)
+        if run is None:
+            summary = ", ".join(f"{k}={v}" for k, v in key.items())
+            print(f"== run {i + 1}/{len(keys)}: {summary}", flush=True)
+            result = train_once(make_config(key), os.path.join(work_root, str(i)))
+            if entropy is None:
+                result["verdict"] = "diverged" if result["nonfinite_step"] else "trained"
+            else:
+                result["verdict"] = verdict(result, entropy)
+            print(f"== {summary}: {result['verdict']}, validation NLL {result['eval_loss']:.3f}")
+            run = results.add(key, result)
+        out.append(run)
+    return out
+
+
+def write_table(out_dir: str, name: str, text: str) -> str:
+    """``<out_dir>/<name>.md``; returns its path."""
+    path = os.path.join(out_dir, f"{name}.md")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub markdown table; floats with 3 decimals (NaN as "—")."""
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return "—" if math.isnan(v) else f"{v:.3g}" if abs(v) < 0.01 else f"{v:.3f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--setting", default="quick", choices=SETTINGS, help="smoke, quick or full")
+    p.add_argument("--out", default="", help="output folder (default /tmp/deepnet_experiments)")
+    p.add_argument("--data_dir", default="", help="prepared corpora (default: data.data_dir)")
+    return p
+
+
+def output_dir(args: argparse.Namespace, name: str) -> str:
+    return args.out or os.path.join("/tmp/deepnet_experiments", name)
+
+
+def configure_data(c: ml_collections.ConfigDict, args: argparse.Namespace) -> None:
+    if args.data_dir:
+        c.data.data_dir = args.data_dir
+
+
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -1,0 +1,124 @@
+"""Magneto's claim that Sub-LN tolerates larger learning rates, at one depth.
+
+Each scheme (Post-LN, Pre-LN, DeepNorm, Sub-LN) trains the same tiny 64-128-2
+encoder-decoder (``common``) at every peak learning rate of a fixed grid (doublings from the
+DeepNet paper's 5e-4) for a fixed budget, with an inverse-square-root schedule whose warm-up
+(from 1e-7) is half the budget; the result per scheme is the largest learning rate whose run
+``trained`` (``common.verdict``: not diverged, not stuck at the unigram entropy) and the
+validation NLL at each learning rate.
+
+Settings (fixed before any result was seen):
+
+=========  ============  ==========================  =======  =============================
+setting    depth         peak learning rates         updates  cost on 2 CPU cores
+=========  ============  ==========================  =======  =============================
+smoke      2L-2L         5e-4, 8e-3                  4        < 1 min (synthetic, 16-32-2)
+quick      6L-6L         5e-4 × 2^k, k = 0 … 5       200      about 15 min
+full       18L-18L       5e-4 × 2^k, k = 0 … 6       2,000    about 10 hours
+=========  ============  ==========================  =======  =============================
+
+Run: ``python -m deepnet_jax.experiments.lr_tolerance --setting=quick --out=DIR``; writes
+``lr_tolerance.json``, ``lr_tolerance.png`` (validation NLL against learning rate, a curve per
+scheme, crosses for diverged runs) and ``lr_tolerance.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Any
+
+from deepnet_jax.experiments import common
+
+NAME = "lr_tolerance"
+SETTINGS = {
+    "smoke": {"layers": 2, "lrs": [5e-4, 8e-3], "steps": 4, "schemes": ["post_ln", "subln"]},
+    "quick": {
+        "layers": 6,
+        "lrs": [5e-4 * 2**k for k in range(6)],
+        "steps": 200,
+        "schemes": list(common.SCHEMES),
+    },
+    "full": {
+        "layers": 18,
+        "lrs": [5e-4 * 2**k for k in range(7)],
+        "steps": 2000,
+        "schemes": list(common.SCHEMES),
+    },
+}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = common.parser(__doc__.splitlines()[0]).parse_args(argv)
+    base = common.base_config(args.setting)
+    common.configure_data(base, args)
+    s = SETTINGS[args.setting]
+    out = common.output_dir(args, NAME)
+    entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
+    results = common.Results(out, NAME, args.setting, {**s, "unigram_entropy": entropy})
+    keys = [{"scheme": scheme, "lr": lr} for scheme in s["schemes"] for lr in s["lrs"]]
+
+    def make_config(key):
+        steps = s["steps"]
+        return common.with_run(base, key["scheme"], s["layers"], key["lr"], steps // 2, steps)
+
+    runs = common.run_grid(results, keys, make_config, entropy, os.path.join(out, "runs"))
+    largest = {scheme: largest_trained(runs, scheme) for scheme in s["schemes"]}
+    results.payload["largest_trained_lr"] = largest
+    results.save()
+    header = ["scheme", "largest lr that trained"] + [f"{lr:g}" for lr in s["lrs"]]
+    rows = []
+    for scheme in s["schemes"]:
+        row: list[Any] = [scheme, "none" if largest[scheme] is None else f"{largest[scheme]:g}"]
+        for lr in s["lrs"]:
+            run = next(r for r in runs if (r["scheme"], r["lr"]) == (scheme, lr))
+            row.append(
+                f"diverged (update {run['nonfinite_step']})"
+                if run["verdict"] == "diverged"
+                else f"{run['verdict']} {run['eval_loss']:.3f}"
+            )
+        rows.append(row)
+    note = f"{s['layers']}L-{s['layers']}L, {s['steps']} updates: verdict and validation NLL"
+    if entropy is not None:
+        note += f" (unigram entropy of the validation targets {entropy:.3f} nats)"
+    table = f"{note}.\n\n" + common.markdown_table(header, rows)
+    paths = [results.path, common.write_table(out, NAME, table), _plot(runs, s, out)]
+    print(table)
+    print("wrote " + ", ".join(paths))
+    return results.payload
+
+
+def largest_trained(runs: list[dict[str, Any]], scheme: str) -> float | None:
+    """The largest learning rate at which ``scheme``'s run was ``trained`` (None: none)."""
+    ok = [r["lr"] for r in runs if r["scheme"] == scheme and r["verdict"] == "trained"]
+    return max(ok) if ok else None
+
+
+def _plot(runs: list[dict[str, Any]], s: dict[str, Any], out: str) -> str:
+    plt = common.pyplot()
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    finite = [r["eval_loss"] for r in runs if not math.isnan(r["eval_loss"])]
+    top = max(finite) * 1.05 if finite else 1.0
+    for scheme in s["schemes"]:
+        mine = sorted((r for r in runs if r["scheme"] == scheme), key=lambda r: r["lr"])
+        xs = [r["lr"] for r in mine]
+        ys = [top if math.isnan(r["eval_loss"]) else r["eval_loss"] for r in mine]
+        (line,) = ax.plot(xs, ys, marker="o", label=scheme)
+        for x, r in zip(xs, mine, strict=True):
+            if r["verdict"] == "diverged":
+                ax.plot([x], [top], marker="x", markersize=10, color=line.get_color())
+    ax.set_xscale("log")
+    ax.set_xlabel("peak learning rate")
+    ax.set_ylabel("validation NLL (× = diverged)")
+    ax.set_title(f"{s['layers']}L-{s['layers']}L, {s['steps']} updates", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = os.path.join(out, f"{NAME}.png")
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,118 @@
+"""The depth experiments (deepnet_jax.experiments) end to end in their smoke settings, and
+the verdict and unigram-entropy helpers they rest on."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from test_data_pipeline import _write_corpus
+
+from deepnet_jax.data import pipeline
+from deepnet_jax.data.tokenizer import EOS_ID
+from deepnet_jax.experiments import common, depth_sweep, lr_tolerance, model_update
+
+
+def _outputs(out, name):
+    payload = json.loads((out / f"{name}.json").read_text())
+    assert (out / f"{name}.png").stat().st_size > 2000
+    table = (out / f"{name}.md").read_text()
+    return payload, table
+
+
+def test_model_update_smoke(tmp_path):
+    model_update.main(["--setting=smoke", f"--out={tmp_path}"])
+    payload, table = _outputs(tmp_path, "model_update")
+    runs = payload["runs"]
+    assert {(r["scheme"], r["warmup"]) for r in runs} == {
+        (s, w) for s in ("post_ln", "deepnorm") for w in ("none", "paper")
+    }
+    for run in runs:
+        steps = [d["step"] for d in run["diagnostics"]]
+        assert steps == [0, 2, 4]
+        assert run["diagnostics"][0]["model_update"] == 0.0
+        assert all(d["model_update"] > 0 for d in run["diagnostics"][1:])
+    # warm-up from 1e-7 moves the model far less than the constant peak learning rate
+    for scheme in ("post_ln", "deepnorm"):
+        moved = {
+            r["warmup"]: r["diagnostics"][-1]["model_update"] for r in runs if r["scheme"] == scheme
+        }
+        assert moved["paper"] < moved["none"] / 10
+    assert table.count("\n| post_ln |") == 2 and "ΔF after 4" in table
+
+
+def test_depth_sweep_smoke_includes_dlcl(tmp_path):
+    depth_sweep.main(["--setting=smoke", f"--out={tmp_path}"])
+    payload, table = _outputs(tmp_path, "depth_sweep")
+    assert {(r["scheme"], r["lr"]) for r in payload["runs"]} == {
+        (s, lr) for s in ("deepnorm", "dlcl_pre") for lr in (5e-4, 2e-3)
+    }
+    assert all(r["verdict"] in common.VERDICTS for r in payload["runs"])
+    assert "| dlcl_pre | 0.002 |" in table
+
+
+def test_lr_tolerance_smoke_and_rerun_skips_finished_runs(tmp_path, capsys):
+    first = lr_tolerance.main(["--setting=smoke", f"--out={tmp_path}"])
+    payload, table = _outputs(tmp_path, "lr_tolerance")
+    assert set(payload["largest_trained_lr"]) == {"post_ln", "subln"}
+    assert "largest lr that trained" in table
+    capsys.readouterr()
+    again = lr_tolerance.main(["--setting=smoke", f"--out={tmp_path}"])  # nothing retrained
+    assert "== run" not in capsys.readouterr().out
+    assert again["runs"] == first["runs"]
+
+
+def test_verdicts():
+    entropy = 5.0
+    assert common.verdict({"nonfinite_step": 7, "eval_loss": math.nan}, entropy) == "diverged"
+    assert common.verdict({"nonfinite_step": None, "eval_loss": 4.8}, entropy) == "stuck"
+    assert common.verdict({"nonfinite_step": None, "eval_loss": 6.0}, entropy) == "stuck"
+    assert common.verdict({"nonfinite_step": None, "eval_loss": 4.7}, entropy) == "trained"
+    runs = [
+        {"scheme": "subln", "lr": 1e-3, "verdict": "trained"},
+        {"scheme": "subln", "lr": 4e-3, "verdict": "trained"},
+        {"scheme": "subln", "lr": 8e-3, "verdict": "diverged"},
+        {"scheme": "post_ln", "lr": 1e-3, "verdict": "stuck"},
+    ]
+    assert lr_tolerance.largest_trained(runs, "subln") == 4e-3
+    assert lr_tolerance.largest_trained(runs, "post_ln") is None
+
+
+def test_unigram_entropy_of_the_validation_targets(tmp_path):
+    _write_corpus(tmp_path / "toy")
+    c = common.base_config("quick")
+    c.data.dataset, c.data.source_dir = "local_parallel", str(tmp_path / "toy")
+    c.data.src_ext, c.data.tgt_ext = "de", "en"
+    c.data.data_dir, c.data.vocab_size = str(tmp_path / "data"), 300
+    c.data.max_tokens = 256
+    c.model.vocab_size = 300
+    got = common.unigram_entropy(c)
+    # directly: the tokenizer's pieces of every validation target, plus EOS
+    options = pipeline.DataOptions(
+        dataset="local_parallel",
+        data_dir=c.data.data_dir,
+        source_dir=c.data.source_dir,
+        src_ext="de",
+        tgt_ext="en",
+        vocab_size=300,
+        max_len=c.data.max_len,
+    )
+    tok = pipeline.prepare_corpus(options).tokenizer
+    ids = []
+    for line in (tmp_path / "toy" / "valid.en").read_text().splitlines():
+        pieces = [*tok.encode(line).tolist(), EOS_ID]
+        if len(pieces) <= c.data.max_len:
+            ids.extend(pieces)
+    _, counts = np.unique(ids, return_counts=True)
+    p = counts / counts.sum()
+    assert got == pytest.approx(float(-(p * np.log(p)).sum()), rel=1e-6)
+
+
+def test_bad_setting(capsys):
+    with pytest.raises(SystemExit):
+        model_update.main(["--setting=fast"])
+    assert "argument --setting: invalid choice: 'fast'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"--setting='fast'; allowed values are"):
+        common.base_config("fast")
