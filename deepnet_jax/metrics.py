@@ -61,9 +61,10 @@ class MetricsWriter:
         os.replace(self.path + ".tmp", self.path)
 
     def write(self, split: str, step: int, values: dict[str, Any]) -> None:
-        """Append ``{"split": split, "step": step, **values}`` (arrays made Python scalars) to
-        the JSONL file, and each int/float value (bools excluded) as the TensorBoard scalar
-        ``<split>/<name>`` at ``step``."""
+        """Append ``{"split": split, "step": step, **values}`` (arrays made Python numbers or
+        lists) to the JSONL file, and each int/float value (bools excluded; lists such as the
+        per-layer diagnostics stay JSONL-only) as the TensorBoard scalar ``<split>/<name>`` at
+        ``step``."""
         if not self._enabled:
             return
         record = {"split": split, "step": step, **{k: _plain(v) for k, v in values.items()}}

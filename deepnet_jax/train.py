@@ -697,7 +697,8 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
             writer.write("diagnostics", 0, _diagnostics_record(0.0, ln_inputs_0, {}))
 
     def measure(updates: int) -> None:
-        """Model update, LN inputs (probe batch) and this step's layer gradient norms."""
+        """Model update, LN inputs (probe batch) and this step's layer gradient norms (of its
+        last micro-batch with gradient accumulation)."""
         features, ln_inputs = probe(params, probe_batch)
         delta = float(update_size(features, features_0, probe_batch["inputs"]))
         if writer:
@@ -804,7 +805,9 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
                 if pending is not None:  # this step's layer gradient norms
                     read(pending)
                     pending = None
+                started = time.perf_counter()
                 measure(updates)
+                interval.start += time.perf_counter() - started  # not training time
             saved = checkpointer and boundary and (updates % config.checkpoint_every == 0 or last)
             if saved:
                 save(step + 1)

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import pytest
 
 from deepnet_jax import models
 from deepnet_jax.model_config import ARCHS, SCHEMES
@@ -30,6 +31,17 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 ARCH_SCHEME = list(itertools.product(ARCHS, SCHEMES))
+FAST_SCHEMES = ("deepnorm", "subln")
+
+
+def arch_scheme_params(pairs=ARCH_SCHEME) -> list:
+    """``pairs`` as pytest params: every scheme on the encoder-decoder (it holds every layer
+    kind), the other architectures with DeepNorm and Sub-LN in the default run and with the
+    remaining schemes under ``-m slow`` (the same layer code behind other masks and losses)."""
+    return [
+        pytest.param(a, s, marks=() if a == "encdec" or s in FAST_SCHEMES else pytest.mark.slow)
+        for a, s in pairs
+    ]
 
 
 def tiny_config(
@@ -75,3 +87,24 @@ def init_params(model, arch: str, src, tgt=None, seed: int = 0):
 def jit_apply(model):
     """``model.apply`` under jit (eager scan/remat dispatch is slow on CPU)."""
     return jax.jit(model.apply, static_argnames=("deterministic",))
+
+
+# The modules that take longest, first: the two xdist workers take whole modules in collection
+# order, so starting with the long ones keeps one worker from finishing far behind the other.
+LONG_MODULES = (
+    "test_sharding.py",
+    "test_reliability.py",
+    "test_experiments.py",
+    "test_cli.py",
+    "test_checkpoint.py",
+    "test_training.py",
+    "test_diagnostics.py",
+)
+
+
+def pytest_collection_modifyitems(items: list) -> None:
+    def rank(item) -> int:
+        name = item.path.name
+        return LONG_MODULES.index(name) if name in LONG_MODULES else len(LONG_MODULES)
+
+    items.sort(key=rank)  # stable: the order inside each module is kept

@@ -1,13 +1,16 @@
-"""The benchmark scripts run end to end in their --smoke setting."""
+"""The benchmark scripts run end to end in their --smoke setting (with -m slow)."""
 
 import json
 import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow  # a benchmark's smoke run; CI runs the library tests
 def test_decode_benchmark_smoke():
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.decode", "--smoke"],
@@ -24,6 +27,7 @@ def test_decode_benchmark_smoke():
     assert beam["sentences"] == 8 and beam["sentences_per_s"] > 0
 
 
+@pytest.mark.slow  # a benchmark's smoke run; CI runs the library tests
 def test_sharding_benchmark_smoke():
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.sharding", "--smoke"],

@@ -57,8 +57,10 @@ def test_resume_synthetic_with_dropout(tmp_path):
     _resume_equals_uninterrupted(c, tmp_path, 3)
 
 
-# accum 1 is also covered by the synthetic test above; on the corpus it runs with -m slow
-@pytest.mark.parametrize("accum", [pytest.param(1, marks=pytest.mark.slow), 2])
+# -m slow: corpus iterator restore is tested in test_data_pipeline, exact resume end to end
+# in test_reliability (kill -9 and SIGTERM) and accumulation in test_train_config
+@pytest.mark.slow
+@pytest.mark.parametrize("accum", [1, 2])
 def test_resume_corpus_pipeline(corpus, tmp_path, accum):  # noqa: F811
     c = _train_config(corpus, max_tokens=192)
     c.model.dropout = 0.1

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import built, init_params, jit_apply, random_tokens, tiny_config
+from conftest import arch_scheme_params, built, init_params, jit_apply, random_tokens, tiny_config
 
 from deepnet_jax import decoding, models
 from deepnet_jax.model_config import SCHEMES
@@ -39,7 +39,9 @@ def _incremental_logits(model, params, cfg, arch, src, tgt):
     return jnp.concatenate(outs, axis=1)
 
 
-@pytest.mark.parametrize("arch, scheme", list(itertools.product(("encdec", "decoder"), SCHEMES)))
+@pytest.mark.parametrize(
+    "arch, scheme", arch_scheme_params(itertools.product(("encdec", "decoder"), SCHEMES))
+)
 def test_cached_logits_equal_full_forward(arch, scheme):
     cfg, model, params = built(arch, scheme)
     src = random_tokens((2, 7), cfg.vocab_size, seed=1)

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import ARCH_SCHEME, init_params, random_tokens, tiny_config
+from conftest import arch_scheme_params, init_params, random_tokens, tiny_config
 from flax.traverse_util import flatten_dict
 
 from deepnet_jax import constants, models
@@ -54,7 +54,7 @@ FANS = {
 }
 
 
-@pytest.mark.parametrize("arch, scheme", ARCH_SCHEME)
+@pytest.mark.parametrize("arch, scheme", arch_scheme_params())
 def test_kernel_std_matches_gain(arch, scheme):
     cfg = tiny_config(
         arch,

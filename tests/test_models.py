@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from conftest import (
     ARCH_SCHEME,
+    arch_scheme_params,
     built,
     init_params,
     jit_apply,
@@ -20,7 +21,9 @@ from deepnet_jax import models
 from deepnet_jax.model_config import SCHEMES
 
 
-@pytest.mark.parametrize("arch, scheme", [(a, s) for a, s in ARCH_SCHEME if a != "encoder"])
+@pytest.mark.parametrize(
+    "arch, scheme", arch_scheme_params([(a, s) for a, s in ARCH_SCHEME if a != "encoder"])
+)
 def test_causality(arch, scheme):
     """Logits at position t do not change when tokens after t change."""
     cfg, model, params = built(arch, scheme)
@@ -36,7 +39,7 @@ def test_causality(arch, scheme):
     assert np.abs(np.asarray(a[:, t + 1 :] - b[:, t + 1 :])).max() > 1e-4
 
 
-@pytest.mark.parametrize("arch, scheme", ARCH_SCHEME)
+@pytest.mark.parametrize("arch, scheme", arch_scheme_params())
 def test_padding_invariance(arch, scheme):
     """Appending padding (id 0) to the input or the source leaves real positions' logits alone."""
     cfg, model, params = built(arch, scheme)

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ARCH_SCHEME
+from conftest import arch_scheme_params
 
 from deepnet_jax import train
 
@@ -33,17 +33,7 @@ def small_config(arch: str, scheme: str, steps: int = 40):
     return c
 
 
-def _loss_falls_cases() -> list:
-    """Every scheme on the encoder-decoder; the encoder- and decoder-only stacks (the same
-    layer code, other masks and losses) with DeepNorm and Sub-LN here, the rest under -m slow."""
-    fast = {"deepnorm", "subln"}
-    return [
-        pytest.param(a, s, marks=() if a == "encdec" or s in fast else pytest.mark.slow)
-        for a, s in ARCH_SCHEME
-    ]
-
-
-@pytest.mark.parametrize("arch, scheme", _loss_falls_cases())
+@pytest.mark.parametrize("arch, scheme", arch_scheme_params())
 def test_loss_falls(arch, scheme):
     # MLM on the reversal task learns the copy later than the other tasks (the masked-token
     # loss sits at the unigram entropy ln 8 until it does): it gets 120 steps.

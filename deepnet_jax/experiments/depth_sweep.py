@@ -13,8 +13,8 @@ Settings (fixed before any result was seen):
 =========  ================  ==============  =======  ====================================
 setting    depths (N L-N L)  DLCL depths     updates  cost on 2 CPU cores
 =========  ================  ==============  =======  ====================================
-smoke      2                 2 (dlcl_pre)    4        < 1 min (synthetic reversal, 16-32-2)
-quick      6, 18             6               200      about 20 min
+smoke      2                 2 (dlcl_pre)    4        about 1 min (synthetic reversal, 16-32-2)
+quick      6, 12             6 (dlcl_pre)    80       about 20 min
 full       6, 18, 50, 100    6, 18           2,000    about 2 days (100L-100L: ~2 s/update)
 =========  ================  ==============  =======  ====================================
 
@@ -44,11 +44,11 @@ SETTINGS = {
         "bleu_sentences": 0,
     },
     "quick": {
-        "depths": [6, 18],
+        "depths": [6, 12],
         "dlcl_depths": [6],
-        "steps": 200,
+        "steps": 80,
         "schemes": list(common.SCHEMES),
-        "dlcl": ["dlcl_pre", "dlcl_post"],
+        "dlcl": ["dlcl_pre"],
         "lrs": [5e-4, 2e-3],
         "bleu_sentences": 0,
     },

@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     s = SETTINGS[args.setting]
     schemes = ["post_ln", "deepnorm"] if args.setting == "smoke" else list(common.SCHEMES)
     out = common.output_dir(args, NAME)
+    entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
     results = common.Results(
         out, NAME, args.setting, {**s, "schemes": schemes, "lr": common.PAPER_LR}
     )
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         c.diagnostics.every = s["every"]
         return c
 
-    runs = common.run_grid(results, keys, make_config, None, os.path.join(out, "runs"))
+    runs = common.run_grid(results, keys, make_config, entropy, os.path.join(out, "runs"))
     rows = []
     for run in runs:
         series = _series(run)
@@ -77,7 +78,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 max(v for _, v in series),
                 series[-1][1],
                 run.get("train_loss", math.nan),
-                run["verdict"],
+                run["eval_loss"],
+                run["verdict"] if entropy is None else common.verdict(run, entropy),
             ]
         )
     header = [
@@ -88,9 +90,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "max ΔF",
         f"ΔF after {s['steps']}",
         "last train loss",
+        "validation NLL",
         "run",
     ]
     table = common.markdown_table(header, rows)
+    if entropy is not None:
+        table = f"Unigram entropy of the validation targets: {entropy:.3f} nats.\n\n" + table
     paths = [results.path, common.write_table(out, NAME, table), _plot(runs, schemes, s, out)]
     print(table)
     print("wrote " + ", ".join(paths))
