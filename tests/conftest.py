@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import functools
 import itertools
+import os
 import shutil
 import tempfile
 
@@ -22,11 +23,19 @@ from deepnet_jax.model_config import ARCHS, SCHEMES
 # well-distributed bits, not threefry's exact stream.
 jax.config.update("jax_default_prng_impl", "rbg")
 
-# Many tests train the same tiny models again (resume, CLI, config tables): a persistent
-# compilation cache for this test session turns their repeated compiles into cache reads.
-_XLA_CACHE = tempfile.mkdtemp(prefix="deepnet_jax_test_xla_cache_")
-atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
-jax.config.update("jax_compilation_cache_dir", _XLA_CACHE)
+# Many tests train the same tiny models again (resume, CLI, config tables, the train.py
+# subprocesses of the reliability tests): one persistent compilation cache for the whole test
+# run turns their repeated compiles into cache reads. The first process to load this file (the
+# pytest controller) creates it and exports it through JAX's environment variables, so both
+# xdist workers and every subprocess a test starts read and write the same folder; the
+# controller removes it at exit.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _XLA_CACHE = tempfile.mkdtemp(prefix="deepnet_jax_test_xla_cache_")
+    atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _XLA_CACHE
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
