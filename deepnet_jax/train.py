@@ -685,8 +685,8 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
         return result
 
     writer = metrics_lib.MetricsWriter(workdir) if workdir else None
-    if writer and start:  # what a crashed run logged after this checkpoint is logged again
-        writer.rewind(start // k, keep_final=start < config.total_steps * k)
+    if writer:  # what a crashed run logged after this checkpoint (all of it, if none) is redone
+        writer.rewind(start // k, keep_final=0 < start < config.total_steps * k)
     latest_layer_grads: dict[str, Any] = {}  # the last read step's, with the instruments on
     if instruments:  # F(x; θ_0) on the probe batch (θ_0 initialized again on resume)
         probe = diagnostics.make_probe(model, arch)

@@ -70,8 +70,18 @@ def test_best_keeps_lowest_validation_loss_for_language_models(corpus, tmp_path)
     c = _train_config(corpus, "local_text", "decoder")
     c.total_steps, c.log_every, c.eval_every, c.checkpoint_every = 6, 3, 3, 3
     c.final_split = "test"
+    # what a run killed before its first checkpoint logged: dropped when the run starts over
+    stale = [{"split": "train", "step": 3, "loss": 9.0}, {"split": "eval", "step": 3, "loss": 0.1}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in stale))
     result = train.run(c, str(tmp_path))
-    evals = [r for r in metrics.read(str(tmp_path)) if r["split"] == "eval"]
+    records = metrics.read(str(tmp_path))
+    assert [(r["split"], r["step"]) for r in records if r["split"] in ("train", "eval")] == [
+        ("train", 3),
+        ("eval", 3),
+        ("train", 6),
+        ("eval", 6),
+    ]
+    evals = [r for r in records if r["split"] == "eval"]
     best = [int(d) for d in os.listdir(tmp_path / "best") if d.isdigit()]
     score = json.loads((tmp_path / "best" / str(best[0]) / "score" / "metadata").read_text())
     assert score["score"] == pytest.approx(-min(r["loss"] for r in evals))
