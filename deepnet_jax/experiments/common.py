@@ -284,3 +284,13 @@ def pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_figure(fig: Any, out_dir: str, name: str) -> str:
+    """Lay out ``fig``, write it to ``<out_dir>/<name>.png`` (80 dpi) and close it; returns
+    the path."""
+    fig.tight_layout()
+    path = os.path.join(out_dir, f"{name}.png")
+    fig.savefig(path, dpi=80)
+    pyplot().close(fig)
+    return path

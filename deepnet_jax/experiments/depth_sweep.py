@@ -152,11 +152,7 @@ def _plot(runs: list[dict[str, Any]], s: dict[str, Any], out: str) -> str:
         ax.set_title(f"peak lr {lr:g}", fontsize=9)
     axes[0][0].set_ylabel("validation NLL (× = diverged)")
     axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    path = os.path.join(out, f"{NAME}.png")
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return common.save_figure(fig, out, NAME)
 
 
 if __name__ == "__main__":

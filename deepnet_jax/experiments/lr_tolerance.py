@@ -113,11 +113,7 @@ def _plot(runs: list[dict[str, Any]], s: dict[str, Any], out: str) -> str:
     ax.set_ylabel("validation NLL (× = diverged)")
     ax.set_title(f"{s['layers']}L-{s['layers']}L, {s['steps']} updates", fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = os.path.join(out, f"{NAME}.png")
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return common.save_figure(fig, out, NAME)
 
 
 if __name__ == "__main__":

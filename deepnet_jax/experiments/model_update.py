@@ -131,11 +131,7 @@ def _plot(runs: list[dict[str, Any]], schemes: list[str], s: dict[str, Any], out
             if col == 0:
                 ax.set_ylabel("model update ΔF")
     axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    path = os.path.join(out, f"{NAME}.png")
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return common.save_figure(fig, out, NAME)
 
 
 if __name__ == "__main__":
