@@ -39,6 +39,21 @@ jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
+# XLA's CPU backend at LLVM optimization level 0 compiles a tiny model's train step about twice
+# as fast (measured: 6.3 s -> 3.1 s for test_training's encdec step) and the tests' models are
+# too small for the slower code to matter. Set before the backend starts; subprocesses get it
+# through ``xla_flags``.
+TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
+if TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
+
+
+def xla_flags(devices: int | None = None) -> str:
+    """``XLA_FLAGS`` for a test's subprocess: the tests' flags, and ``devices`` host devices."""
+    forced = f" --xla_force_host_platform_device_count={devices}" if devices else ""
+    return TEST_XLA_FLAGS + forced
+
+
 ARCH_SCHEME = list(itertools.product(ARCHS, SCHEMES))
 FAST_SCHEMES = ("deepnorm", "subln")
 

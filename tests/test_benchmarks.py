@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,7 +35,7 @@ def test_sharding_benchmark_smoke():
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env={**os.environ, "XLA_FLAGS": ""},
+        env={**os.environ, "XLA_FLAGS": xla_flags()},
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]

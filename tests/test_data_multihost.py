@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import xla_flags
 from test_data_pipeline import _write_corpus
 
 from deepnet_jax.data import pipeline
@@ -24,7 +25,7 @@ def _free_port() -> int:
 
 def _run_two(corpora, out) -> list[dict]:
     port = str(_free_port())
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags()}
     procs = [
         subprocess.Popen(
             [sys.executable, WORKER, str(pid), port, str(corpora[pid]), str(out)],

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -16,7 +17,7 @@ def _plan(*args: str) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env={**os.environ, "XLA_FLAGS": ""},
+        env={**os.environ, "XLA_FLAGS": xla_flags()},
         timeout=600,
     )
 

@@ -21,6 +21,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+from conftest import xla_flags
 
 from deepnet_jax import metrics, preemption
 
@@ -37,7 +38,7 @@ def _env(devices: int = 1) -> dict[str, str]:
     return {
         **os.environ,
         "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "XLA_FLAGS": xla_flags(devices),
         "JAX_DEFAULT_PRNG_IMPL": "rbg",
         "JAX_COMPILATION_CACHE_DIR": jax.config.jax_compilation_cache_dir,
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",

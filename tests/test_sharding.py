@@ -10,6 +10,7 @@ import sys
 import ml_collections
 import numpy as np
 import pytest
+from conftest import xla_flags
 
 from deepnet_jax import distributed, sharding
 
@@ -20,7 +21,7 @@ def _env(devices: int) -> dict[str, str]:
     return {
         **os.environ,
         "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "XLA_FLAGS": xla_flags(devices),
     }
 
 
