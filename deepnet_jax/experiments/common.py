@@ -7,7 +7,9 @@ The settings (fixed before any result was looked at, the same for every scheme):
   its Figure 5), N encoder and N decoder layers, dropout 0.1, sinusoidal positions.
 * **Data**: ``ding_de_en`` German→English, a joint 4,000-piece BPE vocabulary, sentences of
   at most 64 tokens, batches of at most 1,024 tokens per update (the paper's IWSLT-14 runs
-  use 4,000; 2 CPU cores set this budget).
+  use 4,000; 2 CPU cores set this budget) in length buckets of 16, 32 and 64 tokens (one
+  compile each; without the default 8-token bucket 61.6% of a batch's target slots hold
+  tokens against 62.8%, measured over 300 batches, for one train-step compile fewer per run).
 * **Optimizer**: the paper's IWSLT-14 De-En recipe (its Table 4): Adam β = (0.9, 0.98),
   ε = 1e-8, weight decay 1e-4 (decoupled), label smoothing 0.1, no gradient clipping (it
   would hide divergence), inverse-square-root schedule with a linear warm-up from 1e-7.
@@ -82,6 +84,7 @@ def base_config(setting: str) -> ml_collections.ConfigDict:
         c.data.vocab_size = 4000
         c.data.max_len = 64
         c.data.max_tokens = 1024
+        c.data.bucket_boundaries = (16, 32, 64)
         c.log_every = 25
     return c
 

@@ -13,9 +13,13 @@ Settings (fixed before any result was seen):
 setting    depth         peak learning rates         updates  cost on 2 CPU cores
 =========  ============  ==========================  =======  =============================
 smoke      2L-2L         5e-4, 8e-3                  4        about 1 min (synthetic, 16-32-2)
-quick      6L-6L         5e-4 × 4^k, k = 0 … 3       100      about 20 min
+quick      6L-6L         2e-3 × 4^k, k = 0 … 2       150      about 16 min
 full       18L-18L       5e-4 × 2^k, k = 0 … 6       2,000    about 10 hours
 =========  ============  ==========================  =======  =============================
+
+The quick grid starts at 2e-3, not 5e-4: over 150 updates with a 75-update warm-up the
+learning rate sums to 0.05 at 5e-4, where every model-update run was still at the unigram
+entropy (100 constant updates at 5e-4), so that point could only say "stuck".
 
 Run: ``python -m deepnet_jax.experiments.lr_tolerance --setting=quick --out=DIR``; writes
 ``lr_tolerance.json``, ``lr_tolerance.png`` (validation NLL against learning rate, a curve per
@@ -36,8 +40,8 @@ SETTINGS = {
     "smoke": {"layers": 2, "lrs": [5e-4, 8e-3], "steps": 4, "schemes": ["post_ln", "subln"]},
     "quick": {
         "layers": 6,
-        "lrs": [5e-4 * 4**k for k in range(4)],
-        "steps": 100,
+        "lrs": [2e-3 * 4**k for k in range(3)],
+        "steps": 150,
         "schemes": list(common.SCHEMES),
     },
     "full": {
