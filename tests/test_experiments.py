@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
+import jax
 import numpy as np
 import pytest
 from test_data_pipeline import _write_corpus
@@ -116,3 +118,21 @@ def test_bad_setting(capsys):
     assert "argument --setting: invalid choice: 'fast'" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"--setting='fast'; allowed values are"):
         common.base_config("fast")
+
+
+def test_smoke_setting_asks_xla_for_fast_compiles(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    common.compile_fast_for_smoke("quick")  # real runs keep XLA's optimizations
+    assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2"
+    common.compile_fast_for_smoke("smoke")
+    common.compile_fast_for_smoke("smoke")  # added once
+    assert os.environ["XLA_FLAGS"] == (
+        "--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0"
+    )
+
+
+def test_runs_share_the_compilation_cache_already_configured(tmp_path):
+    configured = jax.config.jax_compilation_cache_dir  # the test session's (conftest)
+    assert configured
+    common.share_compilations(str(tmp_path / "xla_cache"))
+    assert jax.config.jax_compilation_cache_dir == configured

@@ -14,7 +14,7 @@ Settings (fixed before any result was seen):
 setting    depths (N L-N L)  DLCL depths     updates  cost on 2 CPU cores
 =========  ================  ==============  =======  ====================================
 smoke      2                 2 (dlcl_pre)    4        about 1 min (synthetic reversal, 16-32-2)
-quick      6, 18             6 (dlcl_pre)    200      about 20 min (lr 2e-3 only)
+quick      6, 18             6 (dlcl_pre)    200      17 min, measured (lr 2e-3 only)
 full       6, 18, 50, 100    6, 18           2,000    about 2 days (100L-100L: ~2 s/update)
 =========  ================  ==============  =======  ====================================
 
@@ -71,6 +71,7 @@ SETTINGS = {
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = common.parser(__doc__.splitlines()[0]).parse_args(argv)
+    common.compile_fast_for_smoke(args.setting)
     base = common.base_config(args.setting)
     common.configure_data(base, args)
     s = SETTINGS[args.setting]
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     runs = common.run_grid(results, keys, make_config, entropy, os.path.join(out, "runs"))
     table = _table(runs, s, entropy)
-    paths = [results.path, common.write_table(out, NAME, table), _plot(runs, s, out)]
+    paths = [results.path, common.write_table(out, NAME, table), _plot(runs, s, entropy, out)]
     print(table)
     print("wrote " + ", ".join(paths))
     return results.payload
@@ -130,7 +131,7 @@ def _cell(run: dict[str, Any]) -> str:
     return text
 
 
-def _plot(runs: list[dict[str, Any]], s: dict[str, Any], out: str) -> str:
+def _plot(runs: list[dict[str, Any]], s: dict[str, Any], entropy: float | None, out: str) -> str:
     plt = common.pyplot()
     lrs = s["lrs"]
     fig, axes = plt.subplots(1, len(lrs), figsize=(4.2 * len(lrs), 3.2), sharey=True, squeeze=False)
@@ -150,6 +151,7 @@ def _plot(runs: list[dict[str, Any]], s: dict[str, Any], out: str) -> str:
             for x, r in zip(xs, mine, strict=True):
                 if r["verdict"] == "diverged":
                     ax.plot([x], [top * 1.05], marker="x", markersize=10, color=line.get_color())
+        common.mark_stuck(ax, entropy)
         ax.set_xscale("log")
         ax.set_xticks(sorted({r["layers"] for r in runs}))
         ax.set_xticklabels([str(n) for n in sorted({r["layers"] for r in runs})])
