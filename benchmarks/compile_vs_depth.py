@@ -13,11 +13,12 @@ Summary of a saved, possibly partial, run::
     python -m benchmarks.compile_vs_depth --summarize=results.jsonl
 
 Each row builds a tiny-width decoder-only model, jits one train step (``value_and_grad`` of
-``deepnet_jax.train.make_loss_fn`` followed by an ``optax.adam`` update), lowers it on abstract
-inputs (``jax.eval_shape`` of the init, ``jax.ShapeDtypeStruct`` batch), times ``.lower()`` and
-``.compile()`` separately, reads ``compiled.memory_analysis().temp_size_in_bytes`` and the HLO
-text size, then runs the compiled step on real arrays (one warm-up, then ``--steps`` timed runs).
-An unreported 1-layer row is compiled first so that the first row does not pay JAX's one-time
+``deepnet_jax.train.make_loss_fn`` followed by an Adam update taking the learning rate as an
+argument), lowers it on abstract inputs (``jax.eval_shape`` of the init,
+``jax.ShapeDtypeStruct`` batch), times ``.lower()`` and ``.compile()`` separately, reads
+``compiled.memory_analysis().temp_size_in_bytes`` and the HLO text size, then runs the
+compiled step on real arrays (one warm-up, then ``--steps`` timed runs). An unreported 1-layer
+row is compiled first so that the first row does not pay JAX's one-time
 start-up costs (``--no_warmup`` skips it).
 
 Output: one JSON line per row (``depth``, ``layout``, ``remat_policy``, ``lower_s``,
@@ -172,13 +173,20 @@ def lower_and_compile(step: Callable, abstract_args: tuple) -> dict[str, Any]:
 
 
 def median_step_seconds(
-    compiled: Callable, params: Any, opt_state: Any, batch: dict, steps: int
+    compiled: Callable,
+    params: Any,
+    opt_state: Any,
+    batch: dict,
+    steps: int,
+    learning_rate: float,
 ) -> float:
     """Median wall-clock seconds of ``steps`` compiled train steps after one warm-up step."""
     times = []
     for i in range(steps + 1):
         start = time.perf_counter()
-        params, opt_state, loss = compiled(params, opt_state, batch, jnp.int32(i))
+        params, opt_state, loss = compiled(
+            params, opt_state, batch, jnp.int32(i), jnp.float32(learning_rate)
+        )
         jax.block_until_ready((params, opt_state, loss))
         if i:  # step 0 is the warm-up
             times.append(time.perf_counter() - start)
@@ -192,15 +200,22 @@ def param_count(params: Any) -> int:
 def measure_row(setup: Setup, row: Row) -> dict[str, Any]:
     """All measurements of one row, as the JSON-ready dict printed for it."""
     model = models.build(model_config(setup, row))
-    optimizer = optax.adam(setup.learning_rate)
+    # Adam taking its learning rate as the step's argument, as the trainer's optimizer does
+    optimizer = optax.chain(optax.scale_by_adam(), train.scale_by_learning_rate_argument())
     batch = example_batch(setup)
     params_abs, opt_abs = abstract_state(model, optimizer, batch, setup.seed)
     step_abs = jax.ShapeDtypeStruct((), jnp.int32)
+    lr_abs = jax.ShapeDtypeStruct((), jnp.float32)
     step = make_train_step(model, optimizer)
-    stats = lower_and_compile(step, (params_abs, opt_abs, abstract(batch), step_abs))
+    stats = lower_and_compile(step, (params_abs, opt_abs, abstract(batch), step_abs, lr_abs))
     params = train.init_params(model, ARCH, batch, setup.seed)
     step_s = median_step_seconds(
-        stats.pop("compiled"), params, optimizer.init(params), batch, setup.steps
+        stats.pop("compiled"),
+        params,
+        optimizer.init(params),
+        batch,
+        setup.steps,
+        setup.learning_rate,
     )
     return {
         "depth": row.depth,

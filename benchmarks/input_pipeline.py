@@ -78,14 +78,15 @@ def measure(config, batches: int, steps: int) -> dict:
     loss_fn = train.make_loss_fn(model, config.model.arch)
     step_fn = train.make_train_step(loss_fn, optimizer, jax.random.key(0))
     shapes = {b["targets"].shape for b in pulled}
+    lr = np.float32(config.optimizer.learning_rate)
     for b in [first, *(next(x for x in pulled if x["targets"].shape == s) for s in shapes)]:
-        params, opt_state, metrics = step_fn(params, opt_state, b, 0)  # compile every shape
+        params, opt_state, metrics = step_fn(params, opt_state, b, 0, lr)  # compile every shape
     jax.block_until_ready(metrics)
     start = time.perf_counter()
     consumed = 0
     for i in range(steps):
         b = pulled[i % len(pulled)]
-        params, opt_state, metrics = step_fn(params, opt_state, b, i)
+        params, opt_state, metrics = step_fn(params, opt_state, b, i, lr)
         consumed += _tokens(b)
     jax.block_until_ready(metrics)
     train_tps = consumed / (time.perf_counter() - start)

@@ -111,7 +111,9 @@ class TransformerLayer(nn.Module):
             return out
 
         x_BTD = constrain(x_BTD)
-        self_attn = MultiHeadAttention(c, gain, inner, self.deterministic, name="self_attn")
+        self_attn = MultiHeadAttention(
+            c, gain, inner, self.deterministic, fuse_qkv=c.fused_qkv, name="self_attn"
+        )
         x_BTD = sublayer(
             x_BTD,
             lambda h: attend(self_attn, h, h, self_mask, 10, "self", cache_index),

@@ -39,6 +39,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from deepnet_jax import train_config
+
 
 class CheckpointError(RuntimeError):
     """No checkpoint of a run can be restored."""
@@ -183,11 +185,12 @@ class Checkpointer:
         return sorted(self.manager.all_steps())
 
     def read_config(self, step: int) -> ml_collections.ConfigDict:
-        """The config a checkpoint was saved with."""
+        """The config a checkpoint was saved with (fields added since, with the value that
+        behaves as the code that saved it: ``train_config.upgrade_saved``)."""
         restored = self.manager.restore(
             step, args=ocp.args.Composite(config=ocp.args.JsonRestore())
         )
-        return ml_collections.ConfigDict(restored["config"])
+        return train_config.upgrade_saved(ml_collections.ConfigDict(restored["config"]))
 
     def restore_params(self, step: int, abstract_params: Any) -> Any:
         """Only the parameters of checkpoint ``step`` (the optimizer state is not read),

@@ -29,6 +29,31 @@ def xavier_normal(
     )
 
 
+def sliced_xavier_normal(
+    gains: Sequence[float],
+    slice_axis: int,
+    in_axis: int | Sequence[int],
+    out_axis: int | Sequence[int],
+) -> Initializer:
+    """A fused kernel of ``len(gains)`` stacked projections along ``slice_axis`` (e.g. a fused
+    QKV kernel [d_model, 3, heads, head_dim]): slice i is Xavier-normal with gain ``gains[i]``
+    and the fans of one slice (SPEC.md: "fan-in/fan-out per slice, not on the fused matrix").
+    ``in_axis``/``out_axis`` index the shape *without* the slice axis."""
+    inits = [xavier_normal(g, in_axis, out_axis) for g in gains]
+
+    def init(key: jax.Array, shape: Sequence[int], dtype=jnp.float32) -> jax.Array:
+        shape = tuple(shape)
+        axis = slice_axis % len(shape)
+        if shape[axis] != len(gains):
+            raise ValueError(f"axis {slice_axis} of {shape} must have {len(gains)} slices")
+        one = shape[:axis] + shape[axis + 1 :]  # the shape of one slice
+        keys = jax.random.split(key, len(gains))
+        parts = [f(k, one, dtype) for f, k in zip(inits, keys, strict=True)]
+        return jnp.stack(parts, axis=axis)
+
+    return init
+
+
 def embedding_normal(d_model: int) -> Initializer:
     """N(0, d_model^-1/2) for token embeddings and output projections (fairseq's choice)."""
     return jax.nn.initializers.normal(stddev=d_model**-0.5)

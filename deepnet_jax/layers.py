@@ -8,14 +8,15 @@ applied afterwards. Parameters are stored in ``config.param_dtype`` and cast to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
-from deepnet_jax.initializers import xavier_normal
+from deepnet_jax.initializers import sliced_xavier_normal, xavier_normal
 from deepnet_jax.model_config import TransformerConfig
 
 # Activation layout at sublayer boundaries: [batch, length, embed].
@@ -60,6 +61,8 @@ class Projection(nn.Module):
 
     The kernel has shape ``in_shape + out_shape`` and logical names ``in_names + out_names``;
     it is Xavier-normal with gain ``gain`` whose fans are the products of the in/out shapes.
+    With ``slice_gains``, the first output axis stacks ``len(slice_gains)`` projections (a
+    fused kernel): slice i has gain ``slice_gains[i]`` and the fans of one slice.
     ``tag`` names the output for ``checkpoint_name``-based remat policies.
     """
 
@@ -70,13 +73,22 @@ class Projection(nn.Module):
     config: TransformerConfig
     gain: float = 1.0
     tag: str | None = None
+    slice_gains: tuple[float, ...] | None = None
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         n_in, n_out = len(self.in_shape), len(self.out_shape)
-        init = xavier_normal(
-            self.gain, in_axis=tuple(range(n_in)), out_axis=tuple(range(n_in, n_in + n_out))
-        )
+        if self.slice_gains is None:
+            init = xavier_normal(
+                self.gain, in_axis=tuple(range(n_in)), out_axis=tuple(range(n_in, n_in + n_out))
+            )
+        else:  # fans of one slice: its out axes are those after the slice axis
+            init = sliced_xavier_normal(
+                self.slice_gains,
+                slice_axis=n_in,
+                in_axis=tuple(range(n_in)),
+                out_axis=tuple(range(n_in, n_in + n_out - 1)),
+            )
         kernel = self.param(
             "kernel",
             nn.with_logical_partitioning(init, self.in_names + self.out_names),
@@ -109,12 +121,19 @@ class MultiHeadAttention(nn.Module):
     ``value_gain`` is the Xavier gain of ``v_proj`` and ``out_proj`` (β for DeepNorm, γ for
     Sub-LN); ``q_proj``/``k_proj`` keep gain 1. ``inner_norm`` adds Sub-LN's ``inner_attn_ln``
     on the concatenated heads before ``out_proj`` (Magneto eq. 2).
+
+    ``fuse_qkv`` (self-attention only: ``x_kv`` must be ``x_q``) computes q, k and v with one
+    ``qkv_proj`` kernel [D, 3, H, K] (slices q, k, v; fans per slice, only v scaled) instead of
+    three; :func:`fuse_qkv_params` converts parameters between the two layouts.
+    ``config.attention_impl`` picks the softmax(q·kᵀ/√K)·v computation: the einsum reference
+    (with attention dropout) or ``jax.nn.dot_product_attention`` (``xla`` or ``cudnn``).
     """
 
     config: TransformerConfig
     value_gain: float = 1.0
     inner_norm: bool = False
     deterministic: bool = True
+    fuse_qkv: bool = False
 
     @nn.compact
     def __call__(
@@ -146,14 +165,30 @@ class MultiHeadAttention(nn.Module):
                 (D,), (H, K), ("embed",), ("heads", "kv"), c, gain, tag=name, name=name
             )
 
-        q_BTHK = proj_in("q_proj", 1.0)(x_q)
+        if self.fuse_qkv:
+            if x_kv is not x_q:
+                raise ValueError("fuse_qkv is for self-attention: x_kv must be x_q")
+            qkv_BT3HK = Projection(
+                (D,),
+                (3, H, K),
+                ("embed",),
+                ("qkv", "heads", "kv"),
+                c,
+                tag="qkv_proj",
+                slice_gains=(1.0, 1.0, self.value_gain),
+                name="qkv_proj",
+            )(x_q)
+            q_BTHK, k_BSHK, v_BSHK = (qkv_BT3HK[:, :, i] for i in range(3))
+        else:
+            q_BTHK = proj_in("q_proj", 1.0)(x_q)
         if x_kv is None:
             if cache is None:
                 raise ValueError("attention without x_kv needs a cache holding keys and values")
             k_BSHK, v_BSHK = cache["k"], cache["v"]
         else:
-            k_BSHK = proj_in("k_proj", 1.0)(x_kv)
-            v_BSHK = proj_in("v_proj", self.value_gain)(x_kv)
+            if not self.fuse_qkv:
+                k_BSHK = proj_in("k_proj", 1.0)(x_kv)
+                v_BSHK = proj_in("v_proj", self.value_gain)(x_kv)
             if cache is not None and cache_index is not None:
                 start = (0, cache_index, 0, 0)
                 k_BSHK = jax.lax.dynamic_update_slice(
@@ -166,17 +201,17 @@ class MultiHeadAttention(nn.Module):
                 k_BSHK = k_BSHK.astype(cache["k"].dtype)
                 v_BSHK = v_BSHK.astype(cache["v"].dtype)
 
-        logits_BHTS = jnp.einsum(
-            "bthk,bshk->bhts", q_BTHK, k_BSHK, preferred_element_type=jnp.float32
-        )
-        logits_BHTS = logits_BHTS * (K**-0.5)
-        if mask is not None:
-            logits_BHTS = jnp.where(mask, logits_BHTS, jnp.finfo(jnp.float32).min)
-        probs_BHTS = jax.nn.softmax(logits_BHTS, axis=-1).astype(c.compute_dtype)
-        probs_BHTS = nn.Dropout(c.attention_dropout)(
-            probs_BHTS, deterministic=self.deterministic, rng=dropout_key
-        )
-        out_BTHK = jnp.einsum("bhts,bshk->bthk", probs_BHTS, v_BSHK.astype(c.compute_dtype))
+        if c.attention_impl == "reference":
+            out_BTHK = self._reference_attention(q_BTHK, k_BSHK, v_BSHK, mask, dropout_key)
+        else:
+            dtype = c.compute_dtype
+            out_BTHK = jax.nn.dot_product_attention(
+                q_BTHK.astype(dtype),
+                k_BSHK.astype(dtype),
+                v_BSHK.astype(dtype),
+                mask=mask,
+                implementation=c.attention_impl,
+            )
 
         if self.inner_norm:
             B, T = out_BTHK.shape[:2]
@@ -190,6 +225,30 @@ class MultiHeadAttention(nn.Module):
         if cache is None:
             return out_BTD
         return out_BTD, {"k": k_BSHK, "v": v_BSHK}
+
+    def _reference_attention(
+        self,
+        q_BTHK: jax.Array,
+        k_BSHK: jax.Array,
+        v_BSHK: jax.Array,
+        mask: jax.Array | None,
+        dropout_key: jax.Array | None,
+    ) -> jax.Array:
+        """softmax(q·kᵀ/√K + mask)·v [B, T, H, K] with float32 logits and softmax, dropout on
+        the probabilities; masked logits are float32's lowest value (a row with no visible key
+        averages every value uniformly)."""
+        c = self.config
+        logits_BHTS = jnp.einsum(
+            "bthk,bshk->bhts", q_BTHK, k_BSHK, preferred_element_type=jnp.float32
+        )
+        logits_BHTS = logits_BHTS * (c.head_dim**-0.5)
+        if mask is not None:
+            logits_BHTS = jnp.where(mask, logits_BHTS, jnp.finfo(jnp.float32).min)
+        probs_BHTS = jax.nn.softmax(logits_BHTS, axis=-1).astype(c.compute_dtype)
+        probs_BHTS = nn.Dropout(c.attention_dropout)(
+            probs_BHTS, deterministic=self.deterministic, rng=dropout_key
+        )
+        return jnp.einsum("bhts,bshk->bthk", probs_BHTS, v_BSHK.astype(c.compute_dtype))
 
 
 class FeedForward(nn.Module):
@@ -223,6 +282,43 @@ class FeedForward(nn.Module):
         return Projection(
             (c.ffn_dim,), (c.d_model,), ("mlp",), ("embed",), c, self.gain, name="fc2"
         )(h_BTF)
+
+
+def fuse_qkv_params(params: Any) -> Any:
+    """The same parameters in the ``fused_qkv=True`` layout: every ``self_attn``'s ``q_proj``,
+    ``k_proj`` and ``v_proj`` become one ``qkv_proj`` (kernels [..., D, H, K] stacked into
+    [..., D, 3, H, K], biases [..., H, K] into [..., 3, H, K]; a leading scanned layer axis is
+    kept). The model output is unchanged (up to float rounding)."""
+    return _map_self_attention(params, _fuse)
+
+
+def unfuse_qkv_params(params: Any) -> Any:
+    """The inverse of :func:`fuse_qkv_params`: ``qkv_proj`` split into q/k/v projections."""
+    return _map_self_attention(params, _unfuse)
+
+
+def _fuse(attn: dict) -> dict:
+    if "qkv_proj" in attn:
+        return dict(attn)
+    out = {k: v for k, v in attn.items() if k not in ("q_proj", "k_proj", "v_proj")}
+    parts = [attn[n] for n in ("q_proj", "k_proj", "v_proj")]
+    out["qkv_proj"] = {p: jnp.stack([x[p] for x in parts], axis=-3) for p in parts[0]}
+    return out
+
+
+def _unfuse(attn: dict) -> dict:
+    if "qkv_proj" not in attn:
+        return dict(attn)
+    out = {k: v for k, v in attn.items() if k != "qkv_proj"}
+    for i, name in enumerate(("q_proj", "k_proj", "v_proj")):
+        out[name] = {p: jnp.take(x, i, axis=-3) for p, x in attn["qkv_proj"].items()}
+    return out
+
+
+def _map_self_attention(tree: Any, fn: Any) -> Any:
+    if not isinstance(tree, Mapping):
+        return tree
+    return {k: fn(v) if k == "self_attn" else _map_self_attention(v, fn) for k, v in tree.items()}
 
 
 def constrain(x: jax.Array, axes: Sequence[str] = ACTIVATION_AXES) -> jax.Array:

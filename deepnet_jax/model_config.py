@@ -20,6 +20,7 @@ SCHEMES = ("post_ln", "pre_ln", "deepnorm", "subln", "dlcl_pre", "dlcl_post")
 ACTIVATIONS = ("relu", "gelu")
 POSITIONS = ("sinusoidal", "learned")
 REMAT_POLICIES = ("none", "full", "dots", "qkv_fc1")
+ATTENTION_IMPLS = ("reference", "xla", "cudnn")
 DLCL_WEIGHTS = ("learnable", "fix_one", "fix_avg")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 PARAM_DTYPES = ("float32", "bfloat16")
@@ -52,6 +53,10 @@ def default_config() -> ml_collections.ConfigDict:
     c.param_dtype = "float32"  # parameter storage dtype: float32, bfloat16
     c.dlcl_weights = "learnable"  # dlcl_* only: learnable, fix_one (all 1), fix_avg (1/(l+1))
     c.dlcl_layer_norm = True  # dlcl_pre: the per-layer LN_k of DLCL eq. 8 (False: the ablation)
+    c.fused_qkv = False  # self-attention q/k/v as one [d_model, 3, heads, head_dim] kernel
+    # reference (einsum + softmax, any dropout), xla or cudnn (jax.nn.dot_product_attention;
+    # cudnn: GPU, bfloat16/float16 only); the last two need attention_dropout=0
+    c.attention_impl = "reference"
     return c
 
 
@@ -119,6 +124,7 @@ def validate(c: ml_collections.ConfigDict) -> None:
         "use_bias",
         "scan_layers",
         "dlcl_layer_norm",
+        "fused_qkv",
     ):
         _bool(c, field)
     if c.share_embeddings and c.arch != "encdec":
@@ -130,6 +136,16 @@ def validate(c: ml_collections.ConfigDict) -> None:
     _choice(c, "dtype", tuple(DTYPES))
     _choice(c, "param_dtype", PARAM_DTYPES)
     _choice(c, "dlcl_weights", DLCL_WEIGHTS)
+    _choice(c, "attention_impl", ATTENTION_IMPLS)
+    if c.attention_impl != "reference" and c.attention_dropout:
+        _fail(
+            "attention_impl",
+            c.attention_impl,
+            f"jax.nn.dot_product_attention has no attention dropout (attention_dropout="
+            f"{c.attention_dropout}); use 'reference' or set model.attention_dropout=0",
+        )
+    if c.attention_impl == "cudnn" and c.dtype == "float32":
+        _fail("attention_impl", "cudnn", "cuDNN attention needs model.dtype bfloat16 or float16")
     if c.scheme == "dlcl_post" and not c.dlcl_layer_norm:
         _fail(
             "dlcl_layer_norm",
@@ -174,6 +190,8 @@ class TransformerConfig:
     param_dtype: str
     dlcl_weights: str
     dlcl_layer_norm: bool
+    fused_qkv: bool
+    attention_impl: str
 
     @classmethod
     def from_config(cls, c: ml_collections.ConfigDict) -> TransformerConfig:

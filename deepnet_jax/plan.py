@@ -128,10 +128,11 @@ def plan(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = N
     loss_fn = train.make_loss_fn(model, arch, config.label_smoothing)
     step_fn = train.make_train_step(loss_fn, optimizer, jax.random.key(0))
     step = jax.ShapeDtypeStruct((), np.int32)
+    lr = jax.ShapeDtypeStruct((), np.float32)
     start = time.perf_counter()
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         compiled = step_fn.lower(
-            state.abstract["params"], state.abstract["opt_state"], abstract_batch, step
+            state.abstract["params"], state.abstract["opt_state"], abstract_batch, step, lr
         ).compile()
     compile_s = time.perf_counter() - start
     analysis = compiled.memory_analysis()

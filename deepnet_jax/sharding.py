@@ -3,10 +3,10 @@
 The mesh has three axes: ``data`` (pure data parallelism), ``fsdp`` (data parallelism with
 parameters and optimizer state sharded, ZeRO-3 style) and ``tensor`` (Megatron-style splitting
 of heads and the FFN width). Every parameter carries logical axis names (``layers``, ``embed``,
-``heads``, ``kv``, ``mlp``, ``vocab``, ``norm``, ``positions``); ``LOGICAL_AXIS_RULES`` maps them
-to mesh axes in priority order (flax skips a rule whose mesh axis an earlier dimension of the
-same array already uses), and activations are constrained to ``(batch, length, embed)`` at block
-boundaries.
+``heads``, ``kv``, ``qkv``, ``mlp``, ``vocab``, ``norm``, ``positions``); ``LOGICAL_AXIS_RULES``
+maps them to mesh axes in priority order (flax skips a rule whose mesh axis an earlier dimension
+of the same array already uses), and activations are constrained to ``(batch, length, embed)`` at
+block boundaries.
 
 Initialization never materializes an unsharded state: ``jax.eval_shape`` gives the abstract
 parameters with their logical names, the rules turn them into ``NamedSharding``s, and
@@ -33,6 +33,7 @@ LOGICAL_AXES = (
     "embed",
     "heads",
     "kv",
+    "qkv",
     "mlp",
     "vocab",
     "layers",
@@ -48,6 +49,7 @@ DEFAULT_RULES = {
     "vocab": "tensor",  # vocabulary of embeddings and output projection
     "length": "",  # sequence positions (no sequence parallelism)
     "kv": "",  # per-head dimension
+    "qkv": "",  # the q/k/v slices of a fused self-attention kernel
     "layers": "",  # the scanned depth axis: always replicated (each scan step takes a slice)
     "norm": "",  # LayerNorm scales and biases
     "positions": "",  # learned position-embedding rows

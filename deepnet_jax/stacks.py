@@ -23,7 +23,7 @@ from deepnet_jax.layers import DIAGNOSTICS, constrain, layer_norm
 from deepnet_jax.model_config import TransformerConfig
 
 # Names tagged with ``checkpoint_name`` inside each layer, saved by the "qkv_fc1" policy.
-SAVED_NAMES = ("q_proj", "k_proj", "v_proj", "fc1")
+SAVED_NAMES = ("q_proj", "k_proj", "v_proj", "qkv_proj", "fc1")
 
 
 def remat_policy(name: str):

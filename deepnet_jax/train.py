@@ -68,6 +68,11 @@ def validate(config: ml_collections.ConfigDict, device_count: int | None = None)
     """
     train_config.check_fields(config)  # typos and missing fields first
     models.build(config.model)  # the model's own checks, before any data is prepared
+    if config.model.attention_impl == "cudnn" and jax.default_backend() != "gpu":
+        raise ValueError(
+            f"model.attention_impl='cudnn' needs a GPU; this backend is "
+            f"{jax.default_backend()!r}: allowed here are 'reference' and 'xla'"
+        )
     if config.data.dataset not in DATASETS:
         raise ValueError(f"data.dataset={config.data.dataset!r}; allowed values are {DATASETS}")
     if config.schedule.name not in SCHEDULES:
@@ -201,16 +206,45 @@ def learning_rate_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
     return optax.join_schedules([warmup, decay], [s.warmup_steps])
 
 
-def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-    """Clipping + AdamW on the schedule; with ``grad_accum_steps`` = k > 1, wrapped in
+def learning_rates(config: ml_collections.ConfigDict) -> np.ndarray:
+    """float32 [total_steps]: the learning rate of each optimizer update
+    (:func:`learning_rate_schedule` at 0 … total_steps − 1), computed once on the host. The
+    trainer feeds the update's entry to the jitted step as an argument, so runs that differ
+    only in learning rate or schedule compile the same step (and share a compilation cache).
+    Update t uses entry t whether or not earlier updates were skipped (``nan_policy="skip"``):
+    the schedule follows the step counter, as PyTorch's schedulers do."""
+    rates = learning_rate_schedule(config)(jnp.arange(config.total_steps))
+    return np.broadcast_to(np.asarray(rates, np.float32), (config.total_steps,)).copy()
+
+
+def scale_by_learning_rate_argument() -> optax.GradientTransformationExtraArgs:
+    """``u ← −η·u`` with η the ``learning_rate`` keyword argument of ``update`` (a scalar
+    array): optax's ``scale_by_learning_rate`` with the rate supplied per call instead of
+    computed from a step count inside the optimizer state (no state)."""
+
+    def init(params):
+        del params
+        return optax.EmptyState()
+
+    def update(updates, state, params=None, *, learning_rate, **extra_args):
+        del params, extra_args
+        return jax.tree.map(lambda u: (-learning_rate * u).astype(u.dtype), updates), state
+
+    return optax.GradientTransformationExtraArgs(init, update)
+
+
+def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformationExtraArgs:
+    """Clipping + AdamW (decoupled weight decay scaled by the learning rate, as
+    ``optax.adamw``) whose ``update`` takes the update's ``learning_rate`` as a keyword
+    argument (:func:`learning_rates`); with ``grad_accum_steps`` = k > 1, wrapped in
     ``optax.MultiSteps``: k calls (micro-batches) make one update with their mean gradient;
     with ``nan_policy="skip"``, in ``optax.apply_if_finite``."""
     o = config.optimizer
     optimizer = optax.chain(
         optax.clip_by_global_norm(o.grad_clip) if o.grad_clip else optax.identity(),
-        optax.adamw(
-            learning_rate_schedule(config), b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay
-        ),
+        optax.scale_by_adam(b1=o.b1, b2=o.b2, eps=o.eps),
+        optax.add_decayed_weights(o.weight_decay),
+        scale_by_learning_rate_argument(),
     )
     if config.grad_accum_steps > 1:
         optimizer = optax.MultiSteps(optimizer, every_k_schedule=config.grad_accum_steps)
@@ -258,8 +292,9 @@ def make_train_step(
     base_key: jax.Array,
     layer_grad_norms: bool = False,
 ) -> Callable:
-    """Jitted ``(params, opt_state, batch, step) -> (params, opt_state, metrics)``, donating
-    the state.
+    """Jitted ``(params, opt_state, batch, step, learning_rate) -> (params, opt_state,
+    metrics)``, donating the state; ``learning_rate`` (a float32 scalar: the update's entry of
+    :func:`learning_rates`) goes to ``optimizer.update`` as its keyword argument.
 
     Dropout keys are ``fold_in(base_key, step)``, so a step's randomness depends only on its
     index. ``metrics`` holds the loss function's sums plus ``loss`` (the optimized mean),
@@ -272,14 +307,14 @@ def make_train_step(
     """
 
     @functools.partial(jax.jit, donate_argnums=(0, 1))
-    def train_step(params, opt_state, batch: Batch, step):
+    def train_step(params, opt_state, batch: Batch, step, learning_rate):
         batch = dict(batch)
         stop = batch.pop(preemption.STOP_KEY, None)
         dropout_rng = jax.random.fold_in(base_key, step)
         (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             params, batch, dropout_rng, False
         )
-        updates, opt_state = optimizer.update(grads, opt_state, params)
+        updates, opt_state = optimizer.update(grads, opt_state, params, learning_rate=learning_rate)
         params = optax.apply_updates(params, updates)
         metrics = {
             **sums,
@@ -705,7 +740,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
             record = _diagnostics_record(delta, ln_inputs, latest_layer_grads)
             writer.write("diagnostics", updates, record)
 
-    schedule = learning_rate_schedule(config)
+    lrs = learning_rates(config)  # one entry per optimizer update
     peak, peak_source = flops.peak_flops_per_device(config.peak_flops)
     peak_total = peak * mesh.size
     say(f"MFU is measured against {peak / 1e12:.3g} TFLOP/s per device ({peak_source})")
@@ -776,7 +811,9 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
             )
             local_rows = next(iter(batch.values())).shape[0]
             batch = {**batch, preemption.STOP_KEY: signals.flags(local_rows)}
-            params, opt_state, metrics = train_step(params, opt_state, place(batch), step)
+            params, opt_state, metrics = train_step(
+                params, opt_state, place(batch), step, lrs[step // k]
+            )
             if pending is not None:
                 read(pending)
             pending = (metrics, (step + 1) % k == 0, step_flops, step)
@@ -787,7 +824,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
             if (step + 1) % config.log_every == 0 or last:
                 read(pending)
                 pending = None
-                last_record = interval.record(float(schedule(max(updates - 1, 0))), peak_total)
+                last_record = interval.record(float(lrs[max(updates - 1, 0)]), peak_total)
                 bar.set_postfix(
                     loss=f"{last_record['loss']:.3f}",
                     lr=f"{last_record['lr']:.2e}",

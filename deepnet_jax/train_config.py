@@ -70,6 +70,28 @@ def default_config() -> ml_collections.ConfigDict:
     return c
 
 
+# Fields added after runs were first saved, with the value that behaves as the code did before
+# the field existed (not necessarily today's default): a saved config that lacks one is read
+# with this value, so an older run's parameters load into the model they were trained with.
+ADDED_FIELDS: dict[str, Any] = {
+    "model.fused_qkv": False,
+    "model.attention_impl": "reference",
+}
+
+
+def upgrade_saved(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """A copy of a saved run's ``config`` with every :data:`ADDED_FIELDS` entry it lacks."""
+    config = ml_collections.ConfigDict(config.to_dict())
+    for path, value in ADDED_FIELDS.items():
+        *groups, name = path.split(".")
+        level = config
+        for group in groups:
+            level = level[group]
+        if name not in level:
+            level[name] = value
+    return config
+
+
 def check_fields(config: ml_collections.ConfigDict) -> None:
     """One error for the first field of ``config`` that the schema lacks (a typo) or the first
     schema field ``config`` lacks, naming it and the fields allowed at its level."""

@@ -45,3 +45,33 @@ def test_sharding_benchmark_smoke():
     assert state[-1]["reduction_vs_1"] > 7  # FSDP over 8 devices: under an eighth, nearly
     plans = [r for r in rows if r.get("row") == "plan"]
     assert len(plans) == 2 and all(p["peak"] > p["params"] + p["opt_state"] for p in plans)
+
+
+def test_step_efficiency_benchmark_smoke():
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.step_efficiency", "--smoke", "--variants=baseline,best"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "XLA_FLAGS": xla_flags()},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    variants = {r["variant"]: r for r in rows if r["row"] == "variant"}
+    assert list(variants) == ["baseline", "best"]
+    assert variants["best"]["fields"] == {"fused_qkv": True, "remat_policy": "none"}
+    for r in variants.values():
+        assert r["step_s"] > 0 and 0 < r["efficiency"] < 1.5 and len(r["rounds_step_s"]) == 2
+    assert rows[-1]["row"] == "summary" and rows[-1]["matmul_tflops_per_s"] > 0
+
+
+def test_step_efficiency_rejects_unknown_variants_before_compiling():
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.step_efficiency", "--smoke", "--variants=turbo"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert proc.returncode != 0 and "--variants: 'turbo' unknown" in proc.stderr

@@ -7,6 +7,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 import pytest
@@ -83,6 +84,77 @@ def test_schedules_match_fairseq_formulas(step):
     np.testing.assert_allclose(_lr("constant", step), 1e-3, **rel)
 
 
+@pytest.mark.parametrize("name", ["inverse_sqrt", "polynomial", "linear", "cosine", "constant"])
+def test_learning_rate_table_is_the_schedule_at_every_update(name):
+    c = _load("base")
+    c.optimizer.learning_rate, c.total_steps = 1e-3, 300
+    c.schedule.name, c.schedule.warmup_steps, c.schedule.end_lr = name, 40, 1e-5
+    train.validate(c)
+    table = train.learning_rates(c)
+    schedule = train.learning_rate_schedule(c)
+    assert table.shape == (300,) and table.dtype == np.float32
+    expected = np.array([float(schedule(t)) for t in range(300)], np.float32)
+    np.testing.assert_allclose(table, expected, rtol=1e-5)  # float32, computed vectorized
+
+
+def test_optimizer_with_learning_rate_argument_equals_optax_adamw_on_the_schedule():
+    """Clipping + Adam + decoupled weight decay with η fed per update == optax.adamw(schedule)."""
+    c = _load("base")
+    c.optimizer.learning_rate, c.optimizer.weight_decay, c.optimizer.grad_clip = 1e-2, 0.1, 1.0
+    c.total_steps, c.schedule.name, c.schedule.warmup_steps = 6, "inverse_sqrt", 3
+    train.validate(c)
+    o = c.optimizer
+    reference = optax.chain(
+        optax.clip_by_global_norm(o.grad_clip),
+        optax.adamw(
+            train.learning_rate_schedule(c), o.b1, o.b2, o.eps, weight_decay=o.weight_decay
+        ),
+    )
+    ours, lrs = train.make_optimizer(c), train.learning_rates(c)
+    rng = np.random.default_rng(0)
+    params = {"w": jnp.asarray(rng.normal(size=(4, 3)), jnp.float32), "b": jnp.zeros(3)}
+    p_ref, p_ours = params, params
+    s_ref, s_ours = reference.init(params), ours.init(params)
+    for t in range(6):
+        grads = jax.tree.map(lambda x: jnp.asarray(rng.normal(size=x.shape), x.dtype), params)
+        u_ref, s_ref = reference.update(grads, s_ref, p_ref)
+        u_ours, s_ours = ours.update(grads, s_ours, p_ours, learning_rate=lrs[t])
+        p_ref, p_ours = optax.apply_updates(p_ref, u_ref), optax.apply_updates(p_ours, u_ours)
+    for a, b in zip(jax.tree.leaves(p_ref), jax.tree.leaves(p_ours), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+    assert float(jnp.abs(p_ours["w"] - params["w"]).max()) > 1e-3  # the updates are not vacuous
+
+
+def test_runs_differing_only_in_learning_rate_or_schedule_lower_the_same_train_step():
+    """The learning rate is the step's argument, so an lr sweep compiles one train step (and a
+    persistent compilation cache serves every run after the first)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from conftest import tiny_config
+
+    def lowered_text(learning_rate, schedule):
+        c = _load("base")
+        c.model = tiny_config("decoder", "deepnorm")
+        c.data.max_len = c.model.max_len
+        c.optimizer.learning_rate, c.schedule.name, c.total_steps = learning_rate, schedule, 50
+        train.validate(c)
+        model = models.build(c.model)
+        tokens = jax.ShapeDtypeStruct((2, 8), jnp.int32)
+        params = jax.eval_shape(
+            lambda: train.init_params(model, "decoder", {"inputs": jnp.ones((2, 8), jnp.int32)}, 0)
+        )
+        opt = train.make_optimizer(c)
+        batch = {
+            "inputs": tokens,
+            "targets": tokens,
+            "weights": jax.ShapeDtypeStruct((2, 8), jnp.float32),
+        }
+        step = train.make_train_step(train.make_loss_fn(model, "decoder"), opt, jax.random.key(0))
+        args = (params, jax.eval_shape(opt.init, params), batch, 0, np.float32(0))
+        return step.lower(*args).as_text()
+
+    assert lowered_text(1e-3, "constant") == lowered_text(4e-2, "inverse_sqrt")
+
+
 @pytest.mark.parametrize(
     "field, value, match",
     [
@@ -150,7 +222,7 @@ def test_gradient_accumulation_equals_one_large_batch():
         params = jax.tree.map(jnp.copy, params0)
         state = opt.init(params)
         for i, b in enumerate(batches):
-            params, state, _ = step(params, state, b, i)
+            params, state, _ = step(params, state, b, i, np.float32(1e-3))
         results.append(params)
     moved = jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), results[0], params0)
     assert max(jax.tree.leaves(moved)) > 1e-4  # the update is not vacuous
@@ -163,3 +235,19 @@ def test_multisteps_wraps_the_optimizer_only_when_accumulating():
     assert not isinstance(train.make_optimizer(c), optax.MultiSteps)
     c.grad_accum_steps = 4
     assert isinstance(train.make_optimizer(c), optax.MultiSteps)
+
+
+def test_a_saved_config_lacking_fields_added_since_reads_as_the_code_that_saved_it():
+    from deepnet_jax import train_config
+
+    saved = train_config.default_config()
+    saved.model.fused_qkv, saved.model.attention_impl = True, "xla"  # today's values differ
+    old = saved.to_dict()
+    for path in train_config.ADDED_FIELDS:
+        group, name = path.split(".")
+        del old[group][name]
+    upgraded = train_config.upgrade_saved(ml_collections.ConfigDict(old))
+    train_config.check_fields(upgraded)
+    assert upgraded.model.fused_qkv is False and upgraded.model.attention_impl == "reference"
+    kept = train_config.upgrade_saved(saved)  # fields that are there are left alone
+    assert kept.model.fused_qkv is True and kept.model.attention_impl == "xla"

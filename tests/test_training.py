@@ -69,3 +69,25 @@ def test_cli_runs_and_writes_eval(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     metrics = json.loads((tmp_path / "eval.json").read_text())
     assert metrics["steps"] == 3 and metrics["eval_loss"] > 0
+
+
+def test_step_functions_compile_once_in_a_run_with_evaluation_and_diagnostics(caplog, tmp_path):
+    """Zero recompiles after warm-up: over 8 updates with 4 evaluations, 4 diagnostics probes
+    and 2 checkpoints, each step function is compiled (traced and lowered) exactly once."""
+    import collections
+    import logging
+
+    import jax
+
+    c = small_config("encdec", "deepnorm", steps=8)
+    c.eval_every, c.diagnostics.every, c.checkpoint_every = 2, 2, 4
+    with caplog.at_level(logging.WARNING, logger="jax"), jax.log_compiles(True):
+        train.run(c, str(tmp_path))
+    compiled = collections.Counter(
+        r.getMessage().split(" with ")[0].removeprefix("Compiling ")
+        for r in caplog.records
+        if r.getMessage().startswith("Compiling jit(")
+    )
+    steps = ("train_step", "eval_step", "probe", "model_update")
+    assert {n: compiled[f"jit({n})"] for n in steps} == dict.fromkeys(steps, 1), compiled
+    assert all(n == 1 for name, n in compiled.items() if "step" in name), compiled

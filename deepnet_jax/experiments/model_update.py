@@ -12,7 +12,7 @@ Settings (fixed before any result was seen):
 setting    depths (N L-N L)  updates  measured every  cost on 2 CPU cores
 =========  ================  =======  ==============  ======================================
 smoke      2                 4        2               about 1 min (synthetic reversal, 16-32-2)
-quick      6, 18             100      5               21.6 min (measured; the aim is 20)
+quick      6, 18             100      5               19.4 min (measured)
 full       6, 18, 50, 100    300      10              about 5 hours (100L-100L: ~2 s/update)
 =========  ================  =======  ==============  ======================================
 

@@ -1,0 +1,204 @@
+"""CPU efficiency of the train step, and what each optimization switch does to it.
+
+Efficiency = analytic model FLOPs per step (``deepnet_jax.flops.train_flops_per_step``: matmuls
+only, backward = 2 × forward, remat recomputation not counted) ÷ step time ÷ the fp32 matmul
+throughput measured in the same process (a jitted 2048 × 2048 ``jnp.dot``, best of 3; measured
+before and after the steps, the larger is used).
+
+Model (the issue's): decoder-only DeepNorm, 12 layers, d_model 256, 4 heads, FFN 1024, vocab
+8000, batch 8 × 128 tokens with no padding, float32, dropout 0.1 (the library default), the
+trainer's real step (``train.make_train_step``: forward, backward, AdamW, metrics).
+
+Variants (each one switch away from ``baseline``: scanned layers, remat ``full``, unfused
+q/k/v, reference attention, float32):
+
+* ``remat_none`` / ``remat_dots`` / ``remat_qkv_fc1``: ``model.remat_policy`` (what the
+  backward pass saves instead of recomputing);
+* ``fused_qkv``: one [d, 3, h, k] self-attention projection (``model.fused_qkv``);
+* ``xla_attention``: ``jax.nn.dot_product_attention`` (``model.attention_impl="xla"``);
+* ``bf16``: bfloat16 compute, float32 parameters (``model.dtype``);
+* ``unrolled``: a Python loop over layers instead of ``nn.scan`` (``model.scan_layers``);
+* ``best``: the combination the measurements pick (``--best``, default: fused q/k/v, no
+  remat).
+
+All variants are compiled first; then ``--rounds`` rounds each time ``--steps`` steps of every
+variant in turn (so a slow spell of the machine hits all of them), and the median round is
+reported. Step time is wall-clock per step with one ``block_until_ready`` per round.
+
+Run: ``python -m benchmarks.step_efficiency`` (about 5 minutes on 2 CPU cores);
+``--smoke`` runs a 2-layer, 64-wide model for the tests. Prints one JSON line per variant
+(``row: "variant"``) and one summary line (``row: "summary"``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+
+from deepnet_jax import flops, models, train, train_config
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "baseline": {},
+    "remat_none": {"remat_policy": "none"},
+    "remat_dots": {"remat_policy": "dots"},
+    "remat_qkv_fc1": {"remat_policy": "qkv_fc1"},
+    "fused_qkv": {"fused_qkv": True},
+    "xla_attention": {"attention_impl": "xla"},
+    "bf16": {"dtype": "bfloat16"},
+    "unrolled": {"scan_layers": False},
+}
+BEST = "fused_qkv=True,remat_policy=none"
+SIZES = {
+    "full": {"layers": 12, "d_model": 256, "heads": 4, "ffn": 1024, "vocab": 8000},
+    "smoke": {"layers": 2, "d_model": 64, "heads": 2, "ffn": 128, "vocab": 64},
+}
+
+
+def parse_overrides(text: str) -> dict[str, Any]:
+    """``"a=1,b=x"`` → ``{"a": 1, "b": "x"}`` (ints, floats, True/False, else strings)."""
+    out: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"--best: {part!r} is not field=value")
+        lowered = {"true": True, "false": False}.get(value.lower())
+        if lowered is not None:
+            out[key] = lowered
+            continue
+        for cast in (int, float):
+            try:
+                out[key] = cast(value)
+                break
+            except ValueError:
+                pass
+        else:
+            out[key] = value
+    return out
+
+
+def config(size: dict[str, int], overrides: dict[str, Any]) -> ml_collections.ConfigDict:
+    """The training config of one variant (the benchmark's model with ``overrides``)."""
+    c = train_config.default_config()
+    m = c.model
+    m.arch, m.scheme = "decoder", "deepnorm"
+    m.num_encoder_layers, m.num_decoder_layers = 0, size["layers"]
+    m.d_model, m.num_heads, m.ffn_dim = size["d_model"], size["heads"], size["ffn"]
+    m.vocab_size, m.max_len = size["vocab"], 128
+    for key, value in overrides.items():
+        if key not in m:
+            raise ValueError(f"variant field {key!r} is not a model field")
+        m[key] = value
+    c.data.dataset, c.data.max_len = "synthetic_reversal", 128
+    c.optimizer.learning_rate = 1e-3
+    train.validate(c)
+    return c
+
+
+def full_batch(rows: int, length: int, vocab: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """A decoder batch with no padding: every one of rows × length positions is a target."""
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(1, vocab, size=(rows, length + 1)).astype(np.int32)
+    return {
+        "inputs": tokens[:, :-1],
+        "targets": tokens[:, 1:],
+        "weights": np.ones((rows, length), np.float32),
+    }
+
+
+class Variant:
+    """One compiled train step with its own parameters and optimizer state."""
+
+    def __init__(self, name: str, c: ml_collections.ConfigDict, batch: dict[str, np.ndarray]):
+        self.name = name
+        model = models.build(c.model)
+        self.params = train.init_params(model, "decoder", batch, c.seed)
+        optimizer = train.make_optimizer(c)
+        self.opt_state = optimizer.init(self.params)
+        self.batch = jax.device_put(batch)
+        self.lr = np.float32(c.optimizer.learning_rate)
+        loss_fn = train.make_loss_fn(model, "decoder")
+        step = train.make_train_step(loss_fn, optimizer, jax.random.key(c.seed))
+        start = time.perf_counter()
+        self.step = step.lower(self.params, self.opt_state, self.batch, 0, self.lr).compile()
+        self.compile_s = time.perf_counter() - start
+        self.flops = flops.train_flops_per_step(c.model, {k: v.shape for k, v in batch.items()})
+        self.times: list[float] = []
+        self.run(1)  # warm-up
+
+    def run(self, steps: int) -> float:
+        """Seconds per step over ``steps`` steps."""
+        start = time.perf_counter()
+        for i in range(steps):
+            self.params, self.opt_state, metrics = self.step(
+                self.params, self.opt_state, self.batch, i, self.lr
+            )
+        jax.block_until_ready(metrics)
+        return (time.perf_counter() - start) / steps
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--smoke", action="store_true", help="tiny model, 2 rounds (for the tests)")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--steps", type=int, default=5, help="steps per variant per round")
+    p.add_argument("--variants", default=",".join([*VARIANTS, "best"]))
+    p.add_argument("--best", default=BEST, help="model fields of the 'best' variant")
+    args = p.parse_args(argv)
+    size = SIZES["smoke" if args.smoke else "full"]
+    rounds, steps = (2, 1) if args.smoke else (args.rounds, args.steps)
+    table = {**VARIANTS, "best": parse_overrides(args.best)}
+    names = [n.strip() for n in args.variants.split(",") if n.strip()]
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        raise SystemExit(f"--variants: {unknown[0]!r} unknown; allowed are {', '.join(table)}")
+    configs = {n: config(size, table[n]) for n in names}  # every error before compiling
+    rows, length = (4, 16) if args.smoke else (8, 128)
+    batch = full_batch(rows, length, size["vocab"])
+    peak_before = flops.measured_matmul_flops_per_s()
+    variants = [Variant(n, configs[n], batch) for n in names]
+    for _ in range(rounds):
+        for v in variants:
+            v.times.append(v.run(steps))
+    peak = max(peak_before, flops.measured_matmul_flops_per_s())
+    out = []
+    base = None
+    for v in variants:
+        step_s = statistics.median(v.times)
+        base = base or step_s
+        row = {
+            "row": "variant",
+            "variant": v.name,
+            "fields": table[v.name],
+            "step_s": round(step_s, 5),
+            "vs_first": round(step_s / base, 3),
+            "tokens_per_s": round(rows * length / step_s),
+            "model_gflops_per_step": round(v.flops / 1e9, 3),
+            "efficiency": round(v.flops / step_s / peak, 4),
+            "compile_s": round(v.compile_s, 2),
+            "rounds_step_s": [round(t, 5) for t in v.times],
+        }
+        out.append(row)
+        print(json.dumps(row), flush=True)
+    summary = {
+        "row": "summary",
+        "matmul_tflops_per_s": round(peak / 1e12, 4),
+        "matmul_tflops_per_s_before": round(peak_before / 1e12, 4),
+        "batch": [rows, length],
+        "model": size,
+        "jax": jax.__version__,
+        "devices": f"{jax.device_count()} × {jax.devices()[0].device_kind}",
+    }
+    print(json.dumps(summary), flush=True)
+    return [*out, summary]
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

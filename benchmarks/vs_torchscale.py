@@ -1,0 +1,678 @@
+"""Our train step against torchscale's (the official PyTorch DeepNet code), same model, same CPUs.
+
+Run from the repository root, after ``benchmarks/install_bench.sh`` (torch, fairscale and
+torchscale 0.3.0)::
+
+    python -m benchmarks.vs_torchscale [--rounds=10] [--steps_per_round=5]
+
+Quick check (tiny models, 2 rounds; what ``tests/test_bench_torchscale.py`` runs)::
+
+    python -m benchmarks.vs_torchscale --smoke
+
+What is measured: the wall-clock seconds of one full training step (forward, backward,
+Adam update) of the same DeepNorm model in both libraries, on the same batches:
+
+* ours: ``deepnet_jax.models.build`` → ``train.make_loss_fn`` → ``train.make_optimizer`` →
+  ``train.make_train_step``, the trainer's jitted step (library defaults otherwise: layers
+  scanned with ``nn.scan``, ``remat_policy`` "full", threefry dropout keys), fed
+  ``(params, opt_state, batch, step, learning_rate)``;
+* theirs: torchscale 0.3.0's ``Decoder`` / ``EncoderDecoder`` with ``deepnorm=True``, eager
+  PyTorch, ``torch.optim.Adam`` and ``F.cross_entropy``; ``torch.set_num_threads(--threads)``.
+
+Rows: ``decoder``, a 12-layer decoder-only LM, and ``encdec``, a 6L-6L encoder-decoder (source
+and target ``--seq_len`` tokens); both d_model 256, 4 heads, FFN 1024, vocabulary 8000, batch
+8 × 128 tokens, float32. Both sides see the same random-token batches with no padding (every
+position a real token, weight 1), and minimize the mean cross-entropy over all B·T target
+tokens with Adam (β 0.9/0.98, ε 1e-8, no weight decay, no clipping, constant learning rate).
+
+Fairness: torch runs in a child process (``multiprocessing`` "spawn", driven over a pipe), so
+its OpenMP threads never share a process with XLA's thread pool, and the two alternate: each
+round runs ``--steps_per_round`` torch steps, then as many of ours (the order flips every
+round), with ``--settle_s`` of idle time between them so that spinning worker threads of one
+side go to sleep before the other starts. Both processes are pinned to the same ``--threads``
+CPUs (``os.sched_setaffinity`` before JAX starts; XLA sizes its thread pool to the CPUs it may
+run on), so on a bigger machine neither side gets more cores. Before timing, both warm up
+(``--warmup_steps`` steps; for us that includes the jit compile), concurrently, since nothing is
+timed then. A round's step time is its wall time over its steps (ours blocks on the last
+step's outputs); reported are medians over rounds.
+
+Output: one JSON line per row with ``ours_step_s`` / ``theirs_step_s`` (medians), ``ratio`` =
+ours / theirs (< 1: we are faster), ``ours_tokens_per_s`` / ``theirs_tokens_per_s`` (target
+tokens B·T per step over the median step; encdec source tokens not counted), both parameter
+counts (``ours_params``, ``theirs_params``: equal, to the parameter), ``train_flops_per_step``
+(``deepnet_jax.flops.train_flops_per_step``, the PaLM matmul convention) and each side's model
+FLOP/s (divide by a peak for MFU), the per-round times, the warm-up seconds (ours: build, init,
+compile and warm-up steps; theirs: warm-up steps) and the first and last training loss of each
+side (they start near ln(vocab) and fall alike); then one ``environment`` line with versions,
+CPUs and threads. Progress goes to stderr.
+
+Settings matched on both sides: DeepNorm post-LN sublayers x ← LN(α·x + G(x)) with the same α,
+no final LayerNorm; ReLU FFN (our default; torchscale's ``activation_fn`` default is gelu, so
+it is set); dropout ``--dropout`` (default 0.1) on the embeddings, every sublayer output, the
+attention probabilities and the FFN activation (``dropout``, ``attention_dropout`` and
+``activation_dropout`` in both); token embeddings N(0, d^-1/2) scaled by √d (torchscale's
+``no_scale_embedding`` default True is turned off), no padding row; fixed sinusoidal positions
+0 … T-1 with our table (torchscale's own ``PositionalEmbedding`` is learned and starts at 2, so
+ours is passed in as ``embed_positions``); untied output projection without bias, N(0, d^-1/2);
+biases in every projection; LayerNorm ε 1e-5; separate source and target embeddings (encdec);
+padding masks computed from the tokens on both sides (all true here) plus the causal mask.
+With our weights copied into torchscale's modules and dropout 0, the logits of the two models
+agree to 1e-6 (checked at the smoke width for a 3-layer decoder and a 2L-3L encoder-decoder).
+
+Differences that remain (none changes the FLOPs of a step):
+
+* initialization: torchscale scales PyTorch's default ``nn.Linear`` init U(±1/√fan_in) by 1/β
+  after construction (biases included), and its encdec *encoder* uses 1.15·(N⁴M)^(-1/16)
+  where DeepNet (and we) use β = 0.87·(N⁴M)^(-1/16); we use Xavier-normal with gain β and zero
+  biases. Values differ, shapes and costs do not.
+* our step also computes the metrics the trainer logs: token accuracy (an argmax over the
+  logits) and the global norms of the gradient, the update and the parameters; our optimizer
+  chain also holds a (zero) decoupled weight decay term. A few element-wise passes over the
+  parameters and logits that torch's step does not make.
+* ours rematerializes each layer in the backward pass (library default ``remat_policy``
+  "full"; ``--remat_policy=none`` turns it off) where torchscale keeps activations
+  (``checkpoint_activations=False``); the analytic FLOPs do not count recomputation.
+* dropout randomness: threefry keys folded per step and layer (ours) vs torch's global CPU
+  generator; attention masks are applied with ``where`` (ours) vs adding a -inf
+  float mask and ``masked_fill`` (theirs), and the attention scale multiplies the logits
+  (ours) vs the queries (theirs).
+* torch's Adam is ``--torch_adam``, by default "fused" (``torch.optim.Adam(fused=True)``): the
+  fastest of its three CPU implementations (for the 13.6 M parameters of the decoder row, on
+  a busy 2-core CPU, an Adam step took about 0.05 s fused, 0.3 s "foreach" and 1.8 s
+  "for_loop", which torch picks by default for CPU tensors); optax's Adam is fused into our
+  jitted step by XLA.
+
+Cost and caveat: ``--smoke`` takes about 40 s on 2 busy cores; the default run about 20 s of
+warm-up (mostly our compile) per row plus 10 rounds × 5 steps × 2 sides at 1-1.5 s a step,
+about 5 minutes for both rows. Eager torch suffers far more than XLA from other processes on
+the same CPUs (its OpenMP barriers wait for descheduled threads): with a load of 8 on 2 cores the
+decoder row measured 6.7 s a torch step against 0.94 s on a quieter machine, and ours 2.5 s
+against 1.3 s. Compare numbers only from an otherwise idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib.metadata
+import importlib.util
+import json
+import math
+import multiprocessing
+import os
+import platform
+import statistics
+import sys
+import time
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+# JAX is imported inside the functions of our side only: the torch child process (spawn
+# re-imports this module) should load neither JAX nor XLA's thread pool.
+
+ROWS = {"decoder": ("decoder", 0, 12), "encdec": ("encdec", 6, 6)}  # arch, N, M
+SMOKE_ROWS = {"decoder": ("decoder", 0, 2), "encdec": ("encdec", 1, 1)}
+ADAM_B1, ADAM_B2, ADAM_EPS = 0.9, 0.98, 1e-8
+TORCH_ADAM = ("foreach", "for_loop", "fused")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """Model width, batch shape and timing settings shared by both rows."""
+
+    d_model: int
+    num_heads: int
+    ffn_dim: int
+    vocab_size: int
+    batch_size: int
+    seq_len: int
+    dropout: float
+    activation: str
+    learning_rate: float
+    remat_policy: str
+    fused_qkv: bool
+    rounds: int
+    steps_per_round: int
+    warmup_steps: int
+    settle_s: float
+    threads: int
+    torch_adam: str
+    num_batches: int
+    seed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One model: its name, architecture and depths (N encoder, M decoder layers)."""
+
+    name: str
+    arch: str
+    num_encoder_layers: int
+    num_decoder_layers: int
+
+
+def make_batches(setup: Setup, row: Row) -> list[dict[str, np.ndarray]]:
+    """``num_batches`` batches of random non-padding tokens in [1, vocab): ``inputs`` and
+    ``targets`` [B, T] (the input shifted by one), ``weights`` all 1, ``src`` [B, T] (encdec)."""
+    rng = np.random.default_rng(setup.seed)
+    B, T, V = setup.batch_size, setup.seq_len, setup.vocab_size
+    batches = []
+    for _ in range(setup.num_batches):
+        seq = rng.integers(1, V, size=(B, T + 1), dtype=np.int32)
+        batch = {
+            "inputs": seq[:, :-1].copy(),
+            "targets": seq[:, 1:].copy(),
+            "weights": np.ones((B, T), np.float32),
+        }
+        if row.arch == "encdec":
+            batch["src"] = rng.integers(1, V, size=(B, T), dtype=np.int32)
+        batches.append(batch)
+    return batches
+
+
+# ---------------------------------------------------------------------------------------------
+# Ours: the library's train step.
+
+
+def run_config(setup: Setup, row: Row) -> Any:
+    """The training config (``train_config.default_config()``) of one row on our side."""
+    from deepnet_jax import train_config
+
+    c = train_config.default_config()
+    m = c.model
+    m.arch, m.scheme = row.arch, "deepnorm"
+    m.num_encoder_layers, m.num_decoder_layers = row.num_encoder_layers, row.num_decoder_layers
+    m.d_model, m.num_heads, m.ffn_dim = setup.d_model, setup.num_heads, setup.ffn_dim
+    m.vocab_size = setup.vocab_size
+    m.max_len = max(m.max_len, setup.seq_len)
+    m.dropout = m.attention_dropout = m.activation_dropout = setup.dropout
+    m.activation = setup.activation
+    m.positions, m.tie_embeddings, m.share_embeddings = "sinusoidal", False, False
+    m.remat_policy = setup.remat_policy
+    m.fused_qkv = setup.fused_qkv
+    m.dtype = m.param_dtype = "float32"
+    o = c.optimizer
+    o.learning_rate, o.b1, o.b2, o.eps = setup.learning_rate, ADAM_B1, ADAM_B2, ADAM_EPS
+    o.weight_decay, o.grad_clip = 0.0, 0.0
+    c.label_smoothing = 0.0
+    c.grad_accum_steps = 1
+    c.seed = setup.seed
+    return c
+
+
+class OursTrainer:
+    """Our jitted train step on a fixed list of batches; ``run(n)`` times n steps."""
+
+    def __init__(self, setup: Setup, row: Row, batches: list[dict[str, np.ndarray]]):
+        import jax
+
+        from deepnet_jax import models, train
+
+        self._jax = jax
+        config = run_config(setup, row)
+        self.model_config = config.model
+        model = models.build(config.model)
+        self.params = train.init_params(model, row.arch, batches[0], config.seed)
+        self.param_count = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(self.params))
+        optimizer = train.make_optimizer(config)
+        self.opt_state = optimizer.init(self.params)
+        loss_fn = train.make_loss_fn(model, row.arch, config.label_smoothing)
+        self.step_fn = train.make_train_step(loss_fn, optimizer, jax.random.key(config.seed + 1))
+        self.batches = [jax.device_put(b) for b in batches]
+        self.lr = np.float32(setup.learning_rate)
+        self.step = 0
+
+    def run(self, steps: int) -> tuple[float, float]:
+        """(wall seconds, loss of the last step) of ``steps`` train steps."""
+        start = time.perf_counter()
+        metrics = None
+        for _ in range(steps):
+            batch = self.batches[self.step % len(self.batches)]
+            self.params, self.opt_state, metrics = self.step_fn(
+                self.params, self.opt_state, batch, np.int32(self.step), self.lr
+            )
+            self.step += 1
+        self._jax.block_until_ready(metrics)
+        seconds = time.perf_counter() - start
+        return seconds, float(metrics["loss"])
+
+
+def sinusoidal_positions(setup: Setup) -> np.ndarray:
+    """Our fixed position table [seq_len, d_model] (``initializers.sinusoidal_table``)."""
+    from deepnet_jax.initializers import sinusoidal_table
+
+    return np.asarray(sinusoidal_table(setup.seq_len, setup.d_model), np.float32)
+
+
+def jax_versions() -> dict[str, Any]:
+    import jax
+
+    return {
+        **{p: importlib.metadata.version(p) for p in ("jax", "jaxlib", "flax", "optax")},
+        "jax_backend": jax.default_backend(),
+        "jax_devices": [d.device_kind for d in jax.local_devices()],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Theirs: torchscale, in this process only with --in_process, normally in a spawned child.
+
+
+def drop_path(x: Any, drop_prob: float = 0.0, training: bool = False, scale_by_keep: bool = True):
+    """timm's stochastic depth: zero whole rows (dim 0) with probability ``drop_prob``, scaling
+    the kept ones by 1/(1 − drop_prob) when ``scale_by_keep``; the identity when not training."""
+    if drop_prob == 0.0 or not training:
+        return x
+    keep = 1.0 - drop_prob
+    mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep)
+    if keep > 0.0 and scale_by_keep:
+        mask.div_(keep)
+    return x * mask
+
+
+def install_timm_shim() -> None:
+    """Register ``timm.models.layers.drop_path`` (all torchscale 0.3.0 takes from timm) as a
+    stand-in module when timm is not installed: timm would pull torchvision and a CUDA torch."""
+    if "timm" in sys.modules or importlib.util.find_spec("timm") is not None:
+        return
+    names = ("timm", "timm.models", "timm.models.layers")
+    modules = {name: types.ModuleType(name) for name in names}
+    modules["timm"].models = modules["timm.models"]
+    modules["timm.models"].layers = modules["timm.models.layers"]
+    modules["timm.models.layers"].drop_path = drop_path
+    sys.modules.update(modules)
+
+
+def torch_versions() -> dict[str, str]:
+    return {p: importlib.metadata.version(p) for p in ("torch", "torchscale", "fairscale")}
+
+
+class TheirsTrainer:
+    """torchscale's model, ``F.cross_entropy`` and ``torch.optim.Adam``; ``run(n)`` times n
+    steps. ``positions`` is our sinusoidal table, served as torchscale's ``embed_positions``."""
+
+    def __init__(
+        self,
+        setup: Setup,
+        row: Row,
+        batches: list[dict[str, np.ndarray]],
+        positions: np.ndarray,
+    ):
+        install_timm_shim()
+        import torch
+        from torchscale.architecture.config import DecoderConfig, EncoderDecoderConfig
+        from torchscale.architecture.decoder import Decoder
+        from torchscale.architecture.encoder_decoder import EncoderDecoder
+        from torchscale.component.embedding import TextEmbedding
+
+        torch.set_num_threads(setup.threads)
+        torch.manual_seed(setup.seed)
+        self._torch = torch
+        d, V = setup.d_model, setup.vocab_size
+
+        class SinusoidalPositions(torch.nn.Module):
+            """Fixed positions 0 … T-1 from a given table: [B, T] tokens → [1, T, D]."""
+
+            def __init__(self, table: np.ndarray):
+                super().__init__()
+                self.register_buffer("table", torch.tensor(table), persistent=False)
+
+            def forward(self, tokens, positions=None, incremental_state=None, **kwargs):
+                del positions, incremental_state, kwargs
+                return self.table[: tokens.size(1)].unsqueeze(0)
+
+        common = {
+            "deepnorm": True,  # post-LN with DeepNorm's α and β (sets subln=False)
+            "activation_fn": setup.activation,
+            "dropout": setup.dropout,
+            "attention_dropout": setup.dropout,
+            "activation_dropout": setup.dropout,
+            "drop_path_rate": 0.0,
+            "no_scale_embedding": False,  # ours scales token embeddings by √d
+            "layernorm_embedding": False,
+            "layernorm_eps": 1e-5,
+            "vocab_size": V,
+            "checkpoint_activations": False,
+        }
+        decoder_sizes = {
+            "decoder_embed_dim": d,
+            "decoder_attention_heads": setup.num_heads,
+            "decoder_ffn_embed_dim": setup.ffn_dim,
+            "decoder_layers": row.num_decoder_layers,
+            "max_target_positions": setup.seq_len,
+            "share_decoder_input_output_embed": False,
+        }
+        if row.arch == "decoder":
+            args = DecoderConfig(**common, **decoder_sizes)
+            self.model = Decoder(
+                args,
+                embed_tokens=TextEmbedding(V, d),
+                embed_positions=SinusoidalPositions(positions),
+            )
+        else:
+            args = EncoderDecoderConfig(
+                **common,
+                **decoder_sizes,
+                encoder_embed_dim=d,
+                encoder_attention_heads=setup.num_heads,
+                encoder_ffn_embed_dim=setup.ffn_dim,
+                encoder_layers=row.num_encoder_layers,
+                max_source_positions=setup.seq_len,
+                share_all_embeddings=False,
+            )
+            self.model = EncoderDecoder(
+                args,
+                encoder_embed_tokens=TextEmbedding(V, d),
+                encoder_embed_positions=SinusoidalPositions(positions),
+                decoder_embed_tokens=TextEmbedding(V, d),
+                decoder_embed_positions=SinusoidalPositions(positions),
+            )
+        self.arch = row.arch
+        self.model.train()
+        self.param_count = sum(p.numel() for p in self.model.parameters())
+        adam = {
+            "foreach": {"foreach": True},
+            "for_loop": {"foreach": False},
+            "fused": {"fused": True},
+        }[setup.torch_adam]
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(),
+            lr=setup.learning_rate,
+            betas=(ADAM_B1, ADAM_B2),
+            eps=ADAM_EPS,
+            weight_decay=0.0,
+            **adam,
+        )
+        self.batches = [{k: torch.from_numpy(v) for k, v in b.items()} for b in batches]
+        self.step = 0
+
+    def logits(self, batch: dict[str, Any]) -> Any:
+        """[B, T, vocab] logits; padding masks from the tokens (id 0), as ours computes them."""
+        tgt = batch["inputs"]
+        if self.arch == "decoder":
+            return self.model(tgt, self_attn_padding_mask=tgt.eq(0))[0]
+        encoder_out = self.model.encoder(batch["src"], encoder_padding_mask=batch["src"].eq(0))
+        return self.model.decoder(tgt, self_attn_padding_mask=tgt.eq(0), encoder_out=encoder_out)[0]
+
+    def train_step(self, batch: dict[str, Any]) -> Any:
+        logits = self.logits(batch)
+        loss = self._torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.size(-1)).float(), batch["targets"].reshape(-1).long()
+        )
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        return loss
+
+    def run(self, steps: int) -> tuple[float, float]:
+        """(wall seconds, loss of the last step) of ``steps`` train steps."""
+        start = time.perf_counter()
+        loss = None
+        for _ in range(steps):
+            loss = self.train_step(self.batches[self.step % len(self.batches)])
+            self.step += 1
+        seconds = time.perf_counter() - start
+        return seconds, float(loss.detach())
+
+
+def torch_worker(conn: Any) -> None:
+    """The child process: builds a ``TheirsTrainer`` per ("build", …) message and answers
+    ("run", steps) with ``run``'s result, until ("close",)."""
+    trainer = None
+    while True:
+        message = conn.recv()
+        if message[0] == "close":
+            conn.close()
+            return
+        try:
+            if message[0] == "build":
+                trainer = TheirsTrainer(*message[1:])
+                conn.send(("ok", {"param_count": trainer.param_count, **torch_versions()}))
+            else:
+                conn.send(("ok", trainer.run(message[1])))
+        except Exception as error:  # report it in the parent rather than hang it
+            conn.send(("error", f"{type(error).__name__}: {error}"))
+
+
+class RemoteTheirs:
+    """``TheirsTrainer``'s interface over a pipe to a spawned ``torch_worker`` process.
+
+    ``start(steps)`` sends a run without waiting for it (``result()`` collects it): the
+    warm-up overlaps our compile.
+    """
+
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=torch_worker, args=(child,), daemon=True)
+        self._process.start()
+        child.close()
+        self.info: dict[str, Any] = {}
+
+    def _reply(self) -> Any:
+        status, payload = self._conn.recv()
+        if status == "error":
+            raise RuntimeError(f"torch worker: {payload}")
+        return payload
+
+    def build(self, *args: Any) -> None:
+        self._conn.send(("build", *args))
+        self.info = self._reply()
+
+    @property
+    def param_count(self) -> int:
+        return self.info["param_count"]
+
+    def start(self, steps: int) -> None:
+        self._conn.send(("run", steps))
+
+    def result(self) -> tuple[float, float]:
+        return self._reply()
+
+    def run(self, steps: int) -> tuple[float, float]:
+        self.start(steps)
+        return self.result()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):  # the child may be gone already
+            self._conn.send(("close",))
+        self._process.join(timeout=30)
+        if self._process.is_alive():
+            self._process.terminate()
+
+
+class LocalTheirs:
+    """``RemoteTheirs``'s interface on a ``TheirsTrainer`` in this process (``--in_process``)."""
+
+    def __init__(self) -> None:
+        self.trainer: TheirsTrainer | None = None
+        self.info: dict[str, Any] = {}
+        self._pending = 0
+
+    def build(self, *args: Any) -> None:
+        self.trainer = TheirsTrainer(*args)
+        self.info = {"param_count": self.trainer.param_count, **torch_versions()}
+
+    @property
+    def param_count(self) -> int:
+        return self.info["param_count"]
+
+    def start(self, steps: int) -> None:
+        self._pending = steps
+
+    def result(self) -> tuple[float, float]:
+        return self.trainer.run(self._pending)
+
+    def run(self, steps: int) -> tuple[float, float]:
+        return self.trainer.run(steps)
+
+    def close(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# The comparison.
+
+
+def log(message: str) -> None:
+    """Progress on stderr (stdout carries only the JSON lines)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def alternate_rounds(
+    ours: Callable[[int], tuple[float, float]],
+    theirs: Callable[[int], tuple[float, float]],
+    setup: Setup,
+) -> dict[str, list[float]]:
+    """Per-round mean step seconds and last losses of both sides: each round runs
+    ``steps_per_round`` steps of one side, then of the other (torch first in even rounds),
+    with ``settle_s`` idle seconds before each."""
+    out: dict[str, list[float]] = {"ours_s": [], "theirs_s": [], "ours_loss": [], "theirs_loss": []}
+    sides = (("theirs", theirs), ("ours", ours))
+    for r in range(setup.rounds):
+        for name, run in sides if r % 2 == 0 else sides[::-1]:
+            time.sleep(setup.settle_s)
+            seconds, loss = run(setup.steps_per_round)
+            out[f"{name}_s"].append(seconds / setup.steps_per_round)
+            out[f"{name}_loss"].append(loss)
+        log(
+            f"round {r + 1}/{setup.rounds}: ours {out['ours_s'][-1]:.4f} s/step, "
+            f"theirs {out['theirs_s'][-1]:.4f} s/step"
+        )
+    return out
+
+
+def measure_row(setup: Setup, row: Row, theirs: RemoteTheirs | LocalTheirs) -> dict[str, Any]:
+    """Build both models on the same batches, warm both up, alternate timed rounds."""
+    from deepnet_jax import flops
+
+    batches = make_batches(setup, row)
+    theirs.build(setup, row, batches, sinusoidal_positions(setup))
+    theirs.start(max(setup.warmup_steps, 1))  # torch warms up while we compile
+    start = time.perf_counter()
+    ours = OursTrainer(setup, row, batches)
+    _, ours_loss0 = ours.run(max(setup.warmup_steps, 1))  # includes the jit compile
+    ours_warmup_s = time.perf_counter() - start
+    theirs_warmup_s, theirs_loss0 = theirs.result()
+    log(
+        f"{row.name}: warmed up (ours {ours_warmup_s:.1f} s with the compile, "
+        f"theirs {theirs_warmup_s:.1f} s)"
+    )
+    times = alternate_rounds(ours.run, theirs.run, setup)
+    ours_s, theirs_s = statistics.median(times["ours_s"]), statistics.median(times["theirs_s"])
+    shapes = {k: v.shape for k, v in batches[0].items()}
+    step_flops = flops.train_flops_per_step(ours.model_config, shapes)
+    tokens = setup.batch_size * setup.seq_len
+    return {
+        "row": row.name,
+        "arch": row.arch,
+        "num_encoder_layers": row.num_encoder_layers,
+        "num_decoder_layers": row.num_decoder_layers,
+        "d_model": setup.d_model,
+        "num_heads": setup.num_heads,
+        "ffn_dim": setup.ffn_dim,
+        "vocab_size": setup.vocab_size,
+        "batch_size": setup.batch_size,
+        "seq_len": setup.seq_len,
+        "ours_step_s": ours_s,
+        "theirs_step_s": theirs_s,
+        "ratio": ours_s / theirs_s,
+        "ours_tokens_per_s": tokens / ours_s,
+        "theirs_tokens_per_s": tokens / theirs_s,
+        "ours_params": ours.param_count,
+        "theirs_params": theirs.param_count,
+        "params_rel_diff": abs(ours.param_count - theirs.param_count) / theirs.param_count,
+        "train_flops_per_step": step_flops,
+        "ours_flop_per_s": step_flops / ours_s,
+        "theirs_flop_per_s": step_flops / theirs_s,
+        "ours_step_s_rounds": times["ours_s"],
+        "theirs_step_s_rounds": times["theirs_s"],
+        "ours_warmup_s": ours_warmup_s,
+        "theirs_warmup_s": theirs_warmup_s,
+        "ours_loss_first": ours_loss0,
+        "ours_loss_last": times["ours_loss"][-1],
+        "theirs_loss_first": theirs_loss0,
+        "theirs_loss_last": times["theirs_loss"][-1],
+        "ln_vocab": math.log(setup.vocab_size),
+        "rounds": setup.rounds,
+        "steps_per_round": setup.steps_per_round,
+        "dropout": setup.dropout,
+        "activation": setup.activation,
+        "remat_policy": setup.remat_policy,
+        "fused_qkv": setup.fused_qkv,
+        "torch_adam": setup.torch_adam,
+    }
+
+
+def pin_cpus(threads: int) -> list[int]:
+    """Restrict this process (and the children it starts) to its first ``threads`` allowed
+    CPUs, before XLA sizes its thread pool; returns the CPUs."""
+    allowed = sorted(os.sched_getaffinity(0))
+    cpus = allowed[:threads]
+    os.sched_setaffinity(0, cpus)
+    return cpus
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--smoke", action="store_true", help="tiny models, 2 rounds (the test)")
+    p.add_argument("--rows", default=",".join(ROWS), help="comma-separated: decoder, encdec")
+    p.add_argument("--d_model", type=int, default=256)
+    p.add_argument("--num_heads", type=int, default=4)
+    p.add_argument("--ffn_dim", type=int, default=1024)
+    p.add_argument("--vocab_size", type=int, default=8000)
+    p.add_argument("--batch_size", type=int, default=8)
+    p.add_argument("--seq_len", type=int, default=128, help="target (and source) tokens")
+    p.add_argument("--dropout", type=float, default=0.1, help="all three dropouts, both sides")
+    p.add_argument("--activation", default="relu", choices=("relu", "gelu"))
+    p.add_argument("--learning_rate", type=float, default=5e-4)
+    p.add_argument("--remat_policy", default="full", help="ours: none, full, dots, qkv_fc1")
+    p.add_argument("--fused_qkv", action="store_true", help="ours: one q/k/v projection")
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--steps_per_round", type=int, default=5)
+    p.add_argument("--warmup_steps", type=int, default=3)
+    p.add_argument("--settle_s", type=float, default=0.2, help="idle seconds before each run")
+    p.add_argument("--threads", type=int, default=2, help="CPUs of both sides")
+    p.add_argument("--torch_adam", default="fused", choices=TORCH_ADAM)
+    p.add_argument("--num_batches", type=int, default=4, help="distinct batches, cycled")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--in_process", action="store_true", help="torch in this process")
+    args = p.parse_args()
+    if args.smoke:
+        args.d_model, args.num_heads, args.ffn_dim, args.vocab_size = 32, 4, 64, 64
+        args.batch_size, args.seq_len = 2, 16
+        args.rounds, args.steps_per_round, args.warmup_steps, args.settle_s = 2, 2, 1, 0.0
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    setup = Setup(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Setup)})
+    cpus = pin_cpus(setup.threads)
+    table = SMOKE_ROWS if args.smoke else ROWS
+    rows = [Row(name, *table[name]) for name in args.rows.split(",") if name]
+    theirs = LocalTheirs() if args.in_process else RemoteTheirs()
+    try:
+        for row in rows:
+            print(json.dumps(measure_row(setup, row, theirs)), flush=True)
+    finally:
+        theirs.close()
+    environment = {
+        "row": "environment",
+        **jax_versions(),
+        **{k: v for k, v in theirs.info.items() if k != "param_count"},
+        "python": platform.python_version(),
+        "cpus": cpus,
+        "threads": setup.threads,
+        "torch_process": "in_process" if args.in_process else "spawned child",
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    }
+    print(json.dumps(environment), flush=True)
+
+
+if __name__ == "__main__":
+    main()

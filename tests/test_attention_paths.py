@@ -1,0 +1,177 @@
+"""Fused QKV and jax.nn.dot_product_attention: the same model as the reference layout/path."""
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import init_params, jit_apply, model_args, random_tokens, tiny_config
+from flax.traverse_util import flatten_dict
+from test_decoding import _incremental_logits
+
+from deepnet_jax import constants, layers, losses, models, train, train_config
+
+
+def _padded_batch(arch, vocab):
+    """Source [2, 7] and target [2, 6] ids with trailing padding in the second row."""
+    src = random_tokens((2, 7), vocab, seed=1).at[1, 4:].set(0)
+    tgt = random_tokens((2, 6), vocab, seed=2).at[1, 3:].set(0)
+    return model_args(arch, src if arch != "decoder" else tgt, tgt)
+
+
+@pytest.mark.parametrize(
+    "arch, scheme, scan",
+    [
+        ("encdec", "deepnorm", True),
+        ("encdec", "subln", False),
+        ("decoder", "subln", True),
+        ("encoder", "deepnorm", True),
+    ],
+)
+def test_fused_qkv_gives_the_unfused_outputs_for_converted_params(arch, scheme, scan):
+    cfg = tiny_config(arch, scheme, scan_layers=scan)
+    model = models.build(cfg)
+    params = init_params(model, arch, jnp.ones((1, 4), jnp.int32))
+    fused_cfg = tiny_config(arch, scheme, scan_layers=scan, fused_qkv=True)
+    fused_model = models.build(fused_cfg)
+    fused_params = layers.fuse_qkv_params(params)
+    # the converted tree is exactly the tree the fused model initializes
+    expected = jax.eval_shape(lambda: init_params(fused_model, arch, jnp.ones((1, 4), jnp.int32)))
+    assert jax.tree.structure(fused_params) == jax.tree.structure(expected)
+    for a, b in zip(jax.tree.leaves(fused_params), jax.tree.leaves(expected), strict=True):
+        assert a.shape == b.shape
+    args = _padded_batch(arch, cfg.vocab_size)
+    ref = jit_apply(model)({"params": params}, *args)
+    out = jit_apply(fused_model)({"params": fused_params}, *args)
+    np.testing.assert_allclose(out, ref, atol=1e-5)
+    back = layers.unfuse_qkv_params(fused_params)
+    assert jax.tree.structure(back) == jax.tree.structure(params)
+    for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(params), strict=True):
+        np.testing.assert_array_equal(a, b)
+    names = "/".join(flatten_dict(fused_params, sep="/"))
+    assert "self_attn/qkv_proj/kernel" in names and "self_attn/q_proj" not in names
+    assert ("cross_attn/q_proj/kernel" in names) == (arch == "encdec")  # cross stays unfused
+
+
+def test_fused_qkv_gradients_are_the_converted_unfused_gradients():
+    """Through the remat policy that saves the q/k/v projections by name."""
+    kw = {"remat_policy": "qkv_fc1", "dropout": 0.0}
+    cfg, fused_cfg = tiny_config("decoder", **kw), tiny_config("decoder", fused_qkv=True, **kw)
+    model, fused_model = models.build(cfg), models.build(fused_cfg)
+    params = init_params(model, "decoder", jnp.ones((1, 4), jnp.int32))
+    (tokens,) = _padded_batch("decoder", cfg.vocab_size)
+    weights = (tokens > 0).astype(jnp.float32)
+
+    def loss(m):
+        def f(p):
+            logits = m.apply({"params": p}, tokens)
+            return losses.cross_entropy(logits, tokens, weights)[0]
+
+        return jax.jit(jax.grad(f))
+
+    grads = layers.fuse_qkv_params(loss(model)(params))
+    fused_grads = loss(fused_model)(layers.fuse_qkv_params(params))
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(fused_grads), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_fused_qkv_init_has_per_slice_fans_and_scales_only_v():
+    D, H, N = 256, 8, 4
+    cfg = tiny_config(
+        "encoder", "deepnorm", d_model=D, num_heads=H, ffn_dim=512, num_encoder_layers=N
+    )
+    cfg.fused_qkv = True
+    model = models.build(cfg)
+    params = init_params(model, "encoder", random_tokens((1, 4), cfg.vocab_size))
+    kernel = np.asarray(params["encoder"]["layers"]["self_attn"]["qkv_proj"]["kernel"])
+    assert kernel.shape == (N, D, 3, H, D // H)
+    beta = constants.deepnorm("encoder", N, 0)["encoder"]["beta"]
+    per_slice = math.sqrt(2.0 / (D + D))  # fans of one [D, D] projection, not of [D, 3D]
+    for i, gain in enumerate((1.0, 1.0, beta)):
+        got = float(np.sqrt(np.mean(kernel[:, :, i].astype(np.float64) ** 2)))
+        assert got == pytest.approx(gain * per_slice, rel=0.03), (i, got)
+    assert not np.allclose(kernel[:, :, 0], kernel[:, :, 1])  # independent draws
+
+
+def test_fused_qkv_cached_decoding_equals_full_forward():
+    cfg = tiny_config("encdec", "deepnorm", fused_qkv=True)
+    model = models.build(cfg)
+    params = init_params(model, "encdec", jnp.ones((1, 4), jnp.int32))
+    src = random_tokens((2, 7), cfg.vocab_size, seed=1)
+    tgt = random_tokens((2, 9), cfg.vocab_size, seed=2)
+    full = jit_apply(model)({"params": params}, src, tgt)
+    incremental = _incremental_logits(model, params, cfg, "encdec", src, tgt)
+    np.testing.assert_allclose(incremental, full, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "arch, dtype, atol",
+    [
+        ("encdec", "float32", 1e-5),
+        ("decoder", "float32", 1e-5),
+        ("encoder", "float32", 1e-5),
+        ("encdec", "bfloat16", 1e-2),
+        ("decoder", "bfloat16", 1e-2),
+    ],
+)
+def test_dot_product_attention_matches_the_reference_path(arch, dtype, atol):
+    """Padding masks (all archs), causal masks (decoders) and cross-attention (encdec)."""
+    cfg = tiny_config(arch, "subln", dtype=dtype)
+    fast_cfg = tiny_config(arch, "subln", dtype=dtype, attention_impl="xla")
+    model, fast = models.build(cfg), models.build(fast_cfg)
+    params = init_params(model, arch, jnp.ones((1, 4), jnp.int32))
+    args = _padded_batch(arch, cfg.vocab_size)
+    ref = jit_apply(model)({"params": params}, *args).astype(jnp.float32)
+    out = jit_apply(fast)({"params": params}, *args).astype(jnp.float32)
+    # the logits' scale: the bf16 tolerance is relative to values of order 1
+    assert 0.1 < float(jnp.abs(ref).mean()) < 10
+    np.testing.assert_allclose(out, ref, atol=atol)
+
+
+def test_dot_product_attention_cached_decoding_equals_full_forward():
+    cfg = tiny_config("decoder", "deepnorm", attention_impl="xla", fused_qkv=True)
+    model = models.build(cfg)
+    params = init_params(model, "decoder", jnp.ones((1, 4), jnp.int32))
+    tgt = random_tokens((2, 9), cfg.vocab_size, seed=2)
+    full = jit_apply(model)({"params": params}, tgt)
+    incremental = _incremental_logits(model, params, cfg, "decoder", None, tgt)
+    np.testing.assert_allclose(incremental, full, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"attention_impl": "flash"}, r"model\.attention_impl='flash' is invalid: allowed values"),
+        (
+            {"attention_impl": "xla", "attention_dropout": 0.1},
+            r"model\.attention_impl='xla' is invalid: .* no attention dropout",
+        ),
+        (
+            {"attention_impl": "cudnn", "dtype": "float32"},
+            r"model\.attention_impl='cudnn' is invalid: .* bfloat16 or float16",
+        ),
+    ],
+)
+def test_bad_attention_fields(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        models.build(tiny_config("decoder", **overrides))
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="cuDNN is there on a GPU")
+def test_cudnn_attention_is_refused_without_a_gpu():
+    c = train_config.default_config()
+    c.model = tiny_config("decoder", attention_impl="cudnn", dtype="bfloat16")
+    c.data.dataset, c.data.max_len = "synthetic_reversal", 16
+    with pytest.raises(ValueError, match=r"model\.attention_impl='cudnn' needs a GPU"):
+        train.validate(c)
+
+
+def test_fused_kernel_carries_logical_names():
+    """The fused kernel carries logical names, with the q/k/v axis replicated by the rules."""
+    model = models.build(tiny_config("decoder", fused_qkv=True))
+    boxed = jax.eval_shape(model.init, jax.random.key(0), jnp.ones((1, 4), jnp.int32))["params"]
+    kernel = boxed["decoder"]["layers"]["self_attn"]["qkv_proj"]["kernel"]
+    assert isinstance(kernel, nn.Partitioned)
+    assert kernel.names == ("layers", "embed", "qkv", "heads", "kv")
