@@ -10,7 +10,7 @@ Model (the issue's): decoder-only DeepNorm, 12 layers, d_model 256, 4 heads, FFN
 trainer's real step (``train.make_train_step``: forward, backward, AdamW, metrics).
 
 Variants (each one switch away from ``baseline``: scanned layers, remat ``full``, unfused
-q/k/v, reference attention, float32):
+q/k/v, reference attention, float32, hash dropout masks):
 
 * ``remat_none`` / ``remat_dots`` / ``remat_qkv_fc1``: ``model.remat_policy`` (what the
   backward pass saves instead of recomputing);
@@ -18,6 +18,8 @@ q/k/v, reference attention, float32):
 * ``xla_attention``: ``jax.nn.dot_product_attention`` (``model.attention_impl="xla"``);
 * ``bf16``: bfloat16 compute, float32 parameters (``model.dtype``);
 * ``unrolled``: a Python loop over layers instead of ``nn.scan`` (``model.scan_layers``);
+* ``dropout_jax``: masks from ``jax.random.bernoulli`` (threefry) instead of the keyed hash
+  (``model.dropout_rng="jax"``, the default before the hash);
 * ``best``: the combination the measurements pick (``--best``, default: fused q/k/v, no
   remat).
 
@@ -54,6 +56,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "xla_attention": {"attention_impl": "xla"},
     "bf16": {"dtype": "bfloat16"},
     "unrolled": {"scan_layers": False},
+    "dropout_jax": {"dropout_rng": "jax"},
 }
 BEST = "fused_qkv=True,remat_policy=none"
 SIZES = {

@@ -14,7 +14,8 @@ Adam update) of the same DeepNorm model in both libraries, on the same batches:
 
 * ours: ``deepnet_jax.models.build`` → ``train.make_loss_fn`` → ``train.make_optimizer`` →
   ``train.make_train_step``, the trainer's jitted step (library defaults otherwise: layers
-  scanned with ``nn.scan``, ``remat_policy`` "full", threefry dropout keys), fed
+  scanned with ``nn.scan``, ``remat_policy`` "full", hash dropout masks from threefry keys;
+  ``--dropout_rng=jax`` draws them with ``jax.random.bernoulli`` instead), fed
   ``(params, opt_state, batch, step, learning_rate)``;
 * theirs: torchscale 0.3.0's ``Decoder`` / ``EncoderDecoder`` with ``deepnorm=True``, eager
   PyTorch, ``torch.optim.Adam`` and ``F.cross_entropy``; ``torch.set_num_threads(--threads)``.
@@ -72,10 +73,10 @@ Differences that remain (none changes the FLOPs of a step):
 * ours rematerializes each layer in the backward pass (library default ``remat_policy``
   "full"; ``--remat_policy=none`` turns it off) where torchscale keeps activations
   (``checkpoint_activations=False``); the analytic FLOPs do not count recomputation.
-* dropout randomness: threefry keys folded per step and layer (ours) vs torch's global CPU
-  generator; attention masks are applied with ``where`` (ours) vs adding a -inf
-  float mask and ``masked_fill`` (theirs), and the attention scale multiplies the logits
-  (ours) vs the queries (theirs).
+* dropout randomness: per-element bits hashed from threefry keys folded per step and layer
+  (ours, ``model.dropout_rng``) vs torch's global CPU generator; attention masks are applied
+  with ``where`` (ours) vs adding a -inf float mask and ``masked_fill`` (theirs), and the
+  attention scale multiplies the logits (ours) vs the queries (theirs).
 * torch's Adam is ``--torch_adam``, by default "fused" (``torch.optim.Adam(fused=True)``): the
   fastest of its three CPU implementations (for the 13.6 M parameters of the decoder row, on
   a busy 2-core CPU, an Adam step took about 0.05 s fused, 0.3 s "foreach" and 1.8 s
@@ -135,6 +136,7 @@ class Setup:
     learning_rate: float
     remat_policy: str
     fused_qkv: bool
+    dropout_rng: str
     rounds: int
     steps_per_round: int
     warmup_steps: int
@@ -194,6 +196,7 @@ def run_config(setup: Setup, row: Row) -> Any:
     m.positions, m.tie_embeddings, m.share_embeddings = "sinusoidal", False, False
     m.remat_policy = setup.remat_policy
     m.fused_qkv = setup.fused_qkv
+    m.dropout_rng = setup.dropout_rng
     m.dtype = m.param_dtype = "float32"
     o = c.optimizer
     o.learning_rate, o.b1, o.b2, o.eps = setup.learning_rate, ADAM_B1, ADAM_B2, ADAM_EPS
@@ -604,6 +607,7 @@ def measure_row(setup: Setup, row: Row, theirs: RemoteTheirs | LocalTheirs) -> d
         "activation": setup.activation,
         "remat_policy": setup.remat_policy,
         "fused_qkv": setup.fused_qkv,
+        "dropout_rng": setup.dropout_rng,
         "torch_adam": setup.torch_adam,
     }
 
@@ -632,6 +636,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--learning_rate", type=float, default=5e-4)
     p.add_argument("--remat_policy", default="full", help="ours: none, full, dots, qkv_fc1")
     p.add_argument("--fused_qkv", action="store_true", help="ours: one q/k/v projection")
+    p.add_argument("--dropout_rng", default="hash", choices=("hash", "jax"), help="ours: masks")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--steps_per_round", type=int, default=5)
     p.add_argument("--warmup_steps", type=int, default=3)

@@ -25,6 +25,7 @@ from deepnet_jax.layers import (
     FeedForward,
     MultiHeadAttention,
     constrain,
+    dropout,
     layer_norm,
     record_input_norm,
 )
@@ -93,7 +94,7 @@ class TransformerLayer(nn.Module):
             x: jax.Array, g: Callable[[jax.Array], jax.Array], norm: str, i: int
         ) -> jax.Array:
             def branch(h: jax.Array) -> jax.Array:
-                return nn.Dropout(c.dropout)(g(h), deterministic=self.deterministic, rng=key(i))
+                return dropout(g(h), c.dropout, key(i), self.deterministic, c.dropout_rng)
 
             if scheme in ("pre_ln", "subln"):
                 record_input_norm(self, norm, x)

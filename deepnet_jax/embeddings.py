@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from deepnet_jax.initializers import embedding_normal, sinusoidal_table
+from deepnet_jax.layers import Dropout
 from deepnet_jax.model_config import TransformerConfig
 
 
@@ -108,4 +109,4 @@ def embed(
 ) -> jax.Array:
     """E[tokens]·√d + P[positions] (P[0:T] by default), then dropout: [B, T] → [B, T, D]."""
     x_BTD = token_embedding(tokens_BT) + positions(tokens_BT.shape[1], positions_BT)
-    return nn.Dropout(config.dropout)(x_BTD, deterministic=deterministic)
+    return Dropout(config.dropout, config.dropout_rng)(x_BTD, deterministic)

@@ -15,17 +15,21 @@ def cross_entropy(
 ) -> tuple[jax.Array, jax.Array]:
     """Summed weighted cross-entropy and the summed weight.
 
-    The per-token loss is −Σ_v q_v·log p_v with q = (1−ε)·onehot + ε/V (``optax.smooth_labels``);
-    ``weights_BT`` is 0 on padding. Returns ``(Σ w·loss, Σ w)``, both float32 scalars, so callers
-    can average across micro-batches and devices exactly.
+    The per-token loss is −Σ_v q_v·log p_v with q = (1−ε)·onehot(y) + ε/V (label smoothing,
+    Szegedy et al. 2016), computed without materializing q:
+    (1−ε)·(lse − z_y) + ε·(lse − mean_v z_v), with lse = logsumexp_v z_v (the same value as
+    ``optax.softmax_cross_entropy(z, optax.smooth_labels(onehot(y), ε))``, without the
+    [B, T, V] one-hot and its backward pass). ``weights_BT`` is 0 on padding. Returns
+    ``(Σ w·loss, Σ w)``, both float32 scalars, so callers can average across micro-batches and
+    devices exactly.
     """
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"label_smoothing={label_smoothing!r} must be in [0, 1)")
     logits = logits_BTV.astype(jnp.float32)
-    labels = jax.nn.one_hot(targets_BT, logits.shape[-1], dtype=jnp.float32)
+    loss_BT = optax.softmax_cross_entropy_with_integer_labels(logits, targets_BT)
     if label_smoothing:
-        labels = optax.smooth_labels(labels, label_smoothing)
-    loss_BT = optax.softmax_cross_entropy(logits, labels)
+        uniform_BT = jax.nn.logsumexp(logits, axis=-1) - jnp.mean(logits, axis=-1)
+        loss_BT = (1.0 - label_smoothing) * loss_BT + label_smoothing * uniform_BT
     weights = weights_BT.astype(jnp.float32)
     return jnp.sum(loss_BT * weights), jnp.sum(weights)
 

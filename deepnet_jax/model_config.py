@@ -21,6 +21,7 @@ ACTIVATIONS = ("relu", "gelu")
 POSITIONS = ("sinusoidal", "learned")
 REMAT_POLICIES = ("none", "full", "dots", "qkv_fc1")
 ATTENTION_IMPLS = ("reference", "xla", "cudnn")
+DROPOUT_RNGS = ("hash", "jax")
 DLCL_WEIGHTS = ("learnable", "fix_one", "fix_avg")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 PARAM_DTYPES = ("float32", "bfloat16")
@@ -57,6 +58,9 @@ def default_config() -> ml_collections.ConfigDict:
     # reference (einsum + softmax, any dropout), xla or cudnn (jax.nn.dot_product_attention;
     # cudnn: GPU, bfloat16/float16 only); the last two need attention_dropout=0
     c.attention_impl = "reference"
+    # dropout masks: hash (a keyed integer hash of each element's index: cheap on every
+    # backend) or jax (jax.random.bernoulli with the key's PRNG, as flax.linen.Dropout)
+    c.dropout_rng = "hash"
     return c
 
 
@@ -137,6 +141,7 @@ def validate(c: ml_collections.ConfigDict) -> None:
     _choice(c, "param_dtype", PARAM_DTYPES)
     _choice(c, "dlcl_weights", DLCL_WEIGHTS)
     _choice(c, "attention_impl", ATTENTION_IMPLS)
+    _choice(c, "dropout_rng", DROPOUT_RNGS)
     if c.attention_impl != "reference" and c.attention_dropout:
         _fail(
             "attention_impl",
@@ -192,6 +197,7 @@ class TransformerConfig:
     dlcl_layer_norm: bool
     fused_qkv: bool
     attention_impl: str
+    dropout_rng: str
 
     @classmethod
     def from_config(cls, c: ml_collections.ConfigDict) -> TransformerConfig:

@@ -76,6 +76,7 @@ def default_config() -> ml_collections.ConfigDict:
 ADDED_FIELDS: dict[str, Any] = {
     "model.fused_qkv": False,
     "model.attention_impl": "reference",
+    "model.dropout_rng": "jax",
 }
 
 

@@ -242,6 +242,7 @@ def test_a_saved_config_lacking_fields_added_since_reads_as_the_code_that_saved_
 
     saved = train_config.default_config()
     saved.model.fused_qkv, saved.model.attention_impl = True, "xla"  # today's values differ
+    assert saved.model.dropout_rng == "hash"  # today's default; runs saved before it used jax
     old = saved.to_dict()
     for path in train_config.ADDED_FIELDS:
         group, name = path.split(".")
@@ -249,5 +250,6 @@ def test_a_saved_config_lacking_fields_added_since_reads_as_the_code_that_saved_
     upgraded = train_config.upgrade_saved(ml_collections.ConfigDict(old))
     train_config.check_fields(upgraded)
     assert upgraded.model.fused_qkv is False and upgraded.model.attention_impl == "reference"
+    assert upgraded.model.dropout_rng == "jax"
     kept = train_config.upgrade_saved(saved)  # fields that are there are left alone
     assert kept.model.fused_qkv is True and kept.model.attention_impl == "xla"

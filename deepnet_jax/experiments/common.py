@@ -67,6 +67,9 @@ def base_config(setting: str) -> ml_collections.ConfigDict:
     m.arch = "encdec"
     m.d_model, m.ffn_dim, m.num_heads = 64, 128, 2
     m.dropout = 0.1
+    # the committed results (docs/reproduction.md) were measured with jax.random masks; the
+    # faster hash masks would draw others (in effect another dropout seed)
+    m.dropout_rng = "jax"
     c.optimizer.name = "adamw"
     c.optimizer.b1, c.optimizer.b2, c.optimizer.eps = 0.9, 0.98, 1e-8
     c.optimizer.weight_decay = 1e-4
