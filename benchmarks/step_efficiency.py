@@ -45,6 +45,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from benchmarks.host_memory import malloc_env, minor_page_faults
 from deepnet_jax import flops, models, train, train_config
 
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -134,17 +135,21 @@ class Variant:
         self.compile_s = time.perf_counter() - start
         self.flops = flops.train_flops_per_step(c.model, {k: v.shape for k, v in batch.items()})
         self.times: list[float] = []
+        self.faults: list[float] = []
         self.run(1)  # warm-up
 
     def run(self, steps: int) -> float:
-        """Seconds per step over ``steps`` steps."""
+        """Seconds per step over ``steps`` steps; appends the page faults per step."""
+        faults = minor_page_faults()
         start = time.perf_counter()
         for i in range(steps):
             self.params, self.opt_state, metrics = self.step(
                 self.params, self.opt_state, self.batch, i, self.lr
             )
         jax.block_until_ready(metrics)
-        return (time.perf_counter() - start) / steps
+        seconds = (time.perf_counter() - start) / steps
+        self.faults.append((minor_page_faults() - faults) / steps)
+        return seconds
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -186,6 +191,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             "model_gflops_per_step": round(v.flops / 1e9, 3),
             "efficiency": round(v.flops / step_s / peak, 4),
             "compile_s": round(v.compile_s, 2),
+            "page_faults_per_step": round(statistics.median(v.faults[1:])),
             "rounds_step_s": [round(t, 5) for t in v.times],
         }
         out.append(row)
@@ -198,6 +204,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "model": size,
         "jax": jax.__version__,
         "devices": f"{jax.device_count()} × {jax.devices()[0].device_kind}",
+        "malloc_env": malloc_env(),
     }
     print(json.dumps(summary), flush=True)
     return [*out, summary]

@@ -14,8 +14,9 @@ Adam update) of the same DeepNorm model in both libraries, on the same batches:
 
 * ours: ``deepnet_jax.models.build`` → ``train.make_loss_fn`` → ``train.make_optimizer`` →
   ``train.make_train_step``, the trainer's jitted step (library defaults otherwise: layers
-  scanned with ``nn.scan``, ``remat_policy`` "full", hash dropout masks from threefry keys;
-  ``--dropout_rng=jax`` draws them with ``jax.random.bernoulli`` instead), fed
+  scanned with ``nn.scan`` (``--unrolled``: a Python loop), ``remat_policy`` "full", hash
+  dropout masks from threefry keys; ``--dropout_rng=jax`` draws them with
+  ``jax.random.bernoulli`` instead), fed
   ``(params, opt_state, batch, step, learning_rate)``;
 * theirs: torchscale 0.3.0's ``Decoder`` / ``EncoderDecoder`` with ``deepnorm=True``, eager
   PyTorch, ``torch.optim.Adam`` and ``F.cross_entropy``; ``torch.set_num_threads(--threads)``.
@@ -44,8 +45,11 @@ counts (``ours_params``, ``theirs_params``: equal, to the parameter), ``train_fl
 (``deepnet_jax.flops.train_flops_per_step``, the PaLM matmul convention) and each side's model
 FLOP/s (divide by a peak for MFU), the per-round times, the warm-up seconds (ours: build, init,
 compile and warm-up steps; theirs: warm-up steps) and the first and last training loss of each
-side (they start near ln(vocab) and fall alike); then one ``environment`` line with versions,
-CPUs and threads. Progress goes to stderr.
+side (they start near ln(vocab) and fall alike), and each side's minor page faults per step
+(``*_page_faults_per_step``, median over rounds: first touches of host memory the allocator
+took fresh from the kernel; see ``benchmarks/host_memory.py``); then one ``environment`` line
+with versions, CPUs, threads and the glibc allocator settings both processes inherited
+(``malloc_env``). Progress goes to stderr.
 
 Settings matched on both sides: DeepNorm post-LN sublayers x ← LN(α·x + G(x)) with the same α,
 no final LayerNorm; ReLU FFN (our default; torchscale's ``activation_fn`` default is gelu, so
@@ -112,6 +116,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.host_memory import malloc_env, minor_page_faults
+
 # JAX is imported inside the functions of our side only: the torch child process (spawn
 # re-imports this module) should load neither JAX nor XLA's thread pool.
 
@@ -137,6 +143,7 @@ class Setup:
     remat_policy: str
     fused_qkv: bool
     dropout_rng: str
+    scan_layers: bool
     rounds: int
     steps_per_round: int
     warmup_steps: int
@@ -197,6 +204,7 @@ def run_config(setup: Setup, row: Row) -> Any:
     m.remat_policy = setup.remat_policy
     m.fused_qkv = setup.fused_qkv
     m.dropout_rng = setup.dropout_rng
+    m.scan_layers = setup.scan_layers
     m.dtype = m.param_dtype = "float32"
     o = c.optimizer
     o.learning_rate, o.b1, o.b2, o.eps = setup.learning_rate, ADAM_B1, ADAM_B2, ADAM_EPS
@@ -229,8 +237,10 @@ class OursTrainer:
         self.lr = np.float32(setup.learning_rate)
         self.step = 0
 
-    def run(self, steps: int) -> tuple[float, float]:
-        """(wall seconds, loss of the last step) of ``steps`` train steps."""
+    def run(self, steps: int) -> tuple[float, float, float]:
+        """(wall seconds, loss of the last step, minor page faults per step) of ``steps``
+        train steps."""
+        faults = minor_page_faults()
         start = time.perf_counter()
         metrics = None
         for _ in range(steps):
@@ -241,7 +251,7 @@ class OursTrainer:
             self.step += 1
         self._jax.block_until_ready(metrics)
         seconds = time.perf_counter() - start
-        return seconds, float(metrics["loss"])
+        return seconds, float(metrics["loss"]), (minor_page_faults() - faults) / steps
 
 
 def sinusoidal_positions(setup: Setup) -> np.ndarray:
@@ -411,15 +421,17 @@ class TheirsTrainer:
         self.optimizer.step()
         return loss
 
-    def run(self, steps: int) -> tuple[float, float]:
-        """(wall seconds, loss of the last step) of ``steps`` train steps."""
+    def run(self, steps: int) -> tuple[float, float, float]:
+        """(wall seconds, loss of the last step, minor page faults per step) of ``steps``
+        train steps."""
+        faults = minor_page_faults()
         start = time.perf_counter()
         loss = None
         for _ in range(steps):
             loss = self.train_step(self.batches[self.step % len(self.batches)])
             self.step += 1
         seconds = time.perf_counter() - start
-        return seconds, float(loss.detach())
+        return seconds, float(loss.detach()), (minor_page_faults() - faults) / steps
 
 
 def torch_worker(conn: Any) -> None:
@@ -473,10 +485,10 @@ class RemoteTheirs:
     def start(self, steps: int) -> None:
         self._conn.send(("run", steps))
 
-    def result(self) -> tuple[float, float]:
+    def result(self) -> tuple[float, float, float]:
         return self._reply()
 
-    def run(self, steps: int) -> tuple[float, float]:
+    def run(self, steps: int) -> tuple[float, float, float]:
         self.start(steps)
         return self.result()
 
@@ -507,10 +519,10 @@ class LocalTheirs:
     def start(self, steps: int) -> None:
         self._pending = steps
 
-    def result(self) -> tuple[float, float]:
+    def result(self) -> tuple[float, float, float]:
         return self.trainer.run(self._pending)
 
-    def run(self, steps: int) -> tuple[float, float]:
+    def run(self, steps: int) -> tuple[float, float, float]:
         return self.trainer.run(steps)
 
     def close(self) -> None:
@@ -527,21 +539,24 @@ def log(message: str) -> None:
 
 
 def alternate_rounds(
-    ours: Callable[[int], tuple[float, float]],
-    theirs: Callable[[int], tuple[float, float]],
+    ours: Callable[[int], tuple[float, float, float]],
+    theirs: Callable[[int], tuple[float, float, float]],
     setup: Setup,
 ) -> dict[str, list[float]]:
-    """Per-round mean step seconds and last losses of both sides: each round runs
-    ``steps_per_round`` steps of one side, then of the other (torch first in even rounds),
-    with ``settle_s`` idle seconds before each."""
-    out: dict[str, list[float]] = {"ours_s": [], "theirs_s": [], "ours_loss": [], "theirs_loss": []}
+    """Per-round mean step seconds, last losses and page faults per step of both sides: each
+    round runs ``steps_per_round`` steps of one side, then of the other (torch first in even
+    rounds), with ``settle_s`` idle seconds before each."""
+    out: dict[str, list[float]] = {
+        f"{side}_{key}": [] for side in ("ours", "theirs") for key in ("s", "loss", "faults")
+    }
     sides = (("theirs", theirs), ("ours", ours))
     for r in range(setup.rounds):
         for name, run in sides if r % 2 == 0 else sides[::-1]:
             time.sleep(setup.settle_s)
-            seconds, loss = run(setup.steps_per_round)
+            seconds, loss, faults = run(setup.steps_per_round)
             out[f"{name}_s"].append(seconds / setup.steps_per_round)
             out[f"{name}_loss"].append(loss)
+            out[f"{name}_faults"].append(faults)
         log(
             f"round {r + 1}/{setup.rounds}: ours {out['ours_s'][-1]:.4f} s/step, "
             f"theirs {out['theirs_s'][-1]:.4f} s/step"
@@ -558,9 +573,9 @@ def measure_row(setup: Setup, row: Row, theirs: RemoteTheirs | LocalTheirs) -> d
     theirs.start(max(setup.warmup_steps, 1))  # torch warms up while we compile
     start = time.perf_counter()
     ours = OursTrainer(setup, row, batches)
-    _, ours_loss0 = ours.run(max(setup.warmup_steps, 1))  # includes the jit compile
+    _, ours_loss0, _ = ours.run(max(setup.warmup_steps, 1))  # includes the jit compile
     ours_warmup_s = time.perf_counter() - start
-    theirs_warmup_s, theirs_loss0 = theirs.result()
+    theirs_warmup_s, theirs_loss0, _ = theirs.result()
     log(
         f"{row.name}: warmed up (ours {ours_warmup_s:.1f} s with the compile, "
         f"theirs {theirs_warmup_s:.1f} s)"
@@ -592,6 +607,8 @@ def measure_row(setup: Setup, row: Row, theirs: RemoteTheirs | LocalTheirs) -> d
         "train_flops_per_step": step_flops,
         "ours_flop_per_s": step_flops / ours_s,
         "theirs_flop_per_s": step_flops / theirs_s,
+        "ours_page_faults_per_step": round(statistics.median(times["ours_faults"])),
+        "theirs_page_faults_per_step": round(statistics.median(times["theirs_faults"])),
         "ours_step_s_rounds": times["ours_s"],
         "theirs_step_s_rounds": times["theirs_s"],
         "ours_warmup_s": ours_warmup_s,
@@ -608,6 +625,7 @@ def measure_row(setup: Setup, row: Row, theirs: RemoteTheirs | LocalTheirs) -> d
         "remat_policy": setup.remat_policy,
         "fused_qkv": setup.fused_qkv,
         "dropout_rng": setup.dropout_rng,
+        "scan_layers": setup.scan_layers,
         "torch_adam": setup.torch_adam,
     }
 
@@ -637,6 +655,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--remat_policy", default="full", help="ours: none, full, dots, qkv_fc1")
     p.add_argument("--fused_qkv", action="store_true", help="ours: one q/k/v projection")
     p.add_argument("--dropout_rng", default="hash", choices=("hash", "jax"), help="ours: masks")
+    p.add_argument(
+        "--unrolled",
+        dest="scan_layers",
+        action="store_false",
+        help="ours: a Python loop over layers instead of nn.scan (model.scan_layers=False)",
+    )
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--steps_per_round", type=int, default=5)
     p.add_argument("--warmup_steps", type=int, default=3)
@@ -675,6 +699,7 @@ def main() -> None:
         "threads": setup.threads,
         "torch_process": "in_process" if args.in_process else "spawned child",
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "malloc_env": malloc_env(),
     }
     print(json.dumps(environment), flush=True)
 

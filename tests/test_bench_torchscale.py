@@ -35,7 +35,9 @@ def test_vs_torchscale_smoke():
         assert row["ours_tokens_per_s"] > 0 and row["theirs_tokens_per_s"] > 0
         assert abs(row["ours_params"] - row["theirs_params"]) <= 0.05 * row["theirs_params"]
         assert row["train_flops_per_step"] > 0
+        assert row["ours_page_faults_per_step"] >= 0 and row["theirs_page_faults_per_step"] >= 0
         for side in ("ours", "theirs"):  # both train: finite losses near ln(vocab)
             assert abs(row[f"{side}_loss_last"] - row["ln_vocab"]) < 2.0
     env = rows["environment"]
     assert env["torchscale"] == "0.3.0" and env["jax"] and env["torch"]
+    assert isinstance(env["malloc_env"], dict)

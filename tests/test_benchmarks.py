@@ -63,7 +63,9 @@ def test_step_efficiency_benchmark_smoke():
     assert variants["best"]["fields"] == {"fused_qkv": True, "remat_policy": "none"}
     for r in variants.values():
         assert r["step_s"] > 0 and 0 < r["efficiency"] < 1.5 and len(r["rounds_step_s"]) == 2
+        assert isinstance(r["page_faults_per_step"], int) and r["page_faults_per_step"] >= 0
     assert rows[-1]["row"] == "summary" and rows[-1]["matmul_tflops_per_s"] > 0
+    assert isinstance(rows[-1]["malloc_env"], dict)
 
 
 def test_step_efficiency_rejects_bad_variants_before_compiling():
