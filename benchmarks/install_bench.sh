@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Install what benchmarks/vs_torchscale.py needs besides the library, from the repository root:
-# torch (CPU) and fairscale through the `bench` extra, then torchscale 0.3.0 without its
-# dependencies (it pins timm, which pulls torchvision and with it a multi-GB CUDA torch; the
-# benchmark shims the one timm function torchscale imports, drop_path).
+# Install what benchmarks/vs_torchscale.py and benchmarks/profile_step.py need besides the
+# library, from the repository root: torch (CPU), fairscale and xprof through the `bench`
+# extra, then torchscale 0.3.0 without its dependencies (it pins timm, which pulls torchvision
+# and with it a multi-GB CUDA torch; the benchmark shims the one timm function torchscale
+# imports, drop_path).
 #
 # fairscale 0.4.0 also installs a top-level package named `benchmarks` (its own benchmark
 # scripts) into site-packages. A regular package there shadows this repository's `benchmarks/`

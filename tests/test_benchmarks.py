@@ -82,3 +82,74 @@ def test_step_efficiency_rejects_bad_variants_before_compiling():
         "c": True,
         "d": "x",
     }
+
+
+def test_profile_step_summarize_classifies_ops_and_skips_loops():
+    sys.path.insert(0, ROOT)
+    from benchmarks import profile_step
+
+    hlo = "\n".join(
+        [
+            "  %ynn_fusion.1 = f32[8,16]{1,0} fusion(f32[8,4]{1,0} %a, f32[4,16]{1,0} %b)",
+            "  %dot.2 = f32[4,16]{1,0} dot(f32[8,4]{1,0} %a, f32[8,16]{1,0} %c)",
+            "  %copy_bitcast_fusion = f32[16,8]{1,0} fusion(f32[8,16]{1,0} %c)",
+            "  %bitcast_dynamic-update-slice_fusion.3 = f32[2,8,16]{2,1,0} fusion(%s, %c)",
+            "  %wrapped_broadcast.4 = f32[2,8,16]{2,1,0} fusion(f32[] %zero)",
+            "  ROOT %add_fusion = f32[8,16]{1,0} fusion(%c, %c)",
+            "  %while.5 = (s32[], f32[8,16]{1,0}) while((s32[], f32[8,16]{1,0}) %t)",
+        ]
+    )
+    ops = profile_step.hlo_ops(hlo)
+    assert ops["dot.2"] == ("f32[4,16]{1,0}", "dot") and ops["while.5"][1] == "while"
+    thread = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 7, "args": {"name": "pool/42"}}]
+    durations = {
+        "ynn_fusion.1": 4000,
+        "dot.2": 1000,
+        "copy_bitcast_fusion": 600,
+        "bitcast_dynamic-update-slice_fusion.3": 400,
+        "wrapped_broadcast.4": 200,
+        "add_fusion": 300,
+        "while.5": 99999,  # a loop's event spans its body's ops: not counted
+        "ThunkExecutor::Execute": 5000,  # not an HLO op: not counted
+    }
+    events = thread + [
+        {"ph": "X", "name": n, "dur": us, "pid": 1, "tid": 7} for n, us in durations.items()
+    ]
+    rows = profile_step.summarize(events * 2, ops, steps=2, top=2)  # the same events twice
+    op_rows = [r for r in rows if r["row"] == "op"]
+    assert [(r["op"], r["ms_per_step"], r["calls_per_step"]) for r in op_rows] == [
+        ("ynn_fusion.1", 4.0, 1.0),
+        ("dot.2", 1.0, 1.0),
+    ]
+    classes = {r["class"]: r["ms_per_step"] for r in rows if r["row"] == "class"}
+    assert classes == {
+        "dot_ynnpack": 4.0,
+        "dot_xla": 1.0,
+        "copy_transpose": 0.6,
+        "dynamic_update_slice": 0.4,
+        "dynamic_slice": 0.0,
+        "zero_fill": 0.2,
+        "elementwise": 0.3,
+    }
+    summary = rows[-1]
+    assert summary["ops_ms_per_step"] == 6.5
+    assert summary["ms_per_step_by_thread"] == {"pool#0": 6.5}
+
+
+def test_profile_step_benchmark_smoke():
+    pytest.importorskip("xprof")  # the bench extra
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.profile_step", "--smoke", "--top=3"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["row"] for r in rows] == ["op"] * 3 + ["class"] * 7 + ["summary"]
+    classes = {r["class"]: r["ms_per_step"] for r in rows if r["row"] == "class"}
+    assert classes["dot_ynnpack"] + classes["dot_xla"] > 0 and classes["elementwise"] > 0
+    summary = rows[-1]
+    assert abs(sum(classes.values()) - summary["ops_ms_per_step"]) < 0.01
+    assert summary["wall_s_per_step"] > 0 and summary["model"]["layers"] == 2
