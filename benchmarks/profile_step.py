@@ -91,10 +91,11 @@ def classify(name: str, opcode: str) -> str:
 
 
 def trace_events(trace_dir: str) -> list[dict[str, Any]]:
-    """The trace viewer's events of the one profile written under ``trace_dir``."""
+    """The trace viewer's events of the newest profile under ``trace_dir`` (a kept
+    ``--trace_dir`` may hold the profiles of earlier runs too)."""
     from xprof.convert import raw_to_tool_data
 
-    (path,) = glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True)
+    path = max(glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True), key=os.path.getmtime)
     data, _ = raw_to_tool_data.xspace_to_tool_data([path], "trace_viewer@", {})
     payload = json.loads(data)
     return payload["traceEvents"] if isinstance(payload, dict) else payload
