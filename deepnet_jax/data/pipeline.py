@@ -62,8 +62,8 @@ FEATURES = {
 def default_config() -> ml_collections.ConfigDict:
     """The ``config.data`` fields with their defaults (the same as :class:`DataOptions`)."""
     c = ml_collections.ConfigDict()
-    c.dataset = "synthetic_reversal"  # ding_de_en, shakespeare, local_parallel, local_text,
-    # wmt14_translate/de-en, wmt17_translate/de-en, or the built-in synthetic_reversal task
+    c.dataset = "synthetic_reversal"  # ding_de_en, libreoffice_help, shakespeare, local_parallel,
+    # local_text, wmt14_translate/de-en, wmt17_translate/de-en, or synthetic_reversal (built in)
     c.data_dir = os.environ.get("DEEPNET_JAX_DATA", os.path.expanduser("~/deepnet_jax_data"))
     c.source_dir = ""  # local_parallel / local_text: folder with {train,valid,test}.<ext>
     c.src_ext = ""  # local_parallel: source file extension (e.g. "de"); local_text: file ext
@@ -171,6 +171,14 @@ class DataOptions:
             "tgt_ext": self.tgt_ext,
         }
 
+    def prepare_kwargs(self) -> dict[str, Any]:
+        """:meth:`source_kwargs` plus the languages (they pick ``libreoffice_help``'s config)."""
+        return {
+            **self.source_kwargs(),
+            "source_lang": self.source_lang,
+            "target_lang": self.target_lang,
+        }
+
 
 @dataclasses.dataclass(frozen=True)
 class PreparedCorpus:
@@ -213,7 +221,7 @@ def prepare_corpus(options: DataOptions, tokenizer_proto: bytes | None = None) -
     joint source+target model). ``tokenizer_proto`` (another process's trained model) is
     installed in the cache instead of training.
     """
-    builder = sources.prepare(options.dataset, options.data_dir, **options.source_kwargs())
+    builder = sources.prepare(options.dataset, options.data_dir, **options.prepare_kwargs())
     key = _dataset_key(builder, options.dataset)
     if tokenizer_proto is not None:
         tokenizer = Tokenizer(tokenizer_proto)
@@ -353,7 +361,7 @@ class DataPipeline:
         if tokenizer_path is None:
             corpus = prepare_on_all_processes(options)
         else:  # a run's own tokenizer (evaluation): the tokenizer cache is not touched
-            builder = sources.prepare(options.dataset, options.data_dir, **options.source_kwargs())
+            builder = sources.prepare(options.dataset, options.data_dir, **options.prepare_kwargs())
             tokenizer = Tokenizer.load(tokenizer_path)
             corpus = PreparedCorpus(
                 builder, _dataset_key(builder, options.dataset), tokenizer, tokenizer_path

@@ -1,6 +1,8 @@
 """Prepare a dataset once, before training: ``python -m deepnet_jax.data.prepare``.
 
     python -m deepnet_jax.data.prepare --dataset=ding_de_en --data_dir=/tmp/deepnet_data
+    python -m deepnet_jax.data.prepare --dataset=libreoffice_help --source_lang=fr \\
+        --data_dir=/tmp/deepnet_data           # the fr-en pairs (default de-en)
     python -m deepnet_jax.data.prepare --dataset=local_parallel --data_dir=/tmp/deepnet_data \\
         --source_dir=/path/to/fairseq/prepared --src_ext=de --tgt_ext=en
     python -m deepnet_jax.data.prepare --dataset=ding_de_en --data_dir=/tmp/deepnet_data \\
@@ -35,6 +37,10 @@ _SRC_EXT = flags.DEFINE_string(
     "of the text files (default txt).",
 )
 _TGT_EXT = flags.DEFINE_string("tgt_ext", "", "local_parallel: target file extension (e.g. en).")
+_SOURCE_LANG = flags.DEFINE_string(
+    "source_lang", "", "Source language; libreoffice_help: de or fr (with en) picks the pair."
+)
+_TARGET_LANG = flags.DEFINE_string("target_lang", "", "Target language (see --source_lang).")
 _TOKENIZER = flags.DEFINE_string(
     "tokenizer", "", "Also train the tokenizer: bpe, unigram or char (empty: dataset only)."
 )
@@ -59,6 +65,8 @@ def main(argv: Sequence[str]) -> None:
     try:
         sources.check_arguments(
             _DATASET.value,
+            source_lang=_SOURCE_LANG.value,
+            target_lang=_TARGET_LANG.value,
             source_dir=_SOURCE_DIR.value,
             src_ext=_SRC_EXT.value,
             tgt_ext=_TGT_EXT.value,
@@ -72,6 +80,8 @@ def main(argv: Sequence[str]) -> None:
                 source_dir=_SOURCE_DIR.value,
                 src_ext=_SRC_EXT.value,
                 tgt_ext=_TGT_EXT.value,
+                source_lang=_SOURCE_LANG.value,
+                target_lang=_TARGET_LANG.value,
             )
             corpus = pipeline.prepare_corpus(options) if options else None
     except (DataPreparationError, ValueError, OSError) as e:
@@ -92,6 +102,8 @@ def _tokenizer_options() -> pipeline.DataOptions:
         source_dir=_SOURCE_DIR.value or "",
         src_ext=_SRC_EXT.value,
         tgt_ext=_TGT_EXT.value,
+        source_lang=_SOURCE_LANG.value,
+        target_lang=_TARGET_LANG.value,
         tokenizer=_TOKENIZER.value,
         vocab_size=_VOCAB_SIZE.value,
     )

@@ -6,6 +6,8 @@ Datasets (``data.dataset``):
 name                        kind      records of :func:`open_split`
 ==========================  ========  ====================================================
 ``ding_de_en``              parallel  ``{"source", "target"}``; languages de, en (default de->en)
+``libreoffice_help``        parallel  ``{"source", "target"}``; de-en or fr-en, either direction
+                                      (the languages pick the tfds config; default de->en)
 ``shakespeare``             text      ``{"text"}``: one paragraph of a play
 ``local_parallel``          parallel  ``{"source", "target"}``; languages src_ext, tgt_ext
 ``local_text``              text      ``{"text"}``: one paragraph of the user's file
@@ -36,6 +38,7 @@ from deepnet_jax.data.fetch import DataPreparationError
 
 DATASETS = (
     "ding_de_en",
+    "libreoffice_help",
     "shakespeare",
     "local_parallel",
     "local_text",
@@ -47,6 +50,7 @@ FILE_FORMAT = "array_record"
 
 _KIND = {
     "ding_de_en": "parallel",
+    "libreoffice_help": "parallel",
     "shakespeare": "text",
     "local_parallel": "parallel",
     "local_text": "text",
@@ -75,22 +79,51 @@ def _tensorflow_available() -> bool:
     return importlib.util.find_spec("tensorflow") is not None
 
 
+def libreoffice_config(source_lang: str = "", target_lang: str = "") -> str:
+    """The ``libreoffice_help`` config (``de-en`` or ``fr-en``) holding both languages.
+
+    Either language may be empty: ``{}`` and ``{en}`` give ``de-en``, ``{de}`` or ``{de, en}``
+    give ``de-en``, ``{fr}`` or ``{fr, en}`` give ``fr-en``. Any other pair (``de`` and
+    ``fr``, ``it`` …) is a one-line ``ValueError`` naming both fields and the pairs there are.
+    """
+    given = {lang for lang in (source_lang, target_lang) if lang}
+    for name, lang in builders.LIBREOFFICE_PAIRS.items():
+        if given <= {lang, "en"}:
+            return name
+    pairs = ", ".join(builders.LIBREOFFICE_PAIRS)
+    raise ValueError(
+        f"data.source_lang={source_lang!r} and data.target_lang={target_lang!r}: "
+        f"libreoffice_help has the language pairs {pairs} (either direction)"
+    )
+
+
 def _make_builder(
-    dataset: str, data_dir: str, source_dir: str | None, src_ext: str, tgt_ext: str
+    dataset: str,
+    data_dir: str,
+    source_dir: str | None,
+    src_ext: str,
+    tgt_ext: str,
+    languages: tuple[str, str] = ("", ""),
 ) -> tfds.core.DatasetBuilder:
     """The tfds builder of ``dataset`` reading/writing ``array_record`` under ``data_dir``.
+
+    ``languages`` (source, target) select the config of ``libreoffice_help`` (ignored otherwise).
 
     A dataset already prepared there as ``tfrecord`` (tfds' default when TensorFlow is
     installed, e.g. an existing ``~/tensorflow_datasets``) is used as it is when TensorFlow is
     importable (the ``tf`` extra): :func:`open_split` then reads it with ``tfds.load``.
     """
     try:
-        return _construct_builder(dataset, data_dir, source_dir, src_ext, tgt_ext, FILE_FORMAT)
+        return _construct_builder(
+            dataset, data_dir, source_dir, src_ext, tgt_ext, languages, FILE_FORMAT
+        )
     except ValueError as e:
         if "File format is already set" not in str(e):
             raise
         if _tensorflow_available():
-            return _construct_builder(dataset, data_dir, source_dir, src_ext, tgt_ext, None)
+            return _construct_builder(
+                dataset, data_dir, source_dir, src_ext, tgt_ext, languages, None
+            )
         raise DataPreparationError(
             f"{dataset} in {data_dir} was prepared in another file format ({e}); without "
             f"TensorFlow this code reads only {FILE_FORMAT}: install the tf extra "
@@ -104,6 +137,7 @@ def _construct_builder(
     source_dir: str | None,
     src_ext: str,
     tgt_ext: str,
+    languages: tuple[str, str],
     file_format: str | None,
 ) -> tfds.core.DatasetBuilder:
     dataset_kind(dataset)
@@ -112,6 +146,8 @@ def _construct_builder(
         kwargs["file_format"] = file_format
     if dataset == "ding_de_en":
         return builders.DingDeEn(**kwargs)
+    if dataset == "libreoffice_help":
+        return builders.LibreOfficeHelp(config=libreoffice_config(*languages), **kwargs)
     if dataset == "shakespeare":
         return builders.Shakespeare(**kwargs)
     if dataset == "local_parallel":
@@ -138,6 +174,8 @@ def prepare(
     source_dir: str | None = None,
     src_ext: str = "",
     tgt_ext: str = "",
+    source_lang: str = "",
+    target_lang: str = "",
 ) -> tfds.core.DatasetBuilder:
     """Build ``dataset`` under ``data_dir`` as ``array_record`` if needed; return its builder.
 
@@ -155,13 +193,17 @@ def prepare(
     is put back if the rebuild fails). When ``source_dir`` does not exist at all (e.g. a
     machine that shares ``data_dir`` but not the source files) the prepared dataset is used.
 
+    ``source_lang`` and ``target_lang`` are read by ``libreoffice_help`` only: they pick its
+    config (:func:`libreoffice_config`; ``de-en`` when both are empty).
+
     Raises:
       ValueError: unknown dataset, bad local arguments, or bad local files (see
         :mod:`deepnet_jax.data.corpora`).
       DataPreparationError: a corpus could not be fetched, or a WMT dataset could not be
         prepared (the message is one line).
     """
-    builder = _make_builder(dataset, data_dir, source_dir, src_ext, tgt_ext)
+    languages = (source_lang, target_lang)
+    builder = _make_builder(dataset, data_dir, source_dir, src_ext, tgt_ext, languages)
     if not builder.is_prepared():
         _download_and_prepare(builder, dataset, data_dir)
     elif _is_local(dataset):
@@ -187,7 +229,7 @@ def prepare(
     else:
         return builder
     # A fresh builder reads back the info (splits, metadata) that was just written.
-    return _make_builder(dataset, data_dir, source_dir, src_ext, tgt_ext)
+    return _make_builder(dataset, data_dir, source_dir, src_ext, tgt_ext, languages)
 
 
 def _download_and_prepare(builder: tfds.core.DatasetBuilder, dataset: str, data_dir: str) -> None:
@@ -289,6 +331,9 @@ def _parallel_fields(
     """``(("source", stored_key), ("target", stored_key))`` for the requested direction."""
     if dataset == "local_parallel":
         langs, keys = (src_ext, tgt_ext), {src_ext: "source", tgt_ext: "target"}
+    elif dataset == "libreoffice_help":
+        lang = builders.LIBREOFFICE_PAIRS[libreoffice_config(source_lang, target_lang)]
+        langs, keys = (lang, "en"), {lang: lang, "en": "en"}
     else:
         langs, keys = ("de", "en"), {"de": "de", "en": "en"}
     for flag, lang in (("source_lang", source_lang), ("target_lang", target_lang)):
@@ -356,11 +401,12 @@ def open_split(
 
     Parallel datasets give ``{"source": str, "target": str}``: the direction is
     ``source_lang`` -> ``target_lang`` (either may be left empty and is then the other
-    language; both empty: de->en for Ding and WMT, ``src_ext`` -> ``tgt_ext`` for
-    ``local_parallel``). Text datasets give ``{"text": str}``. The result supports ``len``,
-    indexing, ``__getitems__`` and pickling (see :class:`NormalizedSource`). Pass the
-    ``builder`` that :func:`prepare` returned to open a split without preparing (and, for a
-    local dataset, re-hashing its files) again.
+    language; both empty: de->en for Ding, LibreOffice help and WMT, ``src_ext`` -> ``tgt_ext``
+    for ``local_parallel``; for ``libreoffice_help`` the two languages also pick the config).
+    Text datasets give ``{"text": str}``. The result supports ``len``, indexing,
+    ``__getitems__`` and pickling (see :class:`NormalizedSource`). Pass the ``builder`` that
+    :func:`prepare` returned to open a split without preparing (and, for a local dataset,
+    re-hashing its files) again.
 
     Raises:
       ValueError: unknown dataset or split, a split the dataset does not have (a local
@@ -375,7 +421,13 @@ def open_split(
         fields = (("text", "text"),)
     if builder is None:
         builder = prepare(
-            dataset, data_dir, source_dir=source_dir, src_ext=src_ext, tgt_ext=tgt_ext
+            dataset,
+            data_dir,
+            source_dir=source_dir,
+            src_ext=src_ext,
+            tgt_ext=tgt_ext,
+            source_lang=source_lang,
+            target_lang=target_lang,
         )
     available = list(builder.info.splits.keys())
     if available and split not in available:
