@@ -18,7 +18,9 @@ from deepnet_jax.data.tokenizer import Tokenizer
 
 
 def corpus_scores(hypotheses: list[str], references: list[str]) -> dict[str, Any]:
-    """Corpus BLEU and chrF of detokenized ``hypotheses`` against one reference each."""
+    """Corpus BLEU and chrF of detokenized ``hypotheses`` against one reference each, and
+    ``distinct_hypotheses``: the fraction of different strings among the hypotheses (1.0 when
+    no two are the same; 1/n when one sentence is output for every source)."""
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
     bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
@@ -26,6 +28,7 @@ def corpus_scores(hypotheses: list[str], references: list[str]) -> dict[str, Any
     chrf_score = chrf.corpus_score(hypotheses, [references])
     bleu_signature, chrf_signature = str(bleu.get_signature()), str(chrf.get_signature())
     return {
+        "distinct_hypotheses": len(set(hypotheses)) / max(len(hypotheses), 1),
         "bleu": bleu_score.score,
         "chrf": chrf_score.score,
         "bleu_signature": bleu_signature,

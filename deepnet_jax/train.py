@@ -37,6 +37,7 @@ from deepnet_jax import (
     plots,
     preemption,
     sharding,
+    source_sensitivity,
     synthetic,
     train_config,
 )
@@ -333,32 +334,50 @@ def make_train_step(
 
 
 def make_eval_step(model: nn.Module, arch: str) -> Callable:
-    """Jitted ``(params, batch) -> sums`` of the plain (unsmoothed) NLL, without dropout."""
+    """Jitted ``(params, batch) -> sums`` of the plain (unsmoothed) NLL, without dropout.
+
+    For an encoder-decoder the sums also hold ``shifted_nll_sum``: the NLL of the same targets
+    with each row's source swapped for another row's (:mod:`deepnet_jax.source_sensitivity`).
+    """
     loss_fn = make_loss_fn(model, arch, 0.0)
 
     @jax.jit
     def eval_step(params, batch: Batch):
-        return loss_fn(params, batch, jax.random.key(0), True)[1]
+        sums = loss_fn(params, batch, jax.random.key(0), True)[1]
+        if arch == "encdec":
+            shifted = source_sensitivity.with_shifted_sources(batch)
+            sums["shifted_nll_sum"] = loss_fn(params, shifted, jax.random.key(0), True)[1][
+                "nll_sum"
+            ]
+        return sums
 
     return eval_step
 
 
 def split_loss(eval_step: Callable, params: Any, batches: Iterator[Batch]) -> dict[str, float]:
     """Token-weighted NLL (``loss``), ``perplexity`` = exp(loss) and ``accuracy`` over all
-    ``batches`` (placed on the devices) of a split."""
-    sums = {"nll_sum": 0.0, "weight": 0.0, "correct": 0.0}
+    ``batches`` (placed on the devices) of a split; for an encoder-decoder also
+    ``source_sensitivity`` (nats per target token the NLL rises by when sources are swapped
+    between rows)."""
+    sums: dict[str, float] = {}
     for batch in batches:
         out = jax.device_get(eval_step(params, batch))
-        for key in sums:
-            sums[key] += float(out[key])
-    if not sums["weight"]:
+        for key in ("nll_sum", "weight", "correct", "shifted_nll_sum"):
+            if key in out:
+                sums[key] = sums.get(key, 0.0) + float(out[key])
+    if not sums.get("weight"):
         raise ValueError("the evaluation split has no target tokens")
     nll = sums["nll_sum"] / sums["weight"]
-    return {
+    result = {
         "loss": nll,
         "perplexity": float(np.exp(min(nll, 50.0))),
         "accuracy": sums["correct"] / sums["weight"],
     }
+    if "shifted_nll_sum" in sums:
+        result["source_sensitivity"] = source_sensitivity.per_token(
+            sums["nll_sum"], sums["shifted_nll_sum"], sums["weight"]
+        )
+    return result
 
 
 def _nbytes(tree: Any) -> int:
@@ -508,6 +527,22 @@ class Interval:
             "mfu": self.flops / elapsed / peak_flops_per_s,
             "skipped_steps": self.skipped,
         }
+
+
+SOURCE_BLIND_NATS = 0.1  # source sensitivity below this after the warm-up: a warning
+
+
+def source_blind_warning(result: dict[str, Any], updates: int, warmup_steps: int) -> str:
+    """A one-line warning when, past the warm-up, the validation NLL barely depends on the
+    source (``source_sensitivity`` < 0.1 nats per target token); else ``""``."""
+    sensitivity = result.get("source_sensitivity")
+    if sensitivity is None or updates <= warmup_steps or sensitivity >= SOURCE_BLIND_NATS:
+        return ""
+    return (
+        f"warning: source sensitivity {sensitivity:.3f} nats at update {updates} (< "
+        f"{SOURCE_BLIND_NATS} after the warm-up): the decoder is ignoring its source, "
+        "predicting targets from the target prefix alone"
+    )
 
 
 def say(message: str) -> None:
@@ -704,13 +739,24 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
         line = (
             f"step {updates}: validation loss {result['loss']:.3f}, ppl {result['perplexity']:.1f}"
         )
+        if "source_sensitivity" in result:
+            line += f", source sensitivity {result['source_sensitivity']:.2f} nats"
         if validation_bleu:
             scores = translation_scores(params, "validation", 1, config.decode.eval_sentences)
             result.update(
-                bleu=scores["bleu"], chrf=scores["chrf"], bleu_sentences=scores["sentences"]
+                bleu=scores["bleu"],
+                chrf=scores["chrf"],
+                bleu_sentences=scores["sentences"],
+                distinct_hypotheses=scores["distinct_hypotheses"],
             )
-            line += f", greedy BLEU {scores['bleu']:.2f} ({scores['sentences']} sentences)"
+            line += (
+                f", greedy BLEU {scores['bleu']:.2f} ({scores['sentences']} sentences, "
+                f"{scores['distinct_hypotheses']:.0%} distinct)"
+            )
         say(line)
+        warning = source_blind_warning(result, updates, config.schedule.warmup_steps)
+        if warning:
+            say(warning)
         score = result["bleu"] if validation_bleu else -result["loss"]
         if checkpointer and (best is None or score > best):
             best = score
@@ -864,8 +910,11 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
         "train_loss": last_record.get("loss"),
         "steps": config.total_steps,
     }
+    if "source_sensitivity" in result:
+        metrics_out["eval_source_sensitivity"] = result["source_sensitivity"]
     if validation_bleu:
         metrics_out["eval_bleu_greedy"] = result["bleu"]
+        metrics_out["eval_distinct_hypotheses"] = result["distinct_hypotheses"]
     if isinstance(data, CorpusData) and config.final_split:
         split = config.final_split
         final = evaluate(params, split)
@@ -880,7 +929,9 @@ def _run(config: ml_collections.ConfigDict, workdir: str | None, mesh, rules) ->
                     split, config.total_steps, {"bleu": scores["bleu"], "chrf": scores["chrf"]}
                 )
             line += (
-                f", BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f} (beam {beam}; "
+                f", source sensitivity {final['source_sensitivity']:.2f} nats, "
+                f"BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f}, "
+                f"{scores['distinct_hypotheses']:.0%} distinct hypotheses (beam {beam}; "
                 f"{scores['bleu_signature']})"
             )
         say(line)

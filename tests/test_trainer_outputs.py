@@ -44,6 +44,8 @@ def test_translation_run_outputs(corpus, tmp_path):  # noqa: F811
     evals = [r for r in records if r["split"] == "eval"]
     assert [r["step"] for r in evals] == [4, 8]
     assert all(0 <= r["bleu"] <= 100 and r["bleu_sentences"] == 10 for r in evals)
+    for r in evals:  # the decoder-reads-its-source figures, at every validation
+        assert np.isfinite(r["source_sensitivity"]) and 0 < r["distinct_hypotheses"] <= 1
     test_records = [r for r in records if r["split"] == "test"]
     assert test_records and test_records[0]["bleu"] == pytest.approx(result["test_bleu"])
 
@@ -52,6 +54,9 @@ def test_translation_run_outputs(corpus, tmp_path):  # noqa: F811
     assert "BLEU" in saved["test_bleu_signature"] or "nrefs" in saved["test_bleu_signature"]
     assert 0 <= saved["test_chrf"] <= 100 and saved["test_loss"] > 0
     assert len(saved["test_samples"]) == 2
+    for key in ("eval_source_sensitivity", "test_source_sensitivity"):
+        assert np.isfinite(saved[key]), key
+    assert 0 < saved["eval_distinct_hypotheses"] <= 1 and 0 < saved["test_distinct_hypotheses"] <= 1
     assert set(saved["test_samples"][0]) == {"source", "reference", "hypothesis"}
 
     assert (tmp_path / "tokenizer.model").stat().st_size > 0
