@@ -108,17 +108,25 @@ def test_fused_qkv_cached_decoding_equals_full_forward():
 
 
 @pytest.mark.parametrize(
-    "arch, dtype, atol",
+    "arch, dtype",
     [
-        ("encdec", "float32", 1e-5),  # padding, causal and cross-attention masks
-        ("decoder", "bfloat16", 1e-2),
-        pytest.param("decoder", "float32", 1e-5, marks=pytest.mark.slow),
-        pytest.param("encoder", "float32", 1e-5, marks=pytest.mark.slow),
-        pytest.param("encdec", "bfloat16", 1e-2, marks=pytest.mark.slow),
+        ("encdec", "float32"),  # padding, causal and cross-attention masks
+        ("decoder", "bfloat16"),
+        pytest.param("decoder", "float32", marks=pytest.mark.slow),
+        pytest.param("encoder", "float32", marks=pytest.mark.slow),
+        pytest.param("encdec", "bfloat16", marks=pytest.mark.slow),
     ],
 )
-def test_dot_product_attention_matches_the_reference_path(arch, dtype, atol):
-    """Padding masks (all archs), causal masks (decoders) and cross-attention (encdec)."""
+def test_dot_product_attention_matches_the_reference_path(arch, dtype):
+    """Padding masks (all archs), causal masks (decoders) and cross-attention (encdec).
+
+    float32: the two paths differ by float32 rounding only (atol 1e-5 on logits of order 1).
+    bfloat16: both take float32 logits and softmax and round probabilities and values to
+    bfloat16, but XLA may order their sums differently, and one bfloat16 rounding that differs
+    (up to 2⁻⁸ relative) reaches the logits like the model's own bfloat16 rounding does. So the
+    tolerance is the bfloat16 reference's own distance from the float32 model, times 2, not a
+    fixed figure that holds only while both paths compile to the same operations.
+    """
     cfg = tiny_config(arch, "subln", dtype=dtype)
     fast_cfg = tiny_config(arch, "subln", dtype=dtype, attention_impl="xla")
     model, fast = models.build(cfg), models.build(fast_cfg)
@@ -126,8 +134,14 @@ def test_dot_product_attention_matches_the_reference_path(arch, dtype, atol):
     args = _padded_batch(arch, cfg.vocab_size)
     ref = jit_apply(model)({"params": params}, *args).astype(jnp.float32)
     out = jit_apply(fast)({"params": params}, *args).astype(jnp.float32)
-    # the logits' scale: the bf16 tolerance is relative to values of order 1
-    assert 0.1 < float(jnp.abs(ref).mean()) < 10
+    assert 0.1 < float(jnp.abs(ref).mean()) < 10  # logits of order 1
+    atol = 1e-5
+    if dtype == "bfloat16":
+        exact = jit_apply(models.build(tiny_config(arch, "subln")))({"params": params}, *args)
+        rounding = float(jnp.abs(ref - exact).max())
+        # bfloat16 really used (not 0), and its error a few of its 2⁻⁸ steps (measured 1-2%)
+        assert 0 < rounding < 0.05 * float(jnp.abs(exact).max()), rounding
+        atol = 2 * rounding
     np.testing.assert_allclose(out, ref, atol=atol)
 
 
