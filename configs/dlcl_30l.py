@@ -4,7 +4,7 @@ Run: python train.py --config=configs/dlcl_30l.py --workdir=/tmp/dlcl_30l
 
 Each layer's input is a learned combination of the LayerNorm'd outputs of all earlier layers
 (DLCL eq. 8); DLCL stacks run unrolled (``model.scan_layers=False``). The paper trained on
-WMT; here the default corpus is ``ding_de_en`` so the baseline runs next to ``default.py``.
+WMT; here it runs on the main job's corpus and recipe (``default.py``: ``libreoffice_help``).
 """
 
 import ml_collections

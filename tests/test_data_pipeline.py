@@ -338,18 +338,26 @@ def test_missing_validation_split_fails_before_training(corpus, tmp_path):
         train.run(c)
 
 
-def test_train_cli_bad_data_field_is_one_line(corpus, tmp_path):
+@pytest.mark.parametrize(
+    ("dataset", "lang", "message"),
+    [
+        ("ding_de_en", "fr", "error: data.source_lang='fr'"),
+        ("libreoffice_help", "it", "error: data.source_lang='it' and data.target_lang='en'"),
+    ],
+)
+def test_train_cli_bad_data_field_is_one_line(tmp_path, dataset, lang, message):
     cmd = [
         sys.executable,
         "train.py",
         "--config=configs/default.py",
-        "--config.data.dataset=ding_de_en",
-        "--config.data.source_lang=fr",
-        f"--config.data.data_dir={tmp_path}",
+        f"--config.data.dataset={dataset}",
+        f"--config.data.source_lang={lang}",
+        f"--config.data.data_dir={tmp_path / 'data'}",
     ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].startswith("error: data.source_lang='fr'")
+    assert proc.stderr.strip().splitlines()[-1].startswith(message)
+    assert not (tmp_path / "data").exists()  # rejected before anything is prepared
 
 
 def test_tfrecord_prepared_data_is_read_with_tensorflow(corpus, tmp_path):

@@ -27,7 +27,7 @@ def _load(name):
 
 def test_every_config_is_shipped():
     expected = {"base", "default", "iwslt14_deen", "wmt17_ende", "deepnet_1000l", "magneto_lm"}
-    expected |= {"labml_shakespeare", "bert_mlm", "dlcl_30l"}
+    expected |= {"labml_shakespeare", "bert_mlm", "dlcl_30l", "ding_de_en"}
     assert expected <= set(CONFIGS)
 
 

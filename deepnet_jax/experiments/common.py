@@ -25,6 +25,7 @@ so that an experiment runs end to end in under a minute (the CI check of the cod
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -100,6 +101,25 @@ def base_config(setting: str) -> ml_collections.ConfigDict:
         c.data.max_tokens = 1024
         c.data.bucket_boundaries = (16, 32, 64)
         c.log_every = 25
+    return c
+
+
+def main_job_config() -> ml_collections.ConfigDict:
+    """``configs/default.py``'s config (the README's main job), read from the repository the
+    package runs from, with checkpoints off: experiments that compare against the main job
+    change only what they vary."""
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "default.py")
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"{os.path.normpath(path)} not found: run the experiments from a repository checkout"
+        )
+    spec = importlib.util.spec_from_file_location("deepnet_jax_main_job_config", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    c = module.get_config()
+    c.checkpoint_every = 0
+    c.final_split = ""
+    c.diagnostics.plot = False
     return c
 
 

@@ -1,31 +1,32 @@
-"""DeepNet's Table 1 / Figure 6 in miniature: which schemes train as the depth grows.
+"""DeepNet's Table 1 / Figure 6 on the main job: which schemes still translate as depth grows.
 
-Each scheme (Post-LN, Pre-LN, DeepNorm, Sub-LN, and the DLCL baselines at the depths where
-they are affordable here) trains tiny 64-128-2 encoder-decoders (``common``) of increasing
-depth for a fixed budget of updates at the paper's peak learning rate (5e-4) and at 4× it
-(the quick setting: 4× only, see below), with an inverse-square-root schedule whose warm-up
-(from 1e-7) is half the budget, the proportion of the paper's IWSLT-14 runs (4,000 of 8,000
-updates). Each run ends with its validation NLL and accuracy (and greedy BLEU in the full
-setting) and a verdict: diverged, stuck or trained (``common.verdict``).
+Each scheme trains the main job's encoder-decoder (``configs/default.py``: LibreOffice help
+German→English split by page, its width, vocabulary, token-budget batches, optimizer, learning
+rate and warm-up) at several depths, with nothing but the scheme and the depth changed. Each run
+ends with its validation NLL, greedy BLEU on the first 500 validation sentences, the **source
+sensitivity** (how many nats per target token the validation NLL rises when every row gets
+another row's source; ≈ 0 means the decoder ignores its source, see
+:mod:`deepnet_jax.source_sensitivity`) and a verdict: diverged, stuck or trained
+(``common.verdict``: stuck = validation NLL within 0.25 nats of the unigram entropy).
 
 Settings (fixed before any result was seen):
 
-=========  ================  ==============  =======  ====================================
-setting    depths (N L-N L)  DLCL depths     updates  cost on 2 CPU cores
-=========  ================  ==============  =======  ====================================
-smoke      2                 2 (dlcl_pre)    4        about 1 min (synthetic reversal, 16-32-2)
-quick      6, 18             6 (dlcl_pre)    200      17 min, measured (lr 2e-3 only)
-full       6, 18, 50, 100    6, 18           2,000    about 2 days (100L-100L: ~2 s/update)
-=========  ================  ==============  =======  ====================================
+=========  ==========================  =============  =======================================
+setting    schemes                     depths (N)     updates, cost on 2 CPU cores
+=========  ==========================  =============  =======================================
+smoke      deepnorm, dlcl_pre          2              4 (synthetic reversal, 16-32-2), ~1 min
+quick      post_ln, deepnorm           6 (main job)   1,400 (main job: 1,600), ≤ 20 min
+full       post_ln, pre_ln, deepnorm,  6, 12, 18, 50  1,600 (the main job's); not run here
+           subln (+ dlcl_pre at 6, 12)
+=========  ==========================  =============  =======================================
 
-The quick setting trains at 2e-3 only: with the warm-up over half of 200 updates, the
-learning rate summed over the run is 0.17 at 2e-3 and 0.04 at 5e-4, and the model-update runs
-were still at the unigram entropy after 100 constant updates at 5e-4 (a sum of 0.05), so a
-5e-4 run could only come out stuck, for every scheme.
+The quick setting answers one question: at the main job's depth and settings, does Post-LN
+train where DeepNorm does? The main job's greedy validation BLEU passes 10 between updates 800
+and 1,200 (docs/main_job.md), so 1,400 updates leave a margin; two runs of it fit 20 minutes.
 
 Run: ``python -m deepnet_jax.experiments.depth_sweep --setting=quick --out=DIR``; writes
-``depth_sweep.json``, ``depth_sweep.png`` (validation NLL against depth, a panel per learning
-rate, crosses for diverged runs) and ``depth_sweep.md``.
+``depth_sweep.json``, ``depth_sweep.png`` (validation NLL, greedy BLEU and source sensitivity
+against depth, crosses for diverged runs) and ``depth_sweep.md``.
 """
 
 from __future__ import annotations
@@ -35,9 +36,13 @@ import os
 import sys
 from typing import Any
 
+import ml_collections
+
 from deepnet_jax.experiments import common
 
 NAME = "depth_sweep"
+MAIN_JOB_DEPTH = 6  # configs/default.py's (checked by the tests)
+QUICK_STEPS = 1400
 SETTINGS = {
     "smoke": {
         "depths": [2],
@@ -45,80 +50,116 @@ SETTINGS = {
         "steps": 4,
         "schemes": ["deepnorm"],
         "dlcl": ["dlcl_pre"],
-        "lrs": [5e-4, 2e-3],
         "bleu_sentences": 0,
     },
     "quick": {
-        "depths": [6, 18],
-        "dlcl_depths": [6],
-        "steps": 200,
-        "schemes": list(common.SCHEMES),
-        "dlcl": ["dlcl_pre"],
-        "lrs": [2e-3],
-        "bleu_sentences": 0,
+        "depths": [MAIN_JOB_DEPTH],
+        "dlcl_depths": [],
+        "steps": QUICK_STEPS,
+        "schemes": ["post_ln", "deepnorm"],
+        "dlcl": [],
+        "bleu_sentences": 500,
     },
     "full": {
-        "depths": [6, 18, 50, 100],
-        "dlcl_depths": [6, 18],
-        "steps": 2000,
+        "depths": [MAIN_JOB_DEPTH, 12, 18, 50],
+        "dlcl_depths": [MAIN_JOB_DEPTH, 12],
+        "steps": 0,  # the main job's total_steps
         "schemes": list(common.SCHEMES),
-        "dlcl": ["dlcl_pre", "dlcl_post"],
-        "lrs": [5e-4, 2e-3],
+        "dlcl": ["dlcl_pre"],
         "bleu_sentences": 500,
     },
 }
+# what the table and the figure show of a run, where the run has it
+FIGURES = (
+    ("eval_loss", "validation NLL"),
+    ("eval_bleu_greedy", "greedy BLEU"),
+    ("eval_source_sensitivity", "source sensitivity (nats)"),
+)
+
+
+def base_config(setting: str) -> ml_collections.ConfigDict:
+    """The main job's config (quick, full) or the synthetic smoke config, with validation at the
+    end only and greedy BLEU on the setting's number of validation sentences."""
+    if setting == "smoke":
+        c = common.base_config(setting)
+        c.optimizer.learning_rate = 2e-3
+    else:
+        c = common.main_job_config()
+        c.eval_every = 0
+    c.decode.eval_sentences = SETTINGS[setting]["bleu_sentences"]
+    return c
+
+
+def make_config(
+    base: ml_collections.ConfigDict, key: dict[str, Any], steps: int
+) -> ml_collections.ConfigDict:
+    """``base`` with the run's scheme and depth (N encoder and N decoder layers) and ``steps``
+    updates (0: the base's own); DLCL stacks are unrolled (each layer reads every earlier one)."""
+    c = ml_collections.ConfigDict(base.to_dict())
+    c.model.scheme = key["scheme"]
+    c.model.num_encoder_layers = c.model.num_decoder_layers = key["layers"]
+    c.model.scan_layers = not key["scheme"].startswith("dlcl")
+    if steps:
+        c.total_steps = steps
+    c.schedule.warmup_steps = min(c.schedule.warmup_steps, c.total_steps // 2)
+    return c
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = common.parser(__doc__.splitlines()[0]).parse_args(argv)
     common.compile_fast_for_smoke(args.setting)
-    base = common.base_config(args.setting)
+    base = base_config(args.setting)
     common.configure_data(base, args)
     s = SETTINGS[args.setting]
-    base.decode.eval_sentences = s["bleu_sentences"]
     out = common.output_dir(args, NAME)
     entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
-    results = common.Results(out, NAME, args.setting, {**s, "unigram_entropy": entropy})
+    settings = {**s, "unigram_entropy": entropy, "learning_rate": base.optimizer.learning_rate}
+    results = common.Results(out, NAME, args.setting, settings)
     keys = [
-        {"scheme": scheme, "layers": n, "lr": lr}
-        for lr in s["lrs"]
+        {"scheme": scheme, "layers": n}
         for n in sorted(set(s["depths"]) | set(s["dlcl_depths"]))
         for scheme in s["schemes"] + s["dlcl"]
         if n in (s["dlcl_depths"] if scheme.startswith("dlcl") else s["depths"])
     ]
-
-    def make_config(key):
-        steps = s["steps"]
-        return common.with_run(base, key["scheme"], key["layers"], key["lr"], steps // 2, steps)
-
-    runs = common.run_grid(results, keys, make_config, entropy, os.path.join(out, "runs"))
-    table = _table(runs, s, entropy)
+    runs = common.run_grid(
+        results,
+        keys,
+        lambda key: make_config(base, key, s["steps"]),
+        entropy,
+        os.path.join(out, "runs"),
+    )
+    table = _table(runs, s, base, entropy)
     paths = [results.path, common.write_table(out, NAME, table), _plot(runs, s, entropy, out)]
     print(table)
     print("wrote " + ", ".join(paths))
     return results.payload
 
 
-def _table(runs: list[dict[str, Any]], s: dict[str, Any], entropy: float | None) -> str:
-    """A row per (scheme, learning rate), a column per depth: verdict and validation NLL."""
+def _table(
+    runs: list[dict[str, Any]],
+    s: dict[str, Any],
+    base: ml_collections.ConfigDict,
+    entropy: float | None,
+) -> str:
+    """A row per scheme, a column per depth: verdict, validation NLL, BLEU, sensitivity."""
     depths = sorted({run["layers"] for run in runs})
-    header = ["scheme", "peak lr"] + [f"{n}L-{n}L" for n in depths]
+    header = ["scheme"] + [f"{n}L-{n}L" for n in depths]
     rows = []
-    for lr in s["lrs"]:
-        for scheme in s["schemes"] + s["dlcl"]:
-            row: list[Any] = [scheme, f"{lr:g}"]
-            for n in depths:
-                run = next(
-                    (r for r in runs if (r["scheme"], r["layers"], r["lr"]) == (scheme, n, lr)),
-                    None,
-                )
-                row.append("" if run is None else _cell(run))
-            rows.append(row)
-    note = f"Verdict and validation NLL after {s['steps']} updates"
+    for scheme in s["schemes"] + s["dlcl"]:
+        row: list[Any] = [scheme]
+        for n in depths:
+            run = next((r for r in runs if (r["scheme"], r["layers"]) == (scheme, n)), None)
+            row.append("" if run is None else _cell(run))
+        rows.append(row)
+    steps = s["steps"] or base.total_steps
+    note = (
+        f"Verdict, validation NLL, greedy BLEU and source sensitivity (nats) after {steps} "
+        f"updates at peak learning rate {base.optimizer.learning_rate:g}"
+    )
     if entropy is not None:
         note += f"; unigram entropy of the validation targets {entropy:.3f} nats"
     if s["bleu_sentences"]:
-        note += f"; greedy BLEU on {s['bleu_sentences']} validation sentences"
+        note += f"; BLEU on {s['bleu_sentences']} validation sentences"
     return f"{note}.\n\n" + common.markdown_table(header, rows)
 
 
@@ -128,36 +169,36 @@ def _cell(run: dict[str, Any]) -> str:
     text = f"{run['verdict']} {run['eval_loss']:.3f}"
     if "eval_bleu_greedy" in run:
         text += f", BLEU {run['eval_bleu_greedy']:.1f}"
+    if "eval_source_sensitivity" in run:
+        text += f", sens. {run['eval_source_sensitivity']:.2f}"
     return text
 
 
 def _plot(runs: list[dict[str, Any]], s: dict[str, Any], entropy: float | None, out: str) -> str:
     plt = common.pyplot()
-    lrs = s["lrs"]
-    fig, axes = plt.subplots(1, len(lrs), figsize=(4.2 * len(lrs), 3.2), sharey=True, squeeze=False)
-    finite = [r["eval_loss"] for r in runs if not math.isnan(r["eval_loss"])]
-    top = max(finite) if finite else 1.0
-    for ax, lr in zip(axes[0], lrs, strict=True):
+    shown = [(k, label) for k, label in FIGURES if any(k in r for r in runs)]
+    fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.2), squeeze=False)
+    depths = sorted({r["layers"] for r in runs})
+    for ax, (key, label) in zip(axes[0], shown, strict=True):
+        finite = [r[key] for r in runs if key in r and not math.isnan(r[key])]
+        cross_at = max(finite) * 1.05 if finite else 1.0
         for scheme in s["schemes"] + s["dlcl"]:
-            mine = sorted(
-                (r for r in runs if r["scheme"] == scheme and r["lr"] == lr),
-                key=lambda r: r["layers"],
-            )
+            mine = sorted((r for r in runs if r["scheme"] == scheme), key=lambda r: r["layers"])
             if not mine:
                 continue
             xs = [r["layers"] for r in mine]
-            ys = [top * 1.05 if math.isnan(r["eval_loss"]) else r["eval_loss"] for r in mine]
+            ys = [cross_at if math.isnan(r.get(key, math.nan)) else r[key] for r in mine]
             (line,) = ax.plot(xs, ys, marker="o", label=scheme)
             for x, r in zip(xs, mine, strict=True):
                 if r["verdict"] == "diverged":
-                    ax.plot([x], [top * 1.05], marker="x", markersize=10, color=line.get_color())
-        common.mark_stuck(ax, entropy)
+                    ax.plot([x], [cross_at], marker="x", markersize=10, color=line.get_color())
+        if key == "eval_loss":
+            common.mark_stuck(ax, entropy)
         ax.set_xscale("log")
-        ax.set_xticks(sorted({r["layers"] for r in runs}))
-        ax.set_xticklabels([str(n) for n in sorted({r["layers"] for r in runs})])
+        ax.set_xticks(depths)
+        ax.set_xticklabels([str(n) for n in depths])
         ax.set_xlabel("layers per side (N in NL-NL)")
-        ax.set_title(f"peak lr {lr:g}", fontsize=9)
-    axes[0][0].set_ylabel("validation NLL (× = diverged)")
+        ax.set_ylabel(label + " (× = diverged)")
     axes[0][0].legend(fontsize=7)
     return common.save_figure(fig, out, NAME)
 
