@@ -294,6 +294,7 @@ def test_train_cli_prepares_a_missing_corpus(corpus, tmp_path):
         "--config.model.vocab_size=300",
         "--config.model.max_len=64",
         "--config.data.max_len=48",
+        "--config.data.bucket_boundaries=(16,48)",
         "--config.data.dataset=local_parallel",
         f"--config.data.data_dir={data_dir}",
         f"--config.data.source_dir={corpus / 'toy'}",

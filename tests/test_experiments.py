@@ -62,13 +62,13 @@ def test_depth_sweep_runs_the_main_job_with_only_scheme_and_depth_changed():
     assert base.data.dataset == main_job.data.dataset == "libreoffice_help"
     assert main_job.model.num_encoder_layers == depth_sweep.MAIN_JOB_DEPTH
     assert base.decode.eval_sentences == 500 and base.checkpoint_every == 0
-    run = depth_sweep.make_config(base, {"scheme": "post_ln", "layers": 6}, 300)
+    run = depth_sweep.make_config(base, {"scheme": "post_ln", "layers": 6}, depth_sweep.QUICK_STEPS)
     assert (run.model.scheme, run.model.num_encoder_layers, run.model.num_decoder_layers) == (
         "post_ln",
         6,
         6,
     )
-    assert run.total_steps == 300
+    assert run.total_steps == depth_sweep.QUICK_STEPS
     for group in ("optimizer", "schedule", "data"):
         assert run[group].to_dict() == main_job[group].to_dict(), group
     same = {k: v for k, v in run.model.items() if k not in ("scheme", "num_encoder_layers")}
