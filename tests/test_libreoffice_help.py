@@ -320,8 +320,9 @@ def test_fetch_without_apt_get_says_which_debs_and_where(tmp_path, no_apt):
     assert f"into {manual} or {tmp_path / 'dl'}" in message
 
 
-def test_fetch_runs_apt_get_with_the_pinned_version(tmp_path, monkeypatch):
-    """A fake apt-get that 'downloads' the fixture .debs named in its arguments."""
+def _fake_apt_get(tmp_path, monkeypatch, body: str):
+    """An ``apt-get`` first on PATH that logs its arguments to the returned file and runs the
+    shell ``body`` over its package arguments (``$STORE`` holds the fixture en/de .debs)."""
     store = tmp_path / "store"
     store.mkdir()
     pages = corpus_pages(generated=1)
@@ -332,15 +333,18 @@ def test_fetch_runs_apt_get_with_the_pinned_version(tmp_path, monkeypatch):
     log = tmp_path / "apt.log"
     script = bin_dir / "apt-get"
     script.write_text(
-        "#!/bin/sh\n"
-        f'echo "$@" >> "{log}"\n'
-        'shift\nfor spec in "$@"; do\n'
-        '  pkg="${spec%%=*}"\n'
-        f'  cp "{store}"/"$pkg"_*.deb . || exit 100\n'
-        "done\n"
+        f'#!/bin/sh\nSTORE="{store}"\necho "$@" >> "{log}"\n[ "$1" = download ] || exit 0\n'
+        f'shift\nfor spec in "$@"; do\n{body}done\n'
     )
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return log
+
+
+def test_fetch_runs_apt_get_with_the_pinned_version(tmp_path, monkeypatch):
+    """A fake apt-get that 'downloads' the fixture .debs named in its arguments."""
+    body = '  pkg="${spec%%=*}"\n  cp "$STORE"/"$pkg"_*.deb . || exit 100\n'
+    log = _fake_apt_get(tmp_path, monkeypatch, body)
     debs = fetch.fetch_libreoffice_debs(str(tmp_path / "dl"), ("de", "en"))
     assert sorted(debs) == ["de", "en"]
     assert log.read_text().splitlines() == [
@@ -355,26 +359,11 @@ def test_fetch_runs_apt_get_with_the_pinned_version(tmp_path, monkeypatch):
 def test_fetch_takes_the_mirrors_version_when_the_pinned_one_is_gone(tmp_path, monkeypatch, caplog):
     """A fake apt-get that refuses every pinned ``<package>=<version>`` (a Debian point release
     replaced it) and serves the packages asked for by name."""
-    store = tmp_path / "store"
-    store.mkdir()
-    pages = corpus_pages(generated=1)
-    for lang in ("en", "de"):
-        make_help_deb(str(store), lang, pages[lang])
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    log = tmp_path / "apt.log"
-    script = bin_dir / "apt-get"
-    script.write_text(
-        "#!/bin/sh\n"
-        f'echo "$@" >> "{log}"\n'
-        '[ "$1" = download ] || exit 0\n'
-        'shift\nfor spec in "$@"; do\n'
+    body = (
         '  case "$spec" in *=*) echo "E: Version not found" >&2; exit 100;; esac\n'
-        f'  cp "{store}"/"$spec"_*.deb . || exit 100\n'
-        "done\n"
+        '  cp "$STORE"/"$spec"_*.deb . || exit 100\n'
     )
-    script.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    log = _fake_apt_get(tmp_path, monkeypatch, body)
     with caplog.at_level(logging.WARNING):
         debs = fetch.fetch_libreoffice_debs(str(tmp_path / "dl"), ("de", "en"))
     assert sorted(debs) == ["de", "en"]
