@@ -8,13 +8,12 @@ through the same manual-folder fetch and extraction as the real packages.
 
 from __future__ import annotations
 
-import io
 import logging
 import os
-import tarfile
 
 import pytest
 import tensorflow_datasets as tfds
+from test_data_sources import _ar, _tar
 
 from deepnet_jax.data import builders, corpora, fetch, sources
 from deepnet_jax.data.fetch import DataPreparationError
@@ -171,33 +170,19 @@ def corpus_pages(generated: int = GENERATED_PAGES) -> dict[str, dict[str, str]]:
     return pages
 
 
-def _tar_xz(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:xz") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def _ar(members: list[tuple[str, bytes]]) -> bytes:
-    out = [b"!<arch>\n"]
-    for name, data in members:
-        header = f"{name + '/':<16}{0:<12}{0:<6}{0:<6}{100644:<8}{len(data):<10}".encode() + b"`\n"
-        out += [header, data, b"\n" if len(data) % 2 else b""]
-    return b"".join(out)
-
-
 def make_help_deb(folder: str, lang: str, pages: dict[str, str]) -> str:
     """A ``.deb`` named as ``apt-get download`` names it, holding ``pages`` as the real one."""
     root = f"./{fetch.LIBREOFFICE_HELP_ROOT}/{fetch.LIBREOFFICE_HELP_DIRS[lang]}"
     files = {f"{root}/{page}": html.encode("utf-8") for page, html in pages.items()}
     files[f"{root}/contents.js"] = b"var contents = [];"
     files[f"./usr/share/doc/{fetch.LIBREOFFICE_PACKAGES[lang]}/copyright"] = b"MPL-2.0"
-    control = _tar_xz({"./control": f"Package: {fetch.LIBREOFFICE_PACKAGES[lang]}\n".encode()})
+    control = _tar({"./control": f"Package: {fetch.LIBREOFFICE_PACKAGES[lang]}\n".encode()}, "w:xz")
     deb = _ar(
-        [("debian-binary", b"2.0\n"), ("control.tar.xz", control), ("data.tar.xz", _tar_xz(files))]
+        [
+            ("debian-binary", b"2.0\n"),
+            ("control.tar.xz", control),
+            ("data.tar.xz", _tar(files, "w:xz")),
+        ]
     )
     path = os.path.join(folder, fetch.libreoffice_deb(lang))
     with open(path, "wb") as f:
