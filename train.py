@@ -1,5 +1,8 @@
 """Entry point: python train.py --config=configs/default.py --workdir=DIR [--config.x=y ...].
 
+Library log lines (orbax, jax, tensorflow_datasets, grain) below WARNING are hidden; add
+``-v 0`` (absl's ``--verbosity``; ``-v 1`` for DEBUG) to see them.
+
 Exit status 0 when training completes or SIGTERM/SIGINT stops it after a checkpoint (run the
 same command again to resume); 1 with a one-line error for a bad config or environment.
 """
@@ -10,7 +13,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from deepnet_jax import train
+from deepnet_jax import log_setup, train
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", lock_config=True)
 _WORKDIR = flags.DEFINE_string(
@@ -47,6 +50,7 @@ def _unknown_override(argv: list[str], text: str) -> str:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    log_setup.configure(log_setup.requested_verbosity())
     sys.exit(train.main(_CONFIG.value, _WORKDIR.value))
 
 

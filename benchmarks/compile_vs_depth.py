@@ -13,7 +13,7 @@ Summary of a saved, possibly partial, run::
     python -m benchmarks.compile_vs_depth --summarize=results.jsonl
 
 Each row builds a tiny-width decoder-only model, jits one train step (``value_and_grad`` of
-``deepnet_jax.train.make_loss_fn`` followed by an Adam update taking the learning rate as an
+``deepnet_jax.train_steps.make_loss_fn`` followed by an Adam update taking the learning rate as an
 argument), lowers it on abstract inputs (``jax.eval_shape`` of the init,
 ``jax.ShapeDtypeStruct`` batch), times ``.lower()`` and ``.compile()`` separately, reads
 ``compiled.memory_analysis().temp_size_in_bytes`` and the HLO text size, then runs the
@@ -32,11 +32,10 @@ one layer's float32 gradient bytes + 2·B·T·d_model·4 bytes.
 each listed remat policy (empty: none). Rows run scanned first, then the policy rows, then the
 unrolled rows.
 
-Cost: on a 2-core CPU with 23 GiB of memory the scanned and policy rows take 1-2 minutes in
-all, but XLA:CPU's compile time and memory for the *unrolled* step grow faster than quadratically
-with depth (measured: 26-46 s at 6 layers, 3.5 min at 12, 23 min and 17 GB at 24; 50 layers had
-not compiled after 7 minutes and 19.6 GB). The default unrolled rows are therefore 6, 12 and 24;
-``--rows=...,unroll:50,unroll:100`` asks for deeper ones on a bigger machine.
+XLA:CPU's compile time and memory for the *unrolled* step grow faster than quadratically with
+depth, so the default unrolled rows stop at 24 layers; ``--rows=...,unroll:50,unroll:100`` asks
+for deeper ones on a bigger machine. Measured costs and current figures: docs/benchmarks.md,
+"Compile time and memory vs depth".
 """
 
 from __future__ import annotations
@@ -56,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from deepnet_jax import models, synthetic, train
+from deepnet_jax import models, optimizers, synthetic, train_steps
 
 DEFAULT_ROWS = "scan:6,scan:100,scan:1000,unroll:6,unroll:12,unroll:24"
 DEFAULT_POLICIES = "none,dots,qkv_fc1"
@@ -140,15 +139,17 @@ def abstract(tree: Any) -> Any:
 
 
 def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation) -> Callable:
-    """The trainer's jitted step (``deepnet_jax.train.make_train_step``) for ``model``."""
-    return train.make_train_step(train.make_loss_fn(model, ARCH), optimizer, jax.random.key(0))
+    """The trainer's jitted step (``deepnet_jax.train_steps.make_train_step``) for ``model``."""
+    return train_steps.make_train_step(
+        train_steps.make_loss_fn(model, ARCH), optimizer, jax.random.key(0)
+    )
 
 
 def abstract_state(
     model: nn.Module, optimizer: optax.GradientTransformation, batch: dict, seed: int
 ) -> tuple[Any, Any]:
     """Shapes of the params and the optimizer state, without allocating either."""
-    params = jax.eval_shape(functools.partial(train.init_params, model, ARCH, batch, seed))
+    params = jax.eval_shape(functools.partial(train_steps.init_params, model, ARCH, batch, seed))
     return params, jax.eval_shape(optimizer.init, params)
 
 
@@ -201,14 +202,14 @@ def measure_row(setup: Setup, row: Row) -> dict[str, Any]:
     """All measurements of one row, as the JSON-ready dict printed for it."""
     model = models.build(model_config(setup, row))
     # Adam taking its learning rate as the step's argument, as the trainer's optimizer does
-    optimizer = optax.chain(optax.scale_by_adam(), train.scale_by_learning_rate_argument())
+    optimizer = optax.chain(optax.scale_by_adam(), optimizers.scale_by_learning_rate_argument())
     batch = example_batch(setup)
     params_abs, opt_abs = abstract_state(model, optimizer, batch, setup.seed)
     step_abs = jax.ShapeDtypeStruct((), jnp.int32)
     lr_abs = jax.ShapeDtypeStruct((), jnp.float32)
     step = make_train_step(model, optimizer)
     stats = lower_and_compile(step, (params_abs, opt_abs, abstract(batch), step_abs, lr_abs))
-    params = train.init_params(model, ARCH, batch, setup.seed)
+    params = train_steps.init_params(model, ARCH, batch, setup.seed)
     step_s = median_step_seconds(
         stats.pop("compiled"),
         params,
@@ -231,7 +232,7 @@ def one_layer_param_bytes(setup: Setup) -> int:
     """float32 bytes of one layer's parameters (= its gradient), from a 1-layer scanned model."""
     model = models.build(model_config(setup, Row("scan", 1)))
     params = jax.eval_shape(
-        functools.partial(train.init_params, model, ARCH, example_batch(setup), setup.seed)
+        functools.partial(train_steps.init_params, model, ARCH, example_batch(setup), setup.seed)
     )
     return F32_BYTES * param_count(params[SIDE]["layers"])
 

@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from deepnet_jax import decoding, inference, models, train
+from deepnet_jax import decoding, inference, models, train_steps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -72,7 +72,7 @@ def generation_row(config, batch: int, src_len: int, length: int, repeats: int) 
     model = models.build(config)
     rng = np.random.default_rng(0)
     src = jnp.asarray(rng.integers(3, config.vocab_size, (batch, src_len)), jnp.int32)
-    params = train.init_params(model, "encdec", {"src": src, "inputs": src[:, :8]}, seed=0)
+    params = train_steps.init_params(model, "encdec", {"src": src, "inputs": src[:, :8]}, seed=0)
     bos = decoding.BOS_ID
 
     @jax.jit
@@ -181,7 +181,7 @@ def beam_row(config, workdir: str | None, sentences: int, batch: int) -> dict:
             for _ in range(sentences)
         ]
         example = {"src": np.ones((1, 8), np.int32), "inputs": np.ones((1, 8), np.int32)}
-        params = train.init_params(model, "encdec", example, seed=0)
+        params = train_steps.init_params(model, "encdec", example, seed=0)
         what = "random sources, random parameters"
     decoding.translate_ids(model, params, sources, options, batch)  # compiles every bucket
     start = time.perf_counter()

@@ -9,9 +9,10 @@ For each row the script builds the real pipeline (tfds data source → SentenceP
 batches), pulls one warm-up batch (which also tokenizes the split), then times ``--batches``
 further batches from the training iterator and counts their non-padding tokens (source +
 target for translation, targets for language modelling). In the same process it jits the
-default model's train step (``train.make_train_step``), warms it up on one of those batches and
-times ``--steps`` steps on them. Output: one JSON line per row with ``pipeline_tokens_per_s``,
-``train_tokens_per_s`` and their ``ratio`` (target ≥ 10: input is never the bottleneck).
+default model's train step (``train_steps.make_train_step``), warms it up on one of those
+batches and times ``--steps`` steps on them. Output: one JSON line per row with
+``pipeline_tokens_per_s``, ``train_tokens_per_s`` and their ``ratio`` (target ≥ 10: input is
+never the bottleneck).
 
 Rows: ``ding_de_en`` with the default config (6L-6L DeepNorm encoder-decoder, d 128) under
 fixed-size batches, token-budget buckets and packing; ``shakespeare`` with the same width as a
@@ -30,7 +31,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from deepnet_jax import models, train
+from deepnet_jax import models, optimizers, train_data, train_steps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -63,7 +64,7 @@ def _config(dataset: str, data_dir: str, **data_overrides):
 
 
 def measure(config, batches: int, steps: int) -> dict:
-    data = train.CorpusData(config)
+    data = train_data.CorpusData(config)
     it = data.train_iterator()
     first = next(it)
     start = time.perf_counter()
@@ -72,11 +73,11 @@ def measure(config, batches: int, steps: int) -> dict:
     pipeline_tps = sum(_tokens(b) for b in pulled) / pipeline_s
 
     model = models.build(config.model)
-    params = train.init_params(model, config.model.arch, first, config.seed)
-    optimizer = train.make_optimizer(config)
+    params = train_steps.init_params(model, config.model.arch, first, config.seed)
+    optimizer = optimizers.make_optimizer(config)
     opt_state = optimizer.init(params)
-    loss_fn = train.make_loss_fn(model, config.model.arch)
-    step_fn = train.make_train_step(loss_fn, optimizer, jax.random.key(0))
+    loss_fn = train_steps.make_loss_fn(model, config.model.arch)
+    step_fn = train_steps.make_train_step(loss_fn, optimizer, jax.random.key(0))
     shapes = {b["targets"].shape for b in pulled}
     lr = np.float32(config.optimizer.learning_rate)
     for b in [first, *(next(x for x in pulled if x["targets"].shape == s) for s in shapes)]:

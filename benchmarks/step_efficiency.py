@@ -7,7 +7,7 @@ before and after the steps, the larger is used).
 
 Model (the issue's): decoder-only DeepNorm, 12 layers, d_model 256, 4 heads, FFN 1024, vocab
 8000, batch 8 × 128 tokens with no padding, float32, dropout 0.1 (the library default), the
-trainer's real step (``train.make_train_step``: forward, backward, AdamW, metrics).
+trainer's real step (``train_steps.make_train_step``: forward, backward, AdamW, metrics).
 
 Variants (each one switch away from ``baseline``: scanned layers, remat ``full``, unfused
 q/k/v, reference attention, float32, hash dropout masks):
@@ -19,7 +19,7 @@ q/k/v, reference attention, float32, hash dropout masks):
 * ``bf16``: bfloat16 compute, float32 parameters (``model.dtype``);
 * ``unrolled``: a Python loop over layers instead of ``nn.scan`` (``model.scan_layers``);
 * ``dropout_jax``: masks from ``jax.random.bernoulli`` (threefry) instead of the keyed hash
-  (``model.dropout_rng="jax"``, the default before the hash);
+  (``model.dropout_rng="jax"``);
 * ``best``: the combination the measurements pick (``--best``, default: fused q/k/v, no
   remat).
 
@@ -27,9 +27,10 @@ All variants are compiled first; then ``--rounds`` rounds each time ``--steps`` 
 variant in turn (so a slow spell of the machine hits all of them), and the median round is
 reported. Step time is wall-clock per step with one ``block_until_ready`` per round.
 
-Run: ``python -m benchmarks.step_efficiency`` (about 5 minutes on 2 CPU cores);
-``--smoke`` runs a 2-layer, 64-wide model for the tests. Prints one JSON line per variant
-(``row: "variant"``) and one summary line (``row: "summary"``).
+Run: ``python -m benchmarks.step_efficiency``; ``--smoke`` runs a 2-layer, 64-wide model for
+the tests. Prints one JSON line per variant (``row: "variant"``) and one summary line
+(``row: "summary"``). Current figures: docs/benchmarks.md, "CPU efficiency, and what each
+optimization switch measures".
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ import ml_collections
 import numpy as np
 
 from benchmarks.host_memory import malloc_env, minor_page_faults
-from deepnet_jax import flops, models, train, train_config
+from deepnet_jax import flops, models, optimizers, train, train_config, train_steps
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "baseline": {},
@@ -123,13 +124,13 @@ class Variant:
     def __init__(self, name: str, c: ml_collections.ConfigDict, batch: dict[str, np.ndarray]):
         self.name = name
         model = models.build(c.model)
-        self.params = train.init_params(model, "decoder", batch, c.seed)
-        optimizer = train.make_optimizer(c)
+        self.params = train_steps.init_params(model, "decoder", batch, c.seed)
+        optimizer = optimizers.make_optimizer(c)
         self.opt_state = optimizer.init(self.params)
         self.batch = jax.device_put(batch)
         self.lr = np.float32(c.optimizer.learning_rate)
-        loss_fn = train.make_loss_fn(model, "decoder")
-        step = train.make_train_step(loss_fn, optimizer, jax.random.key(c.seed))
+        loss_fn = train_steps.make_loss_fn(model, "decoder")
+        step = train_steps.make_train_step(loss_fn, optimizer, jax.random.key(c.seed))
         start = time.perf_counter()
         self.step = step.lower(self.params, self.opt_state, self.batch, 0, self.lr).compile()
         self.compile_s = time.perf_counter() - start

@@ -1,98 +1,20 @@
 """Our train step against torchscale's (the official PyTorch DeepNet code), same model, same CPUs.
 
-Run from the repository root, after ``benchmarks/install_bench.sh`` (torch, fairscale and
+Times one full training step (forward, backward, Adam update) of the same DeepNorm model, a
+12-layer decoder and a 6L-6L encoder-decoder at d_model 256, in this library (the trainer's
+jitted step) and in torchscale 0.3.0 (eager PyTorch, in a spawned child process), on the same
+batches and the same pinned CPUs, in alternating rounds. Prints one JSON line per row with the
+median step times and ``ratio`` = ours / theirs (< 1: ours is faster), then an ``environment``
+line.
+
+Run from the repository root, after ``bash benchmarks/install_bench.sh`` (torch, fairscale and
 torchscale 0.3.0)::
 
     python -m benchmarks.vs_torchscale [--rounds=10] [--steps_per_round=5]
+    python -m benchmarks.vs_torchscale --smoke   # tiny models, 2 rounds (the test)
 
-Quick check (tiny models, 2 rounds; what ``tests/test_bench_torchscale.py`` runs)::
-
-    python -m benchmarks.vs_torchscale --smoke
-
-What is measured: the wall-clock seconds of one full training step (forward, backward,
-Adam update) of the same DeepNorm model in both libraries, on the same batches:
-
-* ours: ``deepnet_jax.models.build`` → ``train.make_loss_fn`` → ``train.make_optimizer`` →
-  ``train.make_train_step``, the trainer's jitted step (library defaults otherwise: layers
-  scanned with ``nn.scan`` (``--unrolled``: a Python loop), ``remat_policy`` "full", hash
-  dropout masks from threefry keys; ``--dropout_rng=jax`` draws them with
-  ``jax.random.bernoulli`` instead), fed
-  ``(params, opt_state, batch, step, learning_rate)``;
-* theirs: torchscale 0.3.0's ``Decoder`` / ``EncoderDecoder`` with ``deepnorm=True``, eager
-  PyTorch, ``torch.optim.Adam`` and ``F.cross_entropy``; ``torch.set_num_threads(--threads)``.
-
-Rows: ``decoder``, a 12-layer decoder-only LM, and ``encdec``, a 6L-6L encoder-decoder (source
-and target ``--seq_len`` tokens); both d_model 256, 4 heads, FFN 1024, vocabulary 8000, batch
-8 × 128 tokens, float32. Both sides see the same random-token batches with no padding (every
-position a real token, weight 1), and minimize the mean cross-entropy over all B·T target
-tokens with Adam (β 0.9/0.98, ε 1e-8, no weight decay, no clipping, constant learning rate).
-
-Fairness: torch runs in a child process (``multiprocessing`` "spawn", driven over a pipe), so
-its OpenMP threads never share a process with XLA's thread pool, and the two alternate: each
-round runs ``--steps_per_round`` torch steps, then as many of ours (the order flips every
-round), with ``--settle_s`` of idle time between them so that spinning worker threads of one
-side go to sleep before the other starts. Both processes are pinned to the same ``--threads``
-CPUs (``os.sched_setaffinity`` before JAX starts; XLA sizes its thread pool to the CPUs it may
-run on), so on a bigger machine neither side gets more cores. Before timing, both warm up
-(``--warmup_steps`` steps; for us that includes the jit compile), concurrently, since nothing is
-timed then. A round's step time is its wall time over its steps (ours blocks on the last
-step's outputs); reported are medians over rounds.
-
-Output: one JSON line per row with ``ours_step_s`` / ``theirs_step_s`` (medians), ``ratio`` =
-ours / theirs (< 1: we are faster), ``ours_tokens_per_s`` / ``theirs_tokens_per_s`` (target
-tokens B·T per step over the median step; encdec source tokens not counted), both parameter
-counts (``ours_params``, ``theirs_params``: equal, to the parameter), ``train_flops_per_step``
-(``deepnet_jax.flops.train_flops_per_step``, the PaLM matmul convention) and each side's model
-FLOP/s (divide by a peak for MFU), the per-round times, the warm-up seconds (ours: build, init,
-compile and warm-up steps; theirs: warm-up steps) and the first and last training loss of each
-side (they start near ln(vocab) and fall alike), and each side's minor page faults per step
-(``*_page_faults_per_step``, median over rounds: first touches of host memory the allocator
-took fresh from the kernel; see ``benchmarks/host_memory.py``); then one ``environment`` line
-with versions, CPUs, threads and the glibc allocator settings both processes inherited
-(``malloc_env``). Progress goes to stderr.
-
-Settings matched on both sides: DeepNorm post-LN sublayers x ← LN(α·x + G(x)) with the same α,
-no final LayerNorm; ReLU FFN (our default; torchscale's ``activation_fn`` default is gelu, so
-it is set); dropout ``--dropout`` (default 0.1) on the embeddings, every sublayer output, the
-attention probabilities and the FFN activation (``dropout``, ``attention_dropout`` and
-``activation_dropout`` in both); token embeddings N(0, d^-1/2) scaled by √d (torchscale's
-``no_scale_embedding`` default True is turned off), no padding row; fixed sinusoidal positions
-0 … T-1 with our table (torchscale's own ``PositionalEmbedding`` is learned and starts at 2, so
-ours is passed in as ``embed_positions``); untied output projection without bias, N(0, d^-1/2);
-biases in every projection; LayerNorm ε 1e-5; separate source and target embeddings (encdec);
-padding masks computed from the tokens on both sides (all true here) plus the causal mask.
-With our weights copied into torchscale's modules and dropout 0, the logits of the two models
-agree to 1e-6 (checked at the smoke width for a 3-layer decoder and a 2L-3L encoder-decoder).
-
-Differences that remain (none changes the FLOPs of a step):
-
-* initialization: torchscale scales PyTorch's default ``nn.Linear`` init U(±1/√fan_in) by 1/β
-  after construction (biases included), and its encdec *encoder* uses 1.15·(N⁴M)^(-1/16)
-  where DeepNet (and we) use β = 0.87·(N⁴M)^(-1/16); we use Xavier-normal with gain β and zero
-  biases. Values differ, shapes and costs do not.
-* our step also computes the metrics the trainer logs: token accuracy (an argmax over the
-  logits) and the global norms of the gradient, the update and the parameters; our optimizer
-  chain also holds a (zero) decoupled weight decay term. A few element-wise passes over the
-  parameters and logits that torch's step does not make.
-* ours rematerializes each layer in the backward pass (library default ``remat_policy``
-  "full"; ``--remat_policy=none`` turns it off) where torchscale keeps activations
-  (``checkpoint_activations=False``); the analytic FLOPs do not count recomputation.
-* dropout randomness: per-element bits hashed from threefry keys folded per step and layer
-  (ours, ``model.dropout_rng``) vs torch's global CPU generator; attention masks are applied
-  with ``where`` (ours) vs adding a -inf float mask and ``masked_fill`` (theirs), and the
-  attention scale multiplies the logits (ours) vs the queries (theirs).
-* torch's Adam is ``--torch_adam``, by default "fused" (``torch.optim.Adam(fused=True)``): the
-  fastest of its three CPU implementations (for the 13.6 M parameters of the decoder row, on
-  a busy 2-core CPU, an Adam step took about 0.05 s fused, 0.3 s "foreach" and 1.8 s
-  "for_loop", which torch picks by default for CPU tensors); optax's Adam is fused into our
-  jitted step by XLA.
-
-Cost and caveat: ``--smoke`` takes about 40 s on 2 busy cores; the default run about 20 s of
-warm-up (mostly our compile) per row plus 10 rounds × 5 steps × 2 sides at 1-1.5 s a step,
-about 5 minutes for both rows. Eager torch suffers far more than XLA from other processes on
-the same CPUs (its OpenMP barriers wait for descheduled threads): with a load of 8 on 2 cores the
-decoder row measured 6.7 s a torch step against 0.94 s on a quieter machine, and ours 2.5 s
-against 1.3 s. Compare numbers only from an otherwise idle machine.
+docs/benchmarks.md, "Against torchscale", has the settings matched on both sides, the
+differences that remain, the output fields and the current figures.
 """
 
 from __future__ import annotations
@@ -221,18 +143,20 @@ class OursTrainer:
     def __init__(self, setup: Setup, row: Row, batches: list[dict[str, np.ndarray]]):
         import jax
 
-        from deepnet_jax import models, train
+        from deepnet_jax import models, optimizers, train_steps
 
         self._jax = jax
         config = run_config(setup, row)
         self.model_config = config.model
         model = models.build(config.model)
-        self.params = train.init_params(model, row.arch, batches[0], config.seed)
+        self.params = train_steps.init_params(model, row.arch, batches[0], config.seed)
         self.param_count = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(self.params))
-        optimizer = train.make_optimizer(config)
+        optimizer = optimizers.make_optimizer(config)
         self.opt_state = optimizer.init(self.params)
-        loss_fn = train.make_loss_fn(model, row.arch, config.label_smoothing)
-        self.step_fn = train.make_train_step(loss_fn, optimizer, jax.random.key(config.seed + 1))
+        loss_fn = train_steps.make_loss_fn(model, row.arch, config.label_smoothing)
+        self.step_fn = train_steps.make_train_step(
+            loss_fn, optimizer, jax.random.key(config.seed + 1)
+        )
         self.batches = [jax.device_put(b) for b in batches]
         self.lr = np.float32(setup.learning_rate)
         self.step = 0

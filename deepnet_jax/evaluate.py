@@ -18,7 +18,7 @@ from typing import Any
 
 from absl import app, flags
 
-from deepnet_jax import evaluation, inference, sharding, train
+from deepnet_jax import evaluation, inference, log_setup, sharding, train_data, train_steps
 from deepnet_jax.data import DataPreparationError, pipeline, sources
 
 
@@ -42,9 +42,9 @@ def evaluate_run(
 ) -> dict[str, Any]:
     """Loss/perplexity/accuracy of ``split`` and, for translation, BLEU/chrF (see module doc)."""
     config = run.config
-    if config.data.dataset == train.SYNTHETIC:
+    if config.data.dataset == train_data.SYNTHETIC:
         raise ValueError(
-            f"{run.workdir} trained on data.dataset={train.SYNTHETIC!r}, which has no splits"
+            f"{run.workdir} trained on data.dataset={train_data.SYNTHETIC!r}, which has no splits"
         )
     if limit < 0:
         raise ValueError(f"--limit={limit} must be >= 0")
@@ -64,8 +64,10 @@ def evaluate_run(
 
     result: dict[str, Any] = {"split": split, "parameters": run.description}
     with run.context():
-        eval_step = train.make_eval_step(run.model, config.model.arch)
-        result.update(train.split_loss(eval_step, run.params, map(place, data.eval_batches(split))))
+        eval_step = train_steps.make_eval_step(run.model, config.model.arch)
+        result.update(
+            train_steps.split_loss(eval_step, run.params, map(place, data.eval_batches(split)))
+        )
         if data.task == "translation":
             _, scores = evaluation.translate_split(
                 run.model,
@@ -102,6 +104,7 @@ def report(result: dict[str, Any]) -> str:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    log_setup.configure(log_setup.requested_verbosity())
     try:
         run = inference.load_from_flags(_FLAGS)
         result = evaluate_run(

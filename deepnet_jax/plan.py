@@ -3,7 +3,7 @@
     python -m deepnet_jax.plan --config=configs/deepnet_1000l.py --num_devices=256 \\
         --config.mesh.data=8 --config.mesh.fsdp=32
 
-Lowers and compiles the real train step (``train.make_train_step``: forward, backward, AdamW,
+Lowers and compiles the real train step (``train_steps.make_train_step``: forward, backward, AdamW,
 donated state) for ``--num_devices`` simulated CPU devices on abstract inputs —
 ``jax.ShapeDtypeStruct``s carrying the mesh shardings, so nothing the size of the model is ever
 allocated — and prints per device:
@@ -34,7 +34,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from deepnet_jax import models, sharding, synthetic, train
+from deepnet_jax import log_setup, models, optimizers, sharding, synthetic, train, train_steps
 from deepnet_jax.data import batching
 
 
@@ -117,7 +117,7 @@ def plan(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = N
         for k, v in example.items()
         if k in _batch_keys(arch)
     }
-    optimizer = train.make_optimizer(config)
+    optimizer = optimizers.make_optimizer(config)
     small = {k: v[:, :8] for k, v in example.items()}  # shapes for init only
     state = sharding.sharded_state(
         lambda: synthetic.init_variables(model, arch, small),
@@ -125,8 +125,8 @@ def plan(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = N
         mesh,
         rules,
     )
-    loss_fn = train.make_loss_fn(model, arch, config.label_smoothing)
-    step_fn = train.make_train_step(loss_fn, optimizer, jax.random.key(0))
+    loss_fn = train_steps.make_loss_fn(model, arch, config.label_smoothing)
+    step_fn = train_steps.make_train_step(loss_fn, optimizer, jax.random.key(0))
     step = jax.ShapeDtypeStruct((), np.int32)
     lr = jax.ShapeDtypeStruct((), np.float32)
     start = time.perf_counter()
@@ -198,6 +198,7 @@ if __name__ == "__main__":
         if n < 1:
             print(f"error: --num_devices={n} must be >= 1", file=sys.stderr)
             sys.exit(1)
+        log_setup.configure(log_setup.requested_verbosity())
         jax.config.update("jax_platforms", "cpu")  # before any backend starts
         jax.config.update("jax_num_cpu_devices", n)
         main(argv)

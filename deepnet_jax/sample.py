@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from deepnet_jax import decoding, inference
+from deepnet_jax import decoding, inference, log_setup
 from deepnet_jax.data.tokenizer import BOS_ID, EOS_ID
 
 
@@ -81,6 +81,7 @@ def sample_texts(
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    log_setup.configure(log_setup.requested_verbosity())
     try:
         run = inference.load_from_flags(_FLAGS)
         options = decoding.SampleOptions(

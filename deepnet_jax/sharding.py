@@ -154,11 +154,13 @@ class ShardedState:
     """How to create (or restore) the train state on a mesh without materializing it whole.
 
     ``abstract`` is ``{"params", "opt_state"}`` as ``jax.ShapeDtypeStruct``s carrying their
-    shardings (the restore target); ``create()`` initializes it, each shard on its device.
+    shardings (the restore target); ``create()`` initializes it, each shard on its device;
+    ``create_params()`` only the initial parameters θ₀.
     """
 
     abstract: dict[str, Any]
     create: Callable[[], tuple[Any, Any]]
+    create_params: Callable[[], Any]
 
 
 def abstract_parameters(
@@ -209,12 +211,17 @@ def sharded_state(
             lambda: nn.unbox(init_variables()["params"]), out_shardings=param_shardings
         )
 
-    def create() -> tuple[Any, Any]:
+    def create_params() -> Any:
         with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-            params = init_params()
+            return init_params()
+
+    def create() -> tuple[Any, Any]:
+        params = create_params()
+        with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
             return params, opt_init(params)
 
-    return ShardedState({"params": abstract_params, "opt_state": abstract_opt}, create)
+    abstract = {"params": abstract_params, "opt_state": abstract_opt}
+    return ShardedState(abstract, create, create_params)
 
 
 def like_params(tree: Any, abstract_params: Any, default: jax.sharding.Sharding) -> Any:

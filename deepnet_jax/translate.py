@@ -15,7 +15,7 @@ import sys
 
 from absl import app, flags
 
-from deepnet_jax import decoding, inference
+from deepnet_jax import decoding, inference, log_setup
 from deepnet_jax.data import pipeline
 
 
@@ -42,6 +42,7 @@ def translate_lines(
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    log_setup.configure(log_setup.requested_verbosity())
     try:
         run = inference.load_from_flags(_FLAGS)
         options = inference.search_options(

@@ -8,7 +8,7 @@ import pytest
 from test_data_pipeline import _train_config, corpus  # noqa: F401 (fixture)
 from test_training import small_config
 
-from deepnet_jax import train
+from deepnet_jax import optimizers, train
 
 
 def _final_params(workdir):
@@ -98,7 +98,7 @@ def test_metrics_file_and_periodic_validation(tmp_path):
     assert [r["step"] for r in eval_records] == [2, 4]  # every 2 updates, then the final one
     for r in train_records:
         assert r["loss"] > 0 and r["tokens_per_s"] > 0 and r["step_time_s"] > 0
-    assert train_records[0]["lr"] == pytest.approx(float(train.learning_rate_schedule(c)(1)))
+    assert train_records[0]["lr"] == pytest.approx(float(optimizers.learning_rate_schedule(c)(1)))
     assert eval_records[-1]["loss"] == pytest.approx(result["eval_loss"])
     assert eval_records[-1]["perplexity"] == pytest.approx(np.exp(result["eval_loss"]))
     assert not (tmp_path / "checkpoints").exists()  # checkpoint_every=0 disables checkpoints

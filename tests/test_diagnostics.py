@@ -8,7 +8,7 @@ import pytest
 from conftest import built, random_tokens
 from test_training import small_config
 
-from deepnet_jax import diagnostics, layout, metrics, synthetic, train
+from deepnet_jax import diagnostics, layout, metrics, synthetic, train, train_steps
 from deepnet_jax.layers import DIAGNOSTICS
 
 
@@ -26,7 +26,7 @@ def test_model_update_is_zero_at_start_and_positive_after_one_step(arch):
     f0, _ = probe(params, batch)
     assert f0.shape == (2, 6, cfg.d_model)
     assert float(diagnostics.model_update(f0, f0, batch["inputs"])) == 0.0
-    loss_fn = train.make_loss_fn(model, arch)
+    loss_fn = train_steps.make_loss_fn(model, arch)
     grads = jax.grad(lambda p: loss_fn(p, batch, jax.random.key(0), True)[0])(params)
     stepped = jax.tree.map(lambda p, g: p - 1e-2 * g, params, grads)
     f1, _ = probe(stepped, batch)
@@ -55,7 +55,7 @@ def test_features_are_the_stack_output_before_the_vocabulary_projection():
 def test_layer_grad_norms_equal_norms_of_each_layers_gradient(scheme):
     cfg, model, params = built("encdec", scheme)
     batch = _batch("encdec")
-    loss_fn = train.make_loss_fn(model, "encdec")
+    loss_fn = train_steps.make_loss_fn(model, "encdec")
     grads = jax.grad(lambda p: loss_fn(p, batch, jax.random.key(0), True)[0])(params)
     norms = jax.device_get(diagnostics.layer_grad_norms(grads))
     sublayers = {"self_attn", "ffn", "self_attn_layer_norm", "final_layer_norm", "all"}
@@ -153,6 +153,48 @@ def test_training_run_logs_and_plots_the_instruments(tmp_path):
     assert "grad_norm/encoder/all" not in records[0]  # no gradient before the first step
     for name in ("model_update", "ln_inputs", "grad_norms"):
         assert (tmp_path / f"diagnostics_{name}.png").stat().st_size > 1000
+
+
+def test_resumed_run_reads_theta0_features_instead_of_building_theta0(monkeypatch, tmp_path):
+    """A run stopped by a signal and resumed writes the same ΔF records as one uninterrupted
+    run, and the resumed run never initializes θ₀ (or any state) again."""
+    import os
+    import signal
+
+    from deepnet_jax import sharding, train_data
+
+    c = small_config("encdec", "deepnorm", steps=6)
+    c.diagnostics.every, c.log_every, c.checkpoint_every = 2, 2, 100
+    train.run(c, str(tmp_path / "whole"))
+    original_next = train_data.SyntheticIterator.__next__
+
+    def next_with_signal(self):
+        if self._next == 3:
+            os.kill(os.getpid(), signal.SIGINT)  # stop while batch 4 is prepared
+        return original_next(self)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(train_data.SyntheticIterator, "__next__", next_with_signal)
+        assert train.run(c, str(tmp_path / "resumed"))["stopped"]
+    original_plan = sharding.sharded_state
+
+    def plan_without_init(*args, **kwargs):
+        def refuse():
+            raise AssertionError("a resumed run initialized its state again")
+
+        plan = original_plan(*args, **kwargs)
+        return sharding.ShardedState(plan.abstract, refuse, refuse)
+
+    monkeypatch.setattr(sharding, "sharded_state", plan_without_init)
+    train.run(c, str(tmp_path / "resumed"))
+
+    def updates(run: str) -> dict[int, float]:
+        records = metrics.read(str(tmp_path / run))
+        return {r["step"]: r["model_update"] for r in records if r["split"] == "diagnostics"}
+
+    whole, resumed = updates("whole"), updates("resumed")
+    assert sorted(resumed) == sorted(whole) == [0, 2, 4, 6]
+    np.testing.assert_allclose([resumed[s] for s in (2, 4, 6)], [whole[s] for s in (2, 4, 6)])
 
 
 def test_bad_diagnostics_field():

@@ -9,9 +9,9 @@ import orbax.checkpoint as ocp
 import pytest
 from test_training import small_config
 
-from deepnet_jax import train
+from deepnet_jax import train, train_data
 
-ORIGINAL_NEXT = train.SyntheticIterator.__next__
+ORIGINAL_NEXT = train_data.SyntheticIterator.__next__
 
 
 def _poison(monkeypatch, bad_batches):
@@ -24,7 +24,7 @@ def _poison(monkeypatch, bad_batches):
             batch = {**batch, "weights": np.full_like(batch["weights"], np.nan)}
         return batch
 
-    monkeypatch.setattr(train.SyntheticIterator, "__next__", poisoned_next)
+    monkeypatch.setattr(train_data.SyntheticIterator, "__next__", poisoned_next)
 
 
 def _config(policy: str, steps: int = 6):
@@ -42,6 +42,20 @@ def test_halt_stops_at_the_step_with_a_diagnostic_save(monkeypatch, tmp_path):
     assert (tmp_path / "diagnostic" / "3").is_dir()
     steps = sorted(int(d) for d in os.listdir(tmp_path / "checkpoints") if d.isdigit())
     assert steps == [2]  # the last good checkpoint is kept, nothing after the NaN is saved
+
+
+def test_diagnostic_state_is_the_state_after_the_step_it_names(monkeypatch, tmp_path):
+    # Steps 4 and 5 are poisoned and skipped (no update); the second skip in a row halts. Step
+    # 5's metrics are read only after step 6 (a clean batch) was dispatched, yet the state saved
+    # for step 5 is the one after step 5: the same parameters as the checkpoint after step 4.
+    _poison(monkeypatch, {3, 4})
+    c = _config("skip")
+    c.nan_max_skips, c.log_every = 2, 6  # metrics read a step late, not at each log line
+    with pytest.raises(train.NonFiniteError, match=r"^step 5: non-finite loss=nan in 2 steps"):
+        train.run(c, str(tmp_path))
+    saved = ocp.StandardCheckpointer().restore(tmp_path / "diagnostic" / "5")
+    good = ocp.StandardCheckpointer().restore(tmp_path / "checkpoints" / "4" / "state")
+    jax.tree.map(np.testing.assert_array_equal, saved["params"], good["params"])
 
 
 def test_skip_drops_the_update_and_counts_it(monkeypatch, tmp_path):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import init_params, tiny_config
 
-from deepnet_jax import evaluation, models, source_sensitivity, train
+from deepnet_jax import evaluation, models, source_sensitivity, train_progress, train_steps
 
 
 def test_every_row_with_targets_gets_another_rows_source():
@@ -49,8 +49,8 @@ def test_a_decoder_cut_off_from_its_source_scores_exactly_zero():
     model = models.build(tiny_config("encdec", "deepnorm"))
     first = next(_batches(0))
     params = init_params(model, "encdec", jnp.asarray(first["src"]), jnp.asarray(first["inputs"]))
-    eval_step = train.make_eval_step(model, "encdec")
-    reading = train.split_loss(eval_step, params, _batches(0))["source_sensitivity"]
+    eval_step = train_steps.make_eval_step(model, "encdec")
+    reading = train_steps.split_loss(eval_step, params, _batches(0))["source_sensitivity"]
     assert abs(reading) > 1e-4  # at initialization the output already depends on it (~1e-2)
 
     # no cross-attention output: the decoder's computation no longer involves the source
@@ -60,19 +60,19 @@ def test_a_decoder_cut_off_from_its_source_scores_exactly_zero():
         **cross,
         "out_proj": jax.tree.map(jnp.zeros_like, cross["out_proj"]),
     }
-    result = train.split_loss(eval_step, blind, _batches(0))
+    result = train_steps.split_loss(eval_step, blind, _batches(0))
     assert abs(result["source_sensitivity"]) < 1e-5  # float32 rounding of a ~3.7-nat mean
     assert result["loss"] > 0
 
 
 def test_the_warning_names_the_symptom_only_after_the_warm_up():
     blind = {"source_sensitivity": 0.03}
-    assert train.source_blind_warning(blind, 400, 400) == ""  # still warming up
-    line = train.source_blind_warning(blind, 401, 400)
+    assert train_progress.source_blind_warning(blind, 400, 400) == ""  # still warming up
+    line = train_progress.source_blind_warning(blind, 401, 400)
     assert line.startswith("warning: source sensitivity 0.030 nats at update 401")
     assert "\n" not in line
-    assert train.source_blind_warning({"source_sensitivity": 0.5}, 2000, 400) == ""
-    assert train.source_blind_warning({"loss": 3.0}, 2000, 400) == ""  # not a translation
+    assert train_progress.source_blind_warning({"source_sensitivity": 0.5}, 2000, 400) == ""
+    assert train_progress.source_blind_warning({"loss": 3.0}, 2000, 400) == ""  # not a translation
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import numpy as np
 import optax
 import pytest
 
-from deepnet_jax import losses, models, train
+from deepnet_jax import losses, models, optimizers, train, train_steps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -61,7 +61,7 @@ def _lr(name, step, **kw):
     for k, v in kw.items():
         c.schedule[k] = v
     train.validate(c)
-    return float(train.learning_rate_schedule(c)(step))
+    return float(optimizers.learning_rate_schedule(c)(step))
 
 
 def _warmup(step):
@@ -90,8 +90,8 @@ def test_learning_rate_table_is_the_schedule_at_every_update(name):
     c.optimizer.learning_rate, c.total_steps = 1e-3, 300
     c.schedule.name, c.schedule.warmup_steps, c.schedule.end_lr = name, 40, 1e-5
     train.validate(c)
-    table = train.learning_rates(c)
-    schedule = train.learning_rate_schedule(c)
+    table = optimizers.learning_rates(c)
+    schedule = optimizers.learning_rate_schedule(c)
     assert table.shape == (300,) and table.dtype == np.float32
     expected = np.array([float(schedule(t)) for t in range(300)], np.float32)
     np.testing.assert_allclose(table, expected, rtol=1e-5)  # float32, computed vectorized
@@ -107,10 +107,10 @@ def test_optimizer_with_learning_rate_argument_equals_optax_adamw_on_the_schedul
     reference = optax.chain(
         optax.clip_by_global_norm(o.grad_clip),
         optax.adamw(
-            train.learning_rate_schedule(c), o.b1, o.b2, o.eps, weight_decay=o.weight_decay
+            optimizers.learning_rate_schedule(c), o.b1, o.b2, o.eps, weight_decay=o.weight_decay
         ),
     )
-    ours, lrs = train.make_optimizer(c), train.learning_rates(c)
+    ours, lrs = optimizers.make_optimizer(c), optimizers.learning_rates(c)
     rng = np.random.default_rng(0)
     params = {"w": jnp.asarray(rng.normal(size=(4, 3)), jnp.float32), "b": jnp.zeros(3)}
     p_ref, p_ours = params, params
@@ -140,15 +140,19 @@ def test_runs_differing_only_in_learning_rate_or_schedule_lower_the_same_train_s
         model = models.build(c.model)
         tokens = jax.ShapeDtypeStruct((2, 8), jnp.int32)
         params = jax.eval_shape(
-            lambda: train.init_params(model, "decoder", {"inputs": jnp.ones((2, 8), jnp.int32)}, 0)
+            lambda: train_steps.init_params(
+                model, "decoder", {"inputs": jnp.ones((2, 8), jnp.int32)}, 0
+            )
         )
-        opt = train.make_optimizer(c)
+        opt = optimizers.make_optimizer(c)
         batch = {
             "inputs": tokens,
             "targets": tokens,
             "weights": jax.ShapeDtypeStruct((2, 8), jnp.float32),
         }
-        step = train.make_train_step(train.make_loss_fn(model, "decoder"), opt, jax.random.key(0))
+        step = train_steps.make_train_step(
+            train_steps.make_loss_fn(model, "decoder"), opt, jax.random.key(0)
+        )
         args = (params, jax.eval_shape(opt.init, params), batch, 0, np.float32(0))
         return step.lower(*args).as_text()
 
@@ -224,9 +228,9 @@ def test_gradient_accumulation_equals_one_large_batch():
     params0 = init_params(model, "encdec", jnp.asarray(big["src"]), jnp.asarray(big["inputs"]))
     moments, moved = [], []
     for k, batches in ((1, [big]), (2, halves)):
-        opt = train.make_optimizer(config(k))
-        loss_fn = train.make_loss_fn(model, "encdec", 0.1)
-        step = train.make_train_step(loss_fn, opt, jax.random.key(0))
+        opt = optimizers.make_optimizer(config(k))
+        loss_fn = train_steps.make_loss_fn(model, "encdec", 0.1)
+        step = train_steps.make_train_step(loss_fn, opt, jax.random.key(0))
         params = jax.tree.map(jnp.copy, params0)
         state = opt.init(params)
         for i, b in enumerate(batches):
@@ -249,9 +253,9 @@ def _max_abs_diff(a: jax.Array, b: jax.Array) -> float:
 
 def test_multisteps_wraps_the_optimizer_only_when_accumulating():
     c = _load("base")
-    assert not isinstance(train.make_optimizer(c), optax.MultiSteps)
+    assert not isinstance(optimizers.make_optimizer(c), optax.MultiSteps)
     c.grad_accum_steps = 4
-    assert isinstance(train.make_optimizer(c), optax.MultiSteps)
+    assert isinstance(optimizers.make_optimizer(c), optax.MultiSteps)
 
 
 def test_a_saved_config_lacking_fields_added_since_reads_as_the_code_that_saved_it():

@@ -20,8 +20,9 @@ import contextlib
 import sys
 from collections.abc import Sequence
 
-from absl import app, flags, logging
+from absl import app, flags
 
+from deepnet_jax import log_setup
 from deepnet_jax.data import pipeline, sources
 from deepnet_jax.data.fetch import DataPreparationError
 
@@ -61,7 +62,7 @@ def split_lines(dataset: str, builder) -> list[str]:
 def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    logging.set_verbosity(logging.INFO)
+    log_setup.configure(log_setup.requested_verbosity())
     try:
         sources.check_arguments(
             _DATASET.value,

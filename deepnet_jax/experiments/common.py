@@ -38,7 +38,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from deepnet_jax import metrics, train, train_config
+from deepnet_jax import metrics, train, train_config, train_data
 
 SETTINGS = ("smoke", "quick", "full")
 SCHEMES = ("post_ln", "pre_ln", "deepnorm", "subln")
@@ -150,7 +150,7 @@ def with_run(
 def unigram_entropy(config: ml_collections.ConfigDict) -> float:
     """Entropy (nats) of the validation targets' token distribution: the NLL of predicting
     each target token by its frequency, which a model that learned nothing else reaches."""
-    data = train.make_data(config, 1)
+    data = train_data.make_data(config, 1)
     counts: dict[int, float] = {}
     for batch in data.eval_batches("validation"):
         tokens, weights = np.asarray(batch["targets"]), np.asarray(batch["weights"])
@@ -314,6 +314,13 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--setting", default="quick", choices=SETTINGS, help="smoke, quick or full")
     p.add_argument("--out", default="", help="output folder (default /tmp/deepnet_experiments)")
     p.add_argument("--data_dir", default="", help="prepared corpora (default: data.data_dir)")
+    p.add_argument(
+        "-v",
+        "--verbosity",
+        type=int,
+        default=None,
+        help="library log lines at this absl level too (0: INFO, 1: DEBUG; default: warnings)",
+    )
     return p
 
 

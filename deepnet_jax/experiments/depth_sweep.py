@@ -38,6 +38,7 @@ from typing import Any
 
 import ml_collections
 
+from deepnet_jax import log_setup
 from deepnet_jax.experiments import common
 
 NAME = "depth_sweep"
@@ -107,6 +108,7 @@ def make_config(
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = common.parser(__doc__.splitlines()[0]).parse_args(argv)
+    log_setup.configure(args.verbosity)
     common.compile_fast_for_smoke(args.setting)
     base = base_config(args.setting)
     common.configure_data(base, args)

@@ -33,6 +33,7 @@ import os
 import sys
 from typing import Any
 
+from deepnet_jax import log_setup
 from deepnet_jax.experiments import common
 
 NAME = "lr_tolerance"
@@ -55,6 +56,7 @@ SETTINGS = {
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = common.parser(__doc__.splitlines()[0]).parse_args(argv)
+    log_setup.configure(args.verbosity)
     common.compile_fast_for_smoke(args.setting)
     base = common.base_config(args.setting)
     common.configure_data(base, args)

@@ -28,6 +28,7 @@ import os
 import sys
 from typing import Any
 
+from deepnet_jax import log_setup
 from deepnet_jax.experiments import common
 
 NAME = "model_update"
@@ -41,6 +42,7 @@ WARMUPS = {"none": 0, "paper": common.PAPER_WARMUP}  # warm-up updates (0: const
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = common.parser(__doc__.splitlines()[0]).parse_args(argv)
+    log_setup.configure(args.verbosity)
     common.compile_fast_for_smoke(args.setting)
     base = common.base_config(args.setting)
     common.configure_data(base, args)

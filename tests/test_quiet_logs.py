@@ -1,0 +1,136 @@
+"""Quiet by default: a run shows its own lines; library INFO (orbax, jax, tfds, grain) only
+with ``-v 0``.
+
+The subprocess runs use ``tests/configs/tiny_synthetic.py`` for 2 updates with a checkpoint
+after each (orbax alone printed ~120 INFO lines for such a run, 24 of them over 300
+characters, before the CLIs called ``log_setup.configure``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+
+import jax
+import pytest
+from conftest import xla_flags
+
+from deepnet_jax import log_setup
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, "tests", "configs", "tiny_synthetic.py")
+LIBRARY = "/usr/lib/python3/site-packages/orbax/checkpoint/checkpoint_manager.py"
+
+# A log line, wherever it starts (a line can be glued to a progress-bar frame): absl's prefix
+# (Python and C++: "I1124 16:39:46.219216 140670 file.py:849]"), absl C++'s pre-init notice,
+# Python's default "LEVEL:logger:" format and the warnings module's "file:line: XWarning:".
+LOG_LINE = re.compile(
+    r"[IWEFD]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^ \]]+:\d+\]"
+    r"|All log messages before absl::InitializeLog"
+    r"|^(DEBUG|INFO|WARNING|ERROR|CRITICAL):\S"
+    r"|^\S+:\d+: \w*Warning: "
+)
+MAX_LOG_LINES = 10
+MAX_LINE_CHARS = 300
+
+
+def _env() -> dict[str, str]:
+    """The test session's compilation cache and PRNG, so the runs share their compiles."""
+    return {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": xla_flags(),
+        "JAX_DEFAULT_PRNG_IMPL": "rbg",
+        "JAX_COMPILATION_CACHE_DIR": jax.config.jax_compilation_cache_dir,
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    }
+
+
+def _run(*args: str) -> tuple[int, list[str]]:
+    """(exit status, output lines): stdout and stderr together, split on ``\\n`` and on the
+    ``\\r`` of progress-bar frames."""
+    proc = subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
+    return proc.returncode, re.split(r"\r\n|\r|\n", proc.stdout)
+
+
+def _train(workdir, *flags: str) -> tuple[int, list[str]]:
+    return _run(
+        "train.py",
+        f"--config={CONFIG}",
+        f"--workdir={workdir}",
+        "--config.total_steps=2",
+        "--config.checkpoint_every=1",
+        *flags,
+    )
+
+
+def _log_lines(lines: list[str]) -> list[str]:
+    return [line for line in lines if LOG_LINE.search(line)]
+
+
+@pytest.fixture(scope="module")
+def quiet_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("quiet_run")
+    status, lines = _train(workdir)
+    assert status == 0, "\n".join(lines[-40:])
+    return workdir, lines
+
+
+def test_a_two_step_run_prints_its_own_lines_and_few_library_lines(quiet_run):
+    _, lines = quiet_run
+    logs = _log_lines(lines)
+    assert len(logs) <= MAX_LOG_LINES, f"{len(logs)} log lines:\n" + "\n".join(logs[:15])
+    long = [line[:200] + "..." for line in lines if len(line) > MAX_LINE_CHARS]
+    assert not long, "\n".join(long)
+    assert any(line.startswith("step 2/2 | loss ") for line in lines)
+    assert any(line.startswith("step 2: validation loss ") for line in lines)
+    assert any(line.startswith("results: ") and line.endswith("eval.json") for line in lines)
+
+
+def test_the_verbosity_flag_brings_library_info_back(quiet_run):
+    workdir, _ = quiet_run
+    status, lines = _train(workdir, "-v", "0")  # resumes the finished run: orbax restores
+    assert status == 0, "\n".join(lines[-40:])
+    info = [line for line in _log_lines(lines) if re.search(r"I\d{4} ", line)]
+    assert len(info) > MAX_LOG_LINES, "\n".join(lines[-40:])
+    assert any("checkpoint_manager.py" in line for line in info), "\n".join(info[:15])
+
+
+def test_a_read_only_cli_is_quiet_too(quiet_run):
+    """evaluate opens the run's checkpoints read-only (orbax warns about that, 6 lines) and
+    then refuses the synthetic run: one error line, no library lines."""
+    workdir, _ = quiet_run
+    status, lines = _run("-m", "deepnet_jax.evaluate", f"--workdir={workdir}")
+    assert status == 1
+    printed = [line for line in lines if line]
+    assert len(printed) == 1 and printed[0].startswith(f"error: {workdir} trained on"), printed
+
+
+def _record(pathname: str, level: int, msg: str = "x") -> logging.LogRecord:
+    return logging.LogRecord("absl", level, pathname, 1, msg, None, None)
+
+
+def test_the_filter_keeps_own_records_and_library_warnings():
+    quiet = log_setup.QuietLibraries(main_file=os.path.join(ROOT, "train.py"))
+    own = os.path.join(os.path.dirname(log_setup.__file__), "data", "pipeline.py")
+    assert quiet.filter(_record(own, logging.INFO))
+    assert quiet.filter(_record(os.path.join(ROOT, "train.py"), logging.INFO))
+    assert not quiet.filter(_record(LIBRARY, logging.INFO))
+    assert quiet.filter(_record(LIBRARY, logging.WARNING))
+    assert quiet.filter(_record(LIBRARY, logging.ERROR, "Given directory is not writable"))
+    assert not quiet.filter(_record(LIBRARY, logging.WARNING, "Given directory is read only=%s"))
+    tfds = LIBRARY.replace("orbax", "tensorflow_datasets")
+    assert not quiet.filter(_record(tfds, logging.WARNING, "Using custom data configuration: %s"))
+    assert quiet.filter(_record(tfds, logging.WARNING, "Given directory is read only=%s"))
