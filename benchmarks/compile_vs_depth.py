@@ -55,7 +55,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from deepnet_jax import models, optimizers, synthetic, train_steps
+from deepnet_jax import models, optimizers, train_steps
+from deepnet_jax.data import synthetic
 
 DEFAULT_ROWS = "scan:6,scan:100,scan:1000,unroll:6,unroll:12,unroll:24"
 DEFAULT_POLICIES = "none,dots,qkv_fc1"

@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from deepnet_jax import decoding, inference, models, train_steps
+from deepnet_jax.tokens import BOS_ID, EOS_ID, FIRST_CONTENT_ID
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -71,9 +72,11 @@ def _best_time(fn, repeats: int) -> float:
 def generation_row(config, batch: int, src_len: int, length: int, repeats: int) -> dict:
     model = models.build(config)
     rng = np.random.default_rng(0)
-    src = jnp.asarray(rng.integers(3, config.vocab_size, (batch, src_len)), jnp.int32)
+    src = jnp.asarray(
+        rng.integers(FIRST_CONTENT_ID, config.vocab_size, (batch, src_len)), jnp.int32
+    )
     params = train_steps.init_params(model, "encdec", {"src": src, "inputs": src[:, :8]}, seed=0)
-    bos = decoding.BOS_ID
+    bos = BOS_ID
 
     @jax.jit
     def cached(params, src):
@@ -177,7 +180,9 @@ def beam_row(config, workdir: str | None, sentences: int, batch: int) -> dict:
         model = models.build(config)
         rng = np.random.default_rng(1)
         sources = [
-            np.append(rng.integers(3, config.vocab_size, rng.integers(7, 40)), decoding.EOS_ID)
+            np.append(
+                rng.integers(FIRST_CONTENT_ID, config.vocab_size, rng.integers(7, 40)), EOS_ID
+            )
             for _ in range(sentences)
         ]
         example = {"src": np.ones((1, 8), np.int32), "inputs": np.ones((1, 8), np.int32)}

@@ -32,6 +32,7 @@ import ml_collections
 import numpy as np
 
 from deepnet_jax import models, optimizers, train_data, train_steps
+from deepnet_jax.tokens import PAD_ID
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -39,8 +40,8 @@ from configs import default as default_config  # noqa: E402
 
 
 def _tokens(batch: dict[str, np.ndarray]) -> int:
-    n = int((batch["targets"] != 0).sum())
-    return n + int((batch["src"] != 0).sum()) if "src" in batch else n
+    n = int((batch["targets"] != PAD_ID).sum())
+    return n + int((batch["src"] != PAD_ID).sum()) if "src" in batch else n
 
 
 def _config(dataset: str, data_dir: str, **data_overrides):

@@ -41,7 +41,8 @@ def _config(smoke: bool, mesh: tuple[int, int, int]):
 
 
 def state_row(smoke: bool, n: int, base: float | None) -> dict:
-    from deepnet_jax import models, optimizers, plan, sharding, synthetic
+    from deepnet_jax import model_inputs, models, optimizers, plan, sharding
+    from deepnet_jax.data import synthetic
 
     c = _config(smoke, (1, n, 1))
     model = models.build(c.model)
@@ -49,7 +50,7 @@ def state_row(smoke: bool, n: int, base: float | None) -> dict:
     arch = c.model.arch
     example = synthetic.batch(arch, 1, c.model.vocab_size, 16, np.random.default_rng(0))
     state = sharding.sharded_state(
-        lambda: synthetic.init_variables(model, arch, example),
+        lambda: model_inputs.init_variables(model, arch, example),
         optimizers.make_optimizer(c).init,
         mesh,
         sharding.logical_axis_rules(c.mesh),

@@ -40,8 +40,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from deepnet_jax import models
+from deepnet_jax.tokens import BOS_ID, EOS_ID, PAD_ID
 
-PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 NEG = -1.0e9  # log-probability of impossible choices (finite, so sums never make NaN)
 LENGTH_PENALTIES = ("fairseq", "gnmt")
 
@@ -353,7 +353,7 @@ def translate_ids(
     for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
         width = min(-(-int(lengths[rows].max()) // bucket) * bucket, model.config.max_len)
-        src = np.zeros((batch_size, width), np.int32)
+        src = np.full((batch_size, width), PAD_ID, np.int32)
         for r, i in enumerate(rows):
             src[r, : lengths[i]] = sources[i]
         tokens, _ = search(model, params, _like_params(params, src), options)

@@ -29,6 +29,7 @@ The trainer switches them on with ``config.diagnostics.every`` > 0 and writes th
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Callable
@@ -40,26 +41,33 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from deepnet_jax import synthetic
-from deepnet_jax.data import pipeline
+from deepnet_jax import config_schema, model_inputs, tokens
+from deepnet_jax.config_schema import field
 from deepnet_jax.layers import DIAGNOSTICS, LN_INPUT_SUFFIX
 
 SIDES = ("encoder", "decoder")
 _UNROLLED = re.compile(r"^layers_(\d+)$")
 
 
-def default_config() -> ml_collections.ConfigDict:
+@dataclasses.dataclass(frozen=True)
+class DiagnosticsFields:
     """``config.diagnostics``: the stability instruments (off by default)."""
-    c = ml_collections.ConfigDict()
-    c.every = 0  # updates between measurements (model update, LN inputs, layer grads); 0: off
-    c.plot = True  # with every > 0: render diagnostics_*.png in the workdir at the end
-    return c
+
+    every: int = field(
+        0,
+        "updates between measurements (model update, LN inputs, layer gradient norms); 0: off",
+        low=0,
+    )
+    plot: bool = field(True, "with every > 0: render diagnostics_*.png in the workdir at the end")
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """``config.diagnostics`` with its defaults."""
+    return config_schema.config_dict(DiagnosticsFields)
 
 
 def validate(c: ml_collections.ConfigDict) -> None:
-    value = c.every
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"diagnostics.every={value!r} must be an integer >= 0 (0: off)")
+    config_schema.check_values(c, DiagnosticsFields, "diagnostics.")
 
 
 def feature_module(arch: str) -> str:
@@ -82,11 +90,11 @@ def make_probe(model: nn.Module, arch: str) -> Callable:
     def probe(params, batch):
         _, state = model.apply(
             {"params": params},
-            *synthetic.model_inputs(arch, batch),
+            *model_inputs.model_args(arch, batch),
             deterministic=True,
             capture_intermediates=capture,
             mutable=["intermediates", DIAGNOSTICS],
-            **pipeline.model_kwargs(batch),
+            **model_inputs.model_kwargs(batch),
         )
         features = state["intermediates"][target]["__call__"][0].astype(jnp.float32)
         return features, ln_input_norms(state.get(DIAGNOSTICS, {}))
@@ -98,7 +106,7 @@ def model_update(features: jax.Array, features_0: jax.Array, inputs: jax.Array) 
     """ΔF = Σ mask·‖features − features_0‖₂ / Σ mask, the norm over the hidden axis of
     [B, T, D] features, mask = the non-padding positions of ``inputs`` [B, T] (the
     decoder-side tokens; the encoder's for encoder-only models)."""
-    mask = (inputs != synthetic.PAD).astype(jnp.float32)
+    mask = (inputs != tokens.PAD_ID).astype(jnp.float32)
     distance = jnp.sqrt(jnp.sum(jnp.square(features - features_0), axis=-1))
     return jnp.sum(distance * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from absl import app, flags
 
-from deepnet_jax import evaluation, inference, log_setup, sharding, train_data, train_steps
-from deepnet_jax.data import DataPreparationError, pipeline, sources
+from deepnet_jax import evaluation, inference, log_setup, sharding, train_steps
+from deepnet_jax.data import DataPreparationError, pipeline, registry, sources
 
 
 def define_flags() -> dict[str, flags.FlagHolder]:
@@ -42,9 +42,9 @@ def evaluate_run(
 ) -> dict[str, Any]:
     """Loss/perplexity/accuracy of ``split`` and, for translation, BLEU/chrF (see module doc)."""
     config = run.config
-    if config.data.dataset == train_data.SYNTHETIC:
+    if config.data.dataset == registry.SYNTHETIC:
         raise ValueError(
-            f"{run.workdir} trained on data.dataset={train_data.SYNTHETIC!r}, which has no splits"
+            f"{run.workdir} trained on data.dataset={registry.SYNTHETIC!r}, which has no splits"
         )
     if limit < 0:
         raise ValueError(f"--limit={limit} must be >= 0")

@@ -29,7 +29,7 @@ import ml_collections
 import numpy as np
 from absl import flags
 
-from deepnet_jax import checkpoint, decoding, models, sharding, synthetic
+from deepnet_jax import checkpoint, decoding, model_inputs, models, sharding
 from deepnet_jax.data.tokenizer import Tokenizer
 
 TOKENIZER_FILE = "tokenizer.model"
@@ -150,7 +150,7 @@ def abstract_params(model: nn.Module, config: ml_collections.ConfigDict, mesh) -
     dummy = np.zeros((1, 8), np.int32)
     example = {"src": dummy, "inputs": dummy}
     return sharding.abstract_parameters(
-        lambda: synthetic.init_variables(model, arch, example),
+        lambda: model_inputs.init_variables(model, arch, example),
         mesh,
         sharding.logical_axis_rules(config.mesh),
     )

@@ -26,6 +26,7 @@ import ml_collections
 from deepnet_jax.embeddings import OutputProjection, PositionEmbedding, TokenEmbedding, embed
 from deepnet_jax.model_config import TransformerConfig, default_config, validate
 from deepnet_jax.stacks import apply_layers
+from deepnet_jax.tokens import PAD_ID
 
 __all__ = [
     "Decoder",
@@ -44,11 +45,9 @@ __all__ = [
     "validate",
 ]
 
-PAD_ID = 0
-
 
 def padding_mask(tokens_BT: jax.Array) -> jax.Array:
-    """Key-padding mask [B, 1, 1, T]: True where the token is not padding (id 0)."""
+    """Key-padding mask [B, 1, 1, T]: True where the token is not padding (``tokens.PAD_ID``)."""
     return (tokens_BT != PAD_ID)[:, None, None, :]
 
 

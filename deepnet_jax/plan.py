@@ -34,8 +34,16 @@ import jax
 import ml_collections
 import numpy as np
 
-from deepnet_jax import log_setup, models, optimizers, sharding, synthetic, train, train_steps
-from deepnet_jax.data import batching
+from deepnet_jax import (
+    log_setup,
+    model_inputs,
+    models,
+    optimizers,
+    sharding,
+    train,
+    train_steps,
+)
+from deepnet_jax.data import batching, synthetic
 
 
 @dataclasses.dataclass
@@ -120,7 +128,7 @@ def plan(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = N
     optimizer = optimizers.make_optimizer(config)
     small = {k: v[:, :8] for k, v in example.items()}  # shapes for init only
     state = sharding.sharded_state(
-        lambda: synthetic.init_variables(model, arch, small),
+        lambda: model_inputs.init_variables(model, arch, small),
         optimizer.init,
         mesh,
         rules,

@@ -19,7 +19,7 @@ import numpy as np
 from absl import app, flags
 
 from deepnet_jax import decoding, inference, log_setup
-from deepnet_jax.data.tokenizer import BOS_ID, EOS_ID
+from deepnet_jax.tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 def define_flags() -> dict[str, flags.FlagHolder]:
@@ -61,7 +61,7 @@ def sample_texts(
             f"the longest prompt ({width} tokens with the start marker) + --max_new_tokens="
             f"{options.max_new_tokens} exceeds model.max_len={config.model.max_len}"
         )
-    rows = np.zeros((len(prompts) * num_samples, width), np.int32)
+    rows = np.full((len(prompts) * num_samples, width), PAD_ID, np.int32)
     for i, e in enumerate(encoded):
         rows[i * num_samples : (i + 1) * num_samples, : len(e)] = e
     with run.context():

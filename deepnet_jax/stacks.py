@@ -20,23 +20,16 @@ import numpy as np
 
 from deepnet_jax.blocks import TransformerLayer, residual_scheme
 from deepnet_jax.layers import DIAGNOSTICS, constrain, layer_norm
-from deepnet_jax.model_config import TransformerConfig
-
-# Names tagged with ``checkpoint_name`` inside each layer, saved by the "qkv_fc1" policy.
-SAVED_NAMES = ("q_proj", "k_proj", "v_proj", "qkv_proj", "fc1")
+from deepnet_jax.model_config import REMAT_POLICIES, TransformerConfig
 
 
 def remat_policy(name: str):
     """The ``jax.checkpoint`` policy for a ``model.remat_policy`` name (None: no remat)."""
-    policies = {
-        "none": None,
-        "full": jax.checkpoint_policies.nothing_saveable,
-        "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-        "qkv_fc1": jax.checkpoint_policies.save_only_these_names(*SAVED_NAMES),
-    }
-    if name not in policies:
-        raise ValueError(f"model.remat_policy={name!r}; allowed values are {', '.join(policies)}")
-    return policies[name]
+    if name not in REMAT_POLICIES:
+        raise ValueError(
+            f"model.remat_policy={name!r}; allowed values are {', '.join(REMAT_POLICIES)}"
+        )
+    return REMAT_POLICIES[name]
 
 
 def _layer_class(config: TransformerConfig, scanned: bool):

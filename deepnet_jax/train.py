@@ -7,7 +7,6 @@ batches) or, with ``data.dataset="synthetic_reversal"``, from the built-in rever
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -28,12 +27,11 @@ from deepnet_jax import (
     trainer,
 )
 from deepnet_jax import workdir as workdir_lib
-from deepnet_jax.data import DataPreparationError, pipeline, sources
+from deepnet_jax.data import DataPreparationError, pipeline, registry
+from deepnet_jax.data.registry import SYNTHETIC
 from deepnet_jax.train_actions import NonFiniteError
-from deepnet_jax.train_data import SYNTHETIC
 
-DATASETS = (SYNTHETIC, *sources.DATASETS)
-NAN_POLICIES = ("halt", "skip")
+DATASETS = registry.NAMES  # every data.dataset value, from the dataset registry
 
 
 def validate(config: ml_collections.ConfigDict, device_count: int | None = None) -> None:
@@ -50,24 +48,16 @@ def validate(config: ml_collections.ConfigDict, device_count: int | None = None)
         )
     if config.data.dataset not in DATASETS:
         raise ValueError(f"data.dataset={config.data.dataset!r}; allowed values are {DATASETS}")
-    if not 0.0 <= config.label_smoothing < 1.0:
-        raise ValueError(f"label_smoothing={config.label_smoothing!r} must be in [0, 1)")
-    for name, low in (("checkpoint_every", 0), ("max_to_keep", 1), ("eval_every", 0)):
-        value = config[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name}={value!r} must be an integer >= {low}")
-    for name in ("total_steps", "data.batch_size", "eval_batches", "log_every", "grad_accum_steps"):
-        if name == "eval_batches" and config.data.dataset != SYNTHETIC:
-            continue  # real corpora are evaluated on their whole validation split
-        value = functools.reduce(getattr, name.split("."), config)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r} must be an integer >= 1")
-    optimizers.validate(config)  # after total_steps is known to be an integer
+    train_config.check_values(config)  # each declared field against its declaration
+    batch_size = config.data.batch_size
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"data.batch_size={batch_size!r} must be an integer >= 1")
+    optimizers.validate(config)  # the learning rate and the schedule's relations to it
+    inference.search_options(config).validate(prefix="decode.")
     if config.data.max_len > config.model.max_len:
         raise ValueError(
             f"data.max_len={config.data.max_len} exceeds model.max_len={config.model.max_len}"
         )
-    _validate_run_fields(config)
     diagnostics.validate(config.diagnostics)
     sharding.logical_axis_rules(config.mesh)
     device_count = jax.device_count() if device_count is None else device_count
@@ -97,27 +87,6 @@ def validate(config: ml_collections.ConfigDict, device_count: int | None = None)
             f"model.vocab_size={config.model.vocab_size} is smaller than "
             f"data.vocab_size={options.vocab_size} (the tokenizer's pieces)"
         )
-
-
-def _validate_run_fields(config: ml_collections.ConfigDict) -> None:
-    """Decoding options, the final split and the MFU peak."""
-    d = config.decode
-    inference.search_options(config).validate(prefix="decode.")
-    for name in ("batch_size", "eval_sentences", "num_samples"):
-        value, low = d[name], 1 if name == "batch_size" else 0
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"decode.{name}={value!r} must be an integer >= {low}")
-    if config.final_split not in ("", *sources.SPLITS):
-        raise ValueError(
-            f"final_split={config.final_split!r}; allowed values are {('', *sources.SPLITS)}"
-        )
-    if config.nan_policy not in NAN_POLICIES:
-        raise ValueError(f"nan_policy={config.nan_policy!r}; allowed values are {NAN_POLICIES}")
-    m = config.nan_max_skips
-    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-        raise ValueError(f"nan_max_skips={m!r} must be an integer >= 1")
-    if not config.peak_flops >= 0:
-        raise ValueError(f"peak_flops={config.peak_flops!r} must be >= 0 (0: table or measured)")
 
 
 # What train.py reports as a one-line error: bad configs and environments, not bugs.

@@ -127,7 +127,7 @@ class EvalContext:
     config: ml_collections.ConfigDict
     workdir: str | None
     model: Any
-    data: Any  # train_data.SyntheticData | train_data.CorpusData
+    data: Any  # train_data.Data: SyntheticData or CorpusData
     place: Callable[[dict[str, np.ndarray]], train_steps.Batch]
     checkpointer: checkpoint.Checkpointer | None
     writer: metrics_lib.MetricsWriter | None

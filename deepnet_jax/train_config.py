@@ -1,73 +1,168 @@
-"""Every training configuration field, with its default and a one-line comment.
+"""Every training configuration field, declared once with its default, allowed values and a
+one-line comment (:mod:`deepnet_jax.config_schema`).
 
 ``default_config()`` is the schema of a training config: ``train.validate`` rejects a field it
-does not hold (a typo such as ``nan_polcy``) and a config that lacks one of its fields. Experiment
-configs (``configs/*.py``) start from it and change what they need; its data is the synthetic
-reversal task.
+does not hold (a typo such as ``nan_polcy``), a config that lacks one of its fields, and a value
+a field's declaration refuses. Experiment configs (``configs/*.py``) start from it and change
+what they need; its data is the synthetic reversal task. ``docs/config.md`` is generated from
+these declarations (``python -m deepnet_jax.train_config > docs/config.md``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import ml_collections
 
+from deepnet_jax import config_schema
+from deepnet_jax.config_schema import field
 from deepnet_jax.data.pipeline import default_config as data_default
+from deepnet_jax.data.sources import SPLITS
+from deepnet_jax.decoding import LENGTH_PENALTIES
+from deepnet_jax.diagnostics import DiagnosticsFields
 from deepnet_jax.diagnostics import default_config as diagnostics_default
 from deepnet_jax.distributed import default_config as distributed_default
-from deepnet_jax.models import default_config as model_default
+from deepnet_jax.model_config import TransformerConfig
+from deepnet_jax.optimizers import OPTIMIZERS, SCHEDULES
 from deepnet_jax.sharding import default_config as mesh_default
+
+NAN_POLICIES = ("halt", "skip")
+RATE = {"low": 0, "high": 1, "high_open": True}  # [0, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerFields:
+    """``config.optimizer``."""
+
+    name: str = field(
+        "adamw", "adamw (decoupled weight decay; adam with weight_decay=0)", choices=OPTIMIZERS
+    )
+    learning_rate: float = field(5e-4, "peak learning rate (> 0)")
+    b1: float = field(0.9, "Adam β1", **RATE)
+    b2: float = field(0.98, "Adam β2 (fairseq's transformer setting)", **RATE)
+    eps: float = field(1e-8, "Adam ε", low=0)
+    weight_decay: float = field(0.0, "decoupled weight decay (AdamW)", low=0)
+    grad_clip: float = field(0.0, "global-norm clipping threshold; 0 disables", low=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleFields:
+    """``config.schedule`` (see ``optimizers.learning_rate_schedule``)."""
+
+    name: str = field("inverse_sqrt", "the learning-rate schedule", choices=SCHEDULES)
+    warmup_steps: int = field(4000, "linear warm-up updates (all schedules but constant)", low=0)
+    warmup_init_lr: float = field(1e-7, "learning rate at step 0 of the warm-up (<= lr)", low=0)
+    end_lr: float = field(0.0, "polynomial/linear/cosine: learning rate at total_steps", low=0)
+    power: float = field(1.0, "polynomial: decay exponent (1 = linear)", low=0, low_open=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeFields:
+    """``config.decode``: translation decoding (``deepnet_jax/decoding.py``)."""
+
+    beam_size: int = field(5, "beam of the final evaluation (validation is greedy)", low=1)
+    length_penalty: float = field(1.0, "α of the length penalty")
+    length_penalty_form: str = field(
+        "fairseq", "fairseq (n^α) or gnmt (((5 + n)/6)^α)", choices=LENGTH_PENALTIES
+    )
+    max_len_a: float = field(1.2, "at most ⌊a·source_length + b⌋ output tokens", low=0)
+    max_len_b: int = field(10, "(see max_len_a)", low=0)
+    batch_size: int = field(64, "sentences per decoding batch", low=1)
+    eval_sentences: int = field(
+        500, "validation sentences greedy-translated for BLEU; 0: no BLEU", low=0
+    )
+    num_samples: int = field(3, "sample translations printed (and kept in eval.json)", low=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFields:
+    """The top-level fields of a training config."""
+
+    label_smoothing: float = field(0.1, "label-smoothed cross-entropy ε (0 disables)", **RATE)
+    grad_accum_steps: int = field(1, "micro-batches per optimizer update (optax.MultiSteps)", low=1)
+    total_steps: int = field(400, "optimizer updates", low=1)
+    log_every: int = field(20, "micro-batches between log lines", low=1)
+    eval_every: int = field(0, "validation every this many updates (0: only at the end)", low=0)
+    checkpoint_every: int = field(
+        1000, "orbax checkpoint interval in updates (and at the end); 0: never", low=0
+    )
+    max_to_keep: int = field(3, "newest checkpoints kept", low=1)
+    eval_batches: int = field(
+        8, "synthetic data only: held-out batches for the final evaluation", low=1
+    )
+    final_split: str = field(
+        "",
+        "corpora: split evaluated after training (loss; BLEU by beam search); empty: none",
+        choices=("", *SPLITS),
+    )
+    nan_policy: str = field(
+        "halt",
+        "non-finite loss/gradient: halt (diagnostic save, exit 1) or skip the update",
+        choices=NAN_POLICIES,
+    )
+    nan_max_skips: int = field(10, "skip: halt after this many non-finite steps in a row", low=1)
+    peak_flops: float = field(
+        0.0, "per-device peak FLOP/s for the MFU estimate; 0: table or measured", low=0
+    )
+    seed: int = field(0, "parameters, dropout and data order", low=0)
+
+
+GROUPS: dict[str, type] = {  # config.<name> declared here, checked by check_values
+    "optimizer": OptimizerFields,
+    "schedule": ScheduleFields,
+    "decode": DecodeFields,
+    "": RunFields,
+}
 
 
 def default_config() -> ml_collections.ConfigDict:
     """Every training field with its default (the schema ``train.validate`` checks against)."""
-    c = ml_collections.ConfigDict()
-    c.model = model_default()  # architecture, scheme, sizes: see deepnet_jax/model_config.py
+    c = config_schema.config_dict(RunFields)
+    c.model = config_schema.config_dict(TransformerConfig)  # deepnet_jax/model_config.py
     c.data = data_default()  # corpus, tokenizer, batching: see deepnet_jax/data/pipeline.py
-
-    c.optimizer = ml_collections.ConfigDict()
-    c.optimizer.name = "adamw"  # adamw (decoupled weight decay; "adam" with weight_decay=0)
-    c.optimizer.learning_rate = 5e-4  # peak learning rate
-    c.optimizer.b1 = 0.9  # Adam β1
-    c.optimizer.b2 = 0.98  # Adam β2 (fairseq's transformer setting)
-    c.optimizer.eps = 1e-8  # Adam ε
-    c.optimizer.weight_decay = 0.0  # decoupled weight decay (AdamW)
-    c.optimizer.grad_clip = 0.0  # global-norm clipping threshold; 0 disables
-
-    c.schedule = ml_collections.ConfigDict()
-    c.schedule.name = "inverse_sqrt"  # inverse_sqrt, polynomial, linear, cosine or constant
-    c.schedule.warmup_steps = 4000  # linear warm-up updates (all schedules but constant)
-    c.schedule.warmup_init_lr = 1e-7  # learning rate at step 0 of the warm-up
-    c.schedule.end_lr = 0.0  # polynomial/linear/cosine: learning rate at total_steps
-    c.schedule.power = 1.0  # polynomial: decay exponent (1 = linear)
-
-    c.decode = ml_collections.ConfigDict()  # translation decoding (deepnet_jax/decoding.py)
-    c.decode.beam_size = 5  # beam for the final evaluation (validation during training is greedy)
-    c.decode.length_penalty = 1.0  # α of the length penalty
-    c.decode.length_penalty_form = "fairseq"  # fairseq (n^α) or gnmt (((5 + n)/6)^α)
-    c.decode.max_len_a = 1.2  # at most ⌊a·source_length + b⌋ output tokens
-    c.decode.max_len_b = 10  # (see max_len_a)
-    c.decode.batch_size = 64  # sentences per decoding batch
-    c.decode.eval_sentences = 500  # validation sentences greedy-translated for BLEU; 0: no BLEU
-    c.decode.num_samples = 3  # sample translations printed (and kept in eval.json)
-
-    c.label_smoothing = 0.1  # label-smoothed cross-entropy ε (0 disables)
-    c.grad_accum_steps = 1  # micro-batches per optimizer update (optax.MultiSteps)
-    c.total_steps = 400  # optimizer updates
-    c.log_every = 20  # progress-bar refresh interval (steps)
-    c.eval_every = 0  # validation loss every this many updates (0: only at the end)
-    c.checkpoint_every = 1000  # orbax checkpoint interval in updates (and at the end); 0: never
-    c.max_to_keep = 3  # newest checkpoints kept
-    c.eval_batches = 8  # synthetic data only: held-out batches for the final evaluation
-    c.final_split = ""  # corpora: split evaluated after training (loss; BLEU by beam search)
-    c.nan_policy = "halt"  # non-finite loss/gradient: halt (diagnostic save, exit 1) or skip
-    c.nan_max_skips = 10  # skip: halt after this many non-finite steps in a row
-    c.peak_flops = 0.0  # per-device peak FLOP/s for the MFU estimate; 0: table or measured
+    for name, group in GROUPS.items():
+        if name:
+            c[name] = config_schema.config_dict(group)
     c.diagnostics = diagnostics_default()  # stability instruments: deepnet_jax/diagnostics.py
     c.mesh = mesh_default()  # devices per mesh axis and logical-axis rules: deepnet_jax/sharding.py
     c.distributed = distributed_default()  # multi-host start-up: deepnet_jax/distributed.py
-    c.seed = 0  # parameters, dropout and data order
     return c
+
+
+def check_values(config: ml_collections.ConfigDict) -> None:
+    """One error for the first value a declared field of :data:`GROUPS` refuses."""
+    for name, group in GROUPS.items():
+        config_schema.check_values(
+            config[name] if name else config, group, f"{name}." if name else ""
+        )
+
+
+def reference() -> str:
+    """``docs/config.md``: every declared field's default, allowed values and comment."""
+    parts = [
+        "# Configuration fields",
+        "",
+        "Generated from the declarations in `deepnet_jax/train_config.py` and",
+        "`deepnet_jax/model_config.py` by `python -m deepnet_jax.train_config`; every",
+        "config starts from `configs/base.py` (these defaults) and changes what it needs.",
+        "The `data`, `mesh` and `distributed` groups are documented in their modules.",
+        "",
+    ]
+    tables = {
+        "": RunFields,
+        "model": TransformerConfig,
+        **{k: v for k, v in GROUPS.items() if k},
+        "diagnostics": DiagnosticsFields,
+    }
+    for name, group in tables.items():
+        parts += [
+            f"## {name or 'top level'}",
+            "",
+            config_schema.markdown_table(group, f"{name}." if name else ""),
+            "",
+        ]
+    return "\n".join(parts)
 
 
 # Fields added after runs were first saved, with the value that behaves as the code did before
@@ -105,15 +200,11 @@ def _check_level(config: Any, schema: ml_collections.ConfigDict, prefix: str) ->
             f"{prefix.rstrip('.') or 'config'}={config!r} must be a group of fields "
             f"({', '.join(sorted(schema.keys()))})"
         )
-    allowed = sorted(schema.keys())
-    for name in sorted(config.keys()):
-        if name not in schema:
-            raise ValueError(
-                f"unknown config field {prefix}{name}; the fields of "
-                f"{prefix.rstrip('.') or 'the config'} are {', '.join(allowed)}"
-            )
-    for name in allowed:
-        if name not in config:
-            raise ValueError(f"config field {prefix}{name} is missing (start from base.get_config)")
+    config_schema.check_names(config, sorted(schema.keys()), prefix)
+    for name in sorted(schema.keys()):
         if isinstance(schema[name], ml_collections.ConfigDict):
             _check_level(config[name], schema[name], f"{prefix}{name}.")
+
+
+if __name__ == "__main__":
+    print(reference(), end="")

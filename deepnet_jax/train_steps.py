@@ -1,7 +1,7 @@
 """The jitted training and evaluation steps, and the loss they share.
 
 A batch is a dict of [B, T] arrays (``inputs``, ``targets``, ``weights``, ``src`` for an
-encoder-decoder, packing keys when packed); :mod:`deepnet_jax.synthetic` turns it into the
+encoder-decoder, packing keys when packed); :mod:`deepnet_jax.model_inputs` turns it into the
 model's arguments.
 """
 
@@ -17,8 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from deepnet_jax import diagnostics, losses, preemption, source_sensitivity, synthetic
-from deepnet_jax.data import pipeline
+from deepnet_jax import diagnostics, losses, model_inputs, preemption, source_sensitivity
 
 Batch = dict[str, jax.Array]
 BAD_IN_A_ROW = "bad_in_a_row"  # the metric carrying the non-finite gate to the next step
@@ -36,10 +35,10 @@ def make_loss_fn(model: nn.Module, arch: str, label_smoothing: float = 0.0) -> C
     def loss_fn(params, batch: Batch, dropout_rng: jax.Array, deterministic: bool):
         logits = model.apply(
             {"params": params},
-            *synthetic.model_inputs(arch, batch),
+            *model_inputs.model_args(arch, batch),
             deterministic=deterministic,
             rngs={"dropout": dropout_rng},
-            **pipeline.model_kwargs(batch),
+            **model_inputs.model_kwargs(batch),
         )
         targets, weights = batch["targets"], batch["weights"]
         loss_sum, weight = losses.cross_entropy(logits, targets, weights, label_smoothing)
@@ -173,7 +172,7 @@ def split_loss(eval_step: Callable, params: Any, batches: Iterator[Batch]) -> di
 
 def init_params(model: nn.Module, arch: str, example: Batch, seed: int) -> Any:
     """Unboxed float parameters of ``model`` for inputs shaped like ``example``."""
-    return nn.unbox(synthetic.init_variables(model, arch, example, seed)["params"])
+    return nn.unbox(model_inputs.init_variables(model, arch, example, seed)["params"])
 
 
 def nbytes(tree: Any) -> int:

@@ -26,12 +26,12 @@ from deepnet_jax import (
     diagnostics,
     flops,
     inference,
+    model_inputs,
     models,
     optimizers,
     plots,
     preemption,
     sharding,
-    synthetic,
     train_data,
     train_steps,
 )
@@ -59,7 +59,7 @@ class Run:
     workdir: str | None
     mesh: jax.sharding.Mesh
     model: nn.Module
-    data: train_data.SyntheticData | train_data.CorpusData
+    data: train_data.Data
     batches: Any  # grain-like iterator: next(), get_state(), set_state()
     plan: sharding.ShardedState
     train_step: Any
@@ -103,7 +103,7 @@ def build_run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> R
     batches.set_state(start_state)
     optimizer = optimizers.make_optimizer(config)
     plan = sharding.sharded_state(
-        lambda: synthetic.init_variables(model, arch, example, config.seed),
+        lambda: model_inputs.init_variables(model, arch, example, config.seed),
         optimizer.init,
         mesh,
         sharding.logical_axis_rules(config.mesh),

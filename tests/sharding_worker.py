@@ -28,7 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from configs import base  # noqa: E402
-from deepnet_jax import decoding, metrics, models, sharding, synthetic, train  # noqa: E402
+from deepnet_jax import decoding, metrics, model_inputs, models, sharding, train  # noqa: E402
+from deepnet_jax.data import synthetic  # noqa: E402
 
 ARCHS = ("encdec", "decoder", "encoder")
 
@@ -61,7 +62,7 @@ def param_bytes(arch: str) -> dict[str, int]:
     mesh = sharding.make_mesh(c.mesh)
     example = synthetic.batch(arch, 8, 64, 16, np.random.default_rng(0))
     plan = sharding.sharded_state(
-        lambda: model.init(jax.random.key(0), *synthetic.model_inputs(arch, example)),
+        lambda: model.init(jax.random.key(0), *model_inputs.model_args(arch, example)),
         lambda p: {},
         mesh,
     )
@@ -86,7 +87,7 @@ def translations() -> list[list[int]]:
     rules = sharding.logical_axis_rules(c.mesh)
     example = synthetic.batch("encdec", 8, 64, 16, np.random.default_rng(0))
     state = sharding.sharded_state(
-        lambda: model.init(jax.random.key(3), *synthetic.model_inputs("encdec", example)),
+        lambda: model.init(jax.random.key(3), *model_inputs.model_args("encdec", example)),
         lambda p: {},
         mesh,
         rules,

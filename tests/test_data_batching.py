@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from test_data_tokenizer import SENTENCES
 
+from deepnet_jax import tokens
 from deepnet_jax.data import batching, examples
 from deepnet_jax.data import tokenizer as tok
 
@@ -23,16 +24,16 @@ def test_translation_layout_and_length_filter(tokenizer):
     assert len(out) == 1 and out.dropped == {"too_long": 1, "empty": 1, "stream_tail_tokens": 0}
     ex = out.examples[0]
     src, tgt = tokenizer.encode(records[0]["source"]), tokenizer.encode(records[0]["target"])
-    np.testing.assert_array_equal(ex["src"], [*src, tok.EOS_ID])
-    np.testing.assert_array_equal(ex["inputs"], [tok.BOS_ID, *tgt])
-    np.testing.assert_array_equal(ex["targets"], [*tgt, tok.EOS_ID])
+    np.testing.assert_array_equal(ex["src"], [*src, tokens.EOS_ID])
+    np.testing.assert_array_equal(ex["inputs"], [tokens.BOS_ID, *tgt])
+    np.testing.assert_array_equal(ex["targets"], [*tgt, tokens.EOS_ID])
     assert out.lengths[0] == max(len(src), len(tgt)) + 1
 
 
 def test_lm_stream_windows_cover_the_stream(tokenizer):
     records = [{"text": s} for s in SENTENCES[:50]]
     out = examples.tokenize(records, tokenizer, "lm", max_len=16, lm_chunking="stream")
-    stream = np.concatenate([[*tokenizer.encode(r["text"]), tok.EOS_ID] for r in records])
+    stream = np.concatenate([[*tokenizer.encode(r["text"]), tokens.EOS_ID] for r in records])
     predicted = np.concatenate([e["targets"] for e in out.examples])
     np.testing.assert_array_equal(predicted, stream[1 : 1 + len(predicted)])
     for e in out.examples:
@@ -46,19 +47,19 @@ def test_lm_documents_and_filter(tokenizer):
     out = examples.tokenize(records, tokenizer, "lm", max_len=12, lm_chunking="document")
     assert len(out) == 1 and out.dropped["too_long"] == 1 and out.dropped["empty"] == 1
     ids = tokenizer.encode("the house.")
-    np.testing.assert_array_equal(out.examples[0]["inputs"], [tok.BOS_ID, *ids])
-    np.testing.assert_array_equal(out.examples[0]["targets"], [*ids, tok.EOS_ID])
+    np.testing.assert_array_equal(out.examples[0]["inputs"], [tokens.BOS_ID, *ids])
+    np.testing.assert_array_equal(out.examples[0]["targets"], [*ids, tokens.EOS_ID])
 
 
 def test_mlm_masking_rates():
     rng = np.random.default_rng(0)
     targets = rng.integers(5, 300, 200_000).astype(np.int32)
-    targets[::50] = tok.EOS_ID  # never maskable
+    targets[::50] = tokens.EOS_ID  # never maskable
     inputs, weights = examples.mask_tokens(targets, rng, 300, 0.15)
     chosen = weights == 1
     assert not chosen[::50].any()
     assert abs(chosen.mean() / (1 - 1 / 50) - 0.15) < 0.005
-    masked = inputs[chosen] == tok.MASK_ID
+    masked = inputs[chosen] == tokens.MASK_ID
     kept = inputs[chosen] == targets[chosen]
     assert abs(masked.mean() - 0.8) < 0.01
     assert abs(kept.mean() - 0.1 - 0.1 * (1 / 295)) < 0.01  # random may redraw the same id

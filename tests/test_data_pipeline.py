@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from test_data_tokenizer import SENTENCES
 
-from deepnet_jax import train
-from deepnet_jax.data import pipeline, tokenizer
+from deepnet_jax import tokens, train
+from deepnet_jax.data import pipeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPLIT_SIZES = {"train": 400, "valid": 40, "test": 30}
@@ -140,7 +140,7 @@ def test_packed_rows_hold_whole_examples(corpus):
                 src = b["src"][r][b["src_segment_ids"][r] == s]
                 inp = b["inputs"][r][b["segment_ids"][r] == s]
                 assert (tuple(src), tuple(tgt)) in pairs
-                assert inp[0] == tokenizer.BOS_ID and (inp[1:] == tgt[:-1]).all()
+                assert inp[0] == tokens.BOS_ID and (inp[1:] == tgt[:-1]).all()
                 pos = b["positions"][r][b["segment_ids"][r] == s]
                 assert (pos == np.arange(len(tgt))).all()
             total += len(segs)
@@ -193,7 +193,7 @@ def test_mlm_batches_mask_only_weighted_positions(corpus):
     for b in _take(iter(data.train_dataset()), 5):
         changed = b["inputs"] != b["targets"]
         assert (b["weights"][changed] == 1).all()
-        assert (b["inputs"] == tokenizer.MASK_ID).sum() > 0
+        assert (b["inputs"] == tokens.MASK_ID).sum() > 0
         assert (b["weights"][b["targets"] == 0] == 0).all()
 
 

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from deepnet_jax import tokens
 from deepnet_jax.data import tokenizer as tok
 
 # Handwritten text (no corpus committed): enough distinct words for a few hundred pieces.
@@ -31,9 +32,9 @@ def test_round_trip_and_reserved_ids(model_type):
     for text in [*SENTENCES[:20], "Größe… „Zitat“ ☃  two  spaces", "ünknöwn wörds ÿ"]:
         ids = t.encode(text)
         assert ids.dtype.name == "int32" and ids.min() >= 3
-        assert tok.UNK_ID not in ids  # byte fallback covers unseen characters
+        assert tokens.UNK_ID not in ids  # byte fallback covers unseen characters
         assert t.decode(ids) == text
-    assert t.decode([*t.encode("Haus"), tok.EOS_ID, *t.encode("Baum")]) == "Haus"
+    assert t.decode([*t.encode("Haus"), tokens.EOS_ID, *t.encode("Baum")]) == "Haus"
     clone = pickle.loads(pickle.dumps(t))
     assert (clone.encode(SENTENCES[3]) == t.encode(SENTENCES[3])).all()
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import arch_scheme_params, built, init_params, jit_apply, random_tokens, tiny_config
 
-from deepnet_jax import decoding, models
+from deepnet_jax import decoding, models, tokens
 from deepnet_jax.model_config import SCHEMES
 
 
@@ -67,7 +67,7 @@ def _sources(cfg, lengths, seed=0):
     src = np.zeros((len(lengths), max(lengths)), np.int32)
     for i, n in enumerate(lengths):
         src[i, : n - 1] = rng.integers(3, cfg.vocab_size, n - 1)
-        src[i, n - 1] = decoding.EOS_ID
+        src[i, n - 1] = tokens.EOS_ID
     return jnp.asarray(src)
 
 
@@ -87,7 +87,7 @@ def _sequence_log_probs(model, params, src, hypotheses):
     T = max(map(len, hypotheses))
     tgt_in = np.zeros((len(hypotheses), T), np.int32)
     for i, ys in enumerate(hypotheses):
-        tgt_in[i, : len(ys)] = [decoding.BOS_ID, *ys[:-1]]
+        tgt_in[i, : len(ys)] = [tokens.BOS_ID, *ys[:-1]]
     src_rows = jnp.repeat(src, len(hypotheses), axis=0)
     logp = jax.nn.log_softmax(jit_apply(model)({"params": params}, src_rows, tgt_in), axis=-1)
     return [float(sum(logp[i, t, y] for t, y in enumerate(ys))) for i, ys in enumerate(hypotheses)]
@@ -194,7 +194,7 @@ def test_sample_keeps_prompts_and_greedy_matches_argmax():
     logits = logits.at[:, :, jnp.asarray([0, 1])].set(-jnp.inf)
     for row, prompt_len in ((0, 4), (1, 2)):
         ids = list(out[row][: prompt_len + 5])  # at most max_new_tokens after its prompt
-        end = ids.index(decoding.EOS_ID, prompt_len) + 1 if decoding.EOS_ID in ids else len(ids)
+        end = ids.index(tokens.EOS_ID, prompt_len) + 1 if tokens.EOS_ID in ids else len(ids)
         for t in range(prompt_len - 1, end - 1):
             assert out[row, t + 1] == int(jnp.argmax(logits[row, t]))
         assert np.all(out[row, end:] == 0)

@@ -8,13 +8,14 @@ import pytest
 from conftest import built, random_tokens
 from test_training import small_config
 
-from deepnet_jax import diagnostics, layout, metrics, synthetic, train, train_steps
+from deepnet_jax import diagnostics, layout, metrics, train, train_steps
 from deepnet_jax.layers import DIAGNOSTICS
+from deepnet_jax.tokens import PAD_ID
 
 
 def _batch(arch: str, vocab: int = 40, rows: int = 2, length: int = 6) -> dict:
     tokens = np.array(random_tokens((rows, length), vocab))
-    tokens[0, -2:] = synthetic.PAD  # one padded row
+    tokens[0, -2:] = PAD_ID  # one padded row
     return {"src": tokens, "inputs": tokens, "targets": tokens, "weights": (tokens > 0) * 1.0}
 
 
@@ -33,7 +34,7 @@ def test_model_update_is_zero_at_start_and_positive_after_one_step(arch):
     delta = float(diagnostics.model_update(f1, f0, batch["inputs"]))
     assert delta > 0
     # the definition: mean over non-padding positions of the L2 norm over the hidden axis
-    mask = batch["inputs"] != synthetic.PAD
+    mask = batch["inputs"] != PAD_ID
     expected = np.linalg.norm(np.asarray(f1 - f0), axis=-1)[mask].mean()
     np.testing.assert_allclose(delta, expected, rtol=1e-5)
 
@@ -161,12 +162,13 @@ def test_resumed_run_reads_theta0_features_instead_of_building_theta0(monkeypatc
     import os
     import signal
 
-    from deepnet_jax import sharding, train_data
+    from deepnet_jax import sharding
+    from deepnet_jax.data import synthetic
 
     c = small_config("encdec", "deepnorm", steps=6)
     c.diagnostics.every, c.log_every, c.checkpoint_every = 2, 2, 100
     train.run(c, str(tmp_path / "whole"))
-    original_next = train_data.SyntheticIterator.__next__
+    original_next = synthetic.SyntheticIterator.__next__
 
     def next_with_signal(self):
         if self._next == 3:
@@ -174,7 +176,7 @@ def test_resumed_run_reads_theta0_features_instead_of_building_theta0(monkeypatc
         return original_next(self)
 
     with monkeypatch.context() as patch:
-        patch.setattr(train_data.SyntheticIterator, "__next__", next_with_signal)
+        patch.setattr(synthetic.SyntheticIterator, "__next__", next_with_signal)
         assert train.run(c, str(tmp_path / "resumed"))["stopped"]
     original_plan = sharding.sharded_state
 

@@ -13,8 +13,8 @@ import pytest
 from test_data_pipeline import _write_corpus
 
 from deepnet_jax.data import pipeline
-from deepnet_jax.data.tokenizer import EOS_ID
 from deepnet_jax.experiments import common, depth_sweep, lr_tolerance, model_update
+from deepnet_jax.tokens import EOS_ID
 
 
 def _outputs(out, name):

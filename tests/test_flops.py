@@ -21,7 +21,8 @@ import pytest
 from conftest import tiny_config
 from jax.extend import core
 
-from deepnet_jax import flops, losses, models, synthetic
+from deepnet_jax import flops, losses, models
+from deepnet_jax.data import synthetic
 
 B, T, S = 4, 16, 12
 ARCHS = ("encoder", "decoder", "encdec")

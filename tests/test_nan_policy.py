@@ -9,9 +9,10 @@ import orbax.checkpoint as ocp
 import pytest
 from test_training import small_config
 
-from deepnet_jax import train, train_data
+from deepnet_jax import train
+from deepnet_jax.data import synthetic
 
-ORIGINAL_NEXT = train_data.SyntheticIterator.__next__
+ORIGINAL_NEXT = synthetic.SyntheticIterator.__next__
 
 
 def _poison(monkeypatch, bad_batches):
@@ -24,7 +25,7 @@ def _poison(monkeypatch, bad_batches):
             batch = {**batch, "weights": np.full_like(batch["weights"], np.nan)}
         return batch
 
-    monkeypatch.setattr(train_data.SyntheticIterator, "__next__", poisoned_next)
+    monkeypatch.setattr(synthetic.SyntheticIterator, "__next__", poisoned_next)
 
 
 def _config(policy: str, steps: int = 6):

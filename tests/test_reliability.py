@@ -198,16 +198,17 @@ def test_sigterm_to_one_process_stops_both_after_the_same_update(tmp_path):
 def test_sigint_in_process_stops_cleanly_and_a_second_one_interrupts(monkeypatch, tmp_path):
     from test_training import small_config
 
-    from deepnet_jax import train, train_data
+    from deepnet_jax import train
+    from deepnet_jax.data import synthetic
 
-    original_next = train_data.SyntheticIterator.__next__
+    original_next = synthetic.SyntheticIterator.__next__
 
     def next_with_signal(self):
         if self._next == 4:
             os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while batch 5 is prepared
         return original_next(self)
 
-    monkeypatch.setattr(train_data.SyntheticIterator, "__next__", next_with_signal)
+    monkeypatch.setattr(synthetic.SyntheticIterator, "__next__", next_with_signal)
     c = small_config("decoder", "deepnorm", steps=20)
     c.checkpoint_every, c.log_every = 1000, 1
     handler_before = signal.getsignal(signal.SIGINT)

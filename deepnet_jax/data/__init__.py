@@ -2,7 +2,9 @@
 
 ``prepare(dataset, data_dir)`` builds a dataset once (``python -m deepnet_jax.data.prepare``
 does the same from the shell); ``open_split(dataset, data_dir, split)`` returns a random-access
-sequence of ``{"source", "target"}`` (parallel) or ``{"text"}`` (text) records.
+sequence of ``{"source", "target"}`` (parallel) or ``{"text"}`` (text) records. The datasets,
+their kinds, languages and arguments are listed once, in :mod:`deepnet_jax.data.registry`; the
+synthetic reversal task is :mod:`deepnet_jax.data.synthetic`.
 """
 
 from deepnet_jax.data.fetch import DataPreparationError

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from deepnet_jax.tokens import PAD_ID
+
 EMPTY_ROW = -1
 
 
@@ -154,7 +156,7 @@ def collate(
     ``None`` rows are all padding. ``weights`` (float32) is taken from the example when present
     (MLM), else 1 on every non-pad target.
     """
-    out = {f: np.zeros((len(rows), length), np.int32) for f in features}
+    out = {f: np.full((len(rows), length), PAD_ID, np.int32) for f in features}
     weights = np.zeros((len(rows), length), np.float32)
     for r, ex in enumerate(rows):
         if ex is None:
@@ -164,7 +166,7 @@ def collate(
         if "weights" in ex:
             weights[r, : len(ex["weights"])] = ex["weights"]
         else:
-            weights[r, : len(ex["targets"])] = ex["targets"] != 0
+            weights[r, : len(ex["targets"])] = ex["targets"] != PAD_ID
     out["weights"] = weights
     return out
 
@@ -182,7 +184,7 @@ def pack(parent, length: int, rows: int, features: Sequence[str], seed: int):
 
     def with_weights(ex: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         out = {f: ex[f] for f in features}
-        out["weights"] = ex.get("weights", (ex["targets"] != 0).astype(np.float32))
+        out["weights"] = ex.get("weights", (ex["targets"] != PAD_ID).astype(np.float32))
         return out
 
     packed = grain_exp.FirstFitPackIterDataset(

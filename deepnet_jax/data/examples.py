@@ -25,7 +25,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from deepnet_jax.data.tokenizer import BOS_ID, EOS_ID, MASK_ID, Tokenizer
+from deepnet_jax.data.tokenizer import Tokenizer
+from deepnet_jax.tokens import BOS_ID, EOS_ID, FIRST_CONTENT_ID, MASK_ID
 
 TASKS = ("translation", "lm", "mlm")
 LM_CHUNKING = ("stream", "document")
@@ -121,7 +122,7 @@ def mask_tokens(
     rng: np.random.Generator,
     vocab_size: int,
     mask_rate: float = 0.15,
-    first_maskable: int = MASK_ID + 1,
+    first_maskable: int = FIRST_CONTENT_ID,
 ) -> tuple[np.ndarray, np.ndarray]:
     """BERT masking of one sequence: (inputs, weights), both [n].
 

@@ -41,16 +41,16 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from deepnet_jax.data import batching, examples, sources
+from deepnet_jax.data import batching, examples, registry, sources
 from deepnet_jax.data.fetch import DataPreparationError
 from deepnet_jax.data.tokenizer import (
-    EOS_ID,
     Tokenizer,
     TokenizerOptions,
     cache_path,
     load_or_train,
     save,
 )
+from deepnet_jax.tokens import EOS_ID
 
 FEATURES = {
     "translation": ("src", "inputs", "targets"),
@@ -62,8 +62,7 @@ FEATURES = {
 def default_config() -> ml_collections.ConfigDict:
     """The ``config.data`` fields with their defaults (the same as :class:`DataOptions`)."""
     c = ml_collections.ConfigDict()
-    c.dataset = "synthetic_reversal"  # ding_de_en, libreoffice_help, shakespeare, local_parallel,
-    # local_text, wmt14_translate/de-en, wmt17_translate/de-en, or synthetic_reversal (built in)
+    c.dataset = "synthetic_reversal"  # a name of deepnet_jax/data/registry.py (train.DATASETS)
     c.data_dir = os.environ.get("DEEPNET_JAX_DATA", os.path.expanduser("~/deepnet_jax_data"))
     c.source_dir = ""  # local_parallel / local_text: folder with {train,valid,test}.<ext>
     c.src_ext = ""  # local_parallel: source file extension (e.g. "de"); local_text: file ext
@@ -336,8 +335,9 @@ class DataPipeline:
             raise ValueError(f"model.arch={arch!r}; allowed values are {tuple(examples.ARCH_TASK)}")
         self.options = options
         self.task = examples.ARCH_TASK[arch]
-        self.kind = sources.dataset_kind(options.dataset)
-        if (self.kind == "parallel") != (self.task == "translation"):
+        entry = registry.corpus(options.dataset)
+        self.kind = entry.kind
+        if self.task not in entry.tasks:
             raise ValueError(
                 f"data.dataset={options.dataset!r} is {self.kind} data but model.arch={arch!r} "
                 f"trains {self.task}; use an encdec model for parallel data, encoder/decoder "
@@ -497,9 +497,3 @@ def global_batch(
     if jax.process_count() == 1:
         return jax.device_put(local, sharding)
     return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local.items()}
-
-
-def model_kwargs(batch: dict[str, Any]) -> dict[str, Any]:
-    """Packing keywords of a batch for ``model.apply`` (empty for unpacked batches)."""
-    names = ("segment_ids", "positions", "src_segment_ids", "src_positions")
-    return {k: batch[k] for k in names if k in batch}

@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from absl import app, flags
 
 from deepnet_jax import log_setup
-from deepnet_jax.data import pipeline, sources
+from deepnet_jax.data import pipeline, registry, sources
 from deepnet_jax.data.fetch import DataPreparationError
 
-_DATASET = flags.DEFINE_string("dataset", None, f"One of: {', '.join(sources.DATASETS)}.")
+_DATASET = flags.DEFINE_string("dataset", None, f"One of: {', '.join(registry.CORPORA)}.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "tfds data_dir the dataset is written to.")
 _SOURCE_DIR = flags.DEFINE_string(
     "source_dir", None, "local_parallel / local_text: folder with train/valid/test files."

@@ -1,19 +1,10 @@
 """The one entry point the input pipeline uses: prepare a dataset and open a split of it.
 
-Datasets (``data.dataset``):
-
-==========================  ========  ====================================================
-name                        kind      records of :func:`open_split`
-==========================  ========  ====================================================
-``ding_de_en``              parallel  ``{"source", "target"}``; languages de, en (default de->en)
-``libreoffice_help``        parallel  ``{"source", "target"}``; de-en or fr-en, either direction
-                                      (the languages pick the tfds config; default de->en)
-``shakespeare``             text      ``{"text"}``: one paragraph of a play
-``local_parallel``          parallel  ``{"source", "target"}``; languages src_ext, tgt_ext
-``local_text``              text      ``{"text"}``: one paragraph of the user's file
-``wmt14_translate/de-en``   parallel  ``{"source", "target"}``; languages de, en (default de->en)
-``wmt17_translate/de-en``   parallel  ``{"source", "target"}``; languages de, en (default de->en)
-==========================  ========  ====================================================
+Datasets (``data.dataset``) are the corpora of :mod:`deepnet_jax.data.registry`, which holds
+each one's kind, languages, allowed arguments and builder. Parallel corpora give
+``{"source", "target"}`` records in the requested direction (default: the first stored pair as
+listed there, ``src_ext`` -> ``tgt_ext`` for ``local_parallel``); text corpora give ``{"text"}``
+records (one paragraph each).
 
 Everything is stored by tfds as ``array_record`` under ``data_dir`` and read back with
 ``as_data_source`` — random access, no TensorFlow. The WMT datasets use tfds' own builders;
@@ -22,7 +13,6 @@ preparing them downloads the WMT corpora (network) and is only done when they ar
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import os
 import shutil
@@ -33,46 +23,21 @@ from typing import Any
 import tensorflow_datasets as tfds
 from absl import logging
 
-from deepnet_jax.data import builders
+from deepnet_jax.data import builders, registry
 from deepnet_jax.data.fetch import DataPreparationError
 
-DATASETS = (
-    "ding_de_en",
-    "libreoffice_help",
-    "shakespeare",
-    "local_parallel",
-    "local_text",
-    "wmt14_translate/de-en",
-    "wmt17_translate/de-en",
-)
+DATASETS = registry.CORPORA  # the names this module prepares and opens
 SPLITS = ("train", "validation", "test")
 FILE_FORMAT = "array_record"
-
-_KIND = {
-    "ding_de_en": "parallel",
-    "libreoffice_help": "parallel",
-    "shakespeare": "text",
-    "local_parallel": "parallel",
-    "local_text": "text",
-    "wmt14_translate/de-en": "parallel",
-    "wmt17_translate/de-en": "parallel",
-}
-_WMT_MODULES = {
-    "wmt14_translate/de-en": "tensorflow_datasets.translate.wmt14",
-    "wmt17_translate/de-en": "tensorflow_datasets.translate.wmt17",
-}
 
 
 def dataset_kind(dataset: str) -> str:
     """``"parallel"`` or ``"text"``; ``ValueError`` naming ``data.dataset`` for other names."""
-    try:
-        return _KIND[dataset]
-    except KeyError:
-        raise ValueError(f"data.dataset={dataset!r} is not one of: {', '.join(DATASETS)}") from None
+    return registry.corpus(dataset).kind
 
 
 def _is_local(dataset: str) -> bool:
-    return dataset in ("local_parallel", "local_text")
+    return registry.corpus(dataset).reads_local_files
 
 
 def _tensorflow_available() -> bool:
@@ -86,15 +51,7 @@ def libreoffice_config(source_lang: str = "", target_lang: str = "") -> str:
     give ``de-en``, ``{fr}`` or ``{fr, en}`` give ``fr-en``. Any other pair (``de`` and
     ``fr``, ``it`` …) is a one-line ``ValueError`` naming both fields and the pairs there are.
     """
-    given = {lang for lang in (source_lang, target_lang) if lang}
-    for name, lang in builders.LIBREOFFICE_PAIRS.items():
-        if given <= {lang, "en"}:
-            return name
-    pairs = ", ".join(builders.LIBREOFFICE_PAIRS)
-    raise ValueError(
-        f"data.source_lang={source_lang!r} and data.target_lang={target_lang!r}: "
-        f"libreoffice_help has the language pairs {pairs} (either direction)"
-    )
+    return "-".join(registry.get("libreoffice_help").pair(source_lang, target_lang))
 
 
 def _make_builder(
@@ -140,24 +97,19 @@ def _construct_builder(
     languages: tuple[str, str],
     file_format: str | None,
 ) -> tfds.core.DatasetBuilder:
-    dataset_kind(dataset)
+    entry = registry.corpus(dataset)
     kwargs: dict[str, Any] = {"data_dir": data_dir}
     if file_format:
         kwargs["file_format"] = file_format
-    if dataset == "ding_de_en":
-        return builders.DingDeEn(**kwargs)
-    if dataset == "libreoffice_help":
-        return builders.LibreOfficeHelp(config=libreoffice_config(*languages), **kwargs)
-    if dataset == "shakespeare":
-        return builders.Shakespeare(**kwargs)
-    if dataset == "local_parallel":
-        config = builders.LocalParallelConfig.create(source_dir or "", src_ext, tgt_ext)
-        return builders.LocalParallel(config=config, **kwargs)
-    if dataset == "local_text":
-        config = builders.LocalTextConfig.create(source_dir or "", src_ext or "txt")
-        return builders.LocalText(config=config, **kwargs)
-    importlib.import_module(_WMT_MODULES[dataset])  # registers the builder, no TF needed
-    return tfds.builder(dataset, **kwargs)
+    request = registry.BuildRequest(
+        dataset,
+        kwargs,
+        source_dir=source_dir or "",
+        src_ext=src_ext,
+        tgt_ext=tgt_ext,
+        pair=entry.pair(*languages) if entry.languages else ("", ""),
+    )
+    return entry.build(request)
 
 
 def _stale_inputs(builder: tfds.core.DatasetBuilder) -> list[str]:
@@ -239,7 +191,7 @@ def _download_and_prepare(builder: tfds.core.DatasetBuilder, dataset: str, data_
     except (DataPreparationError, ValueError):
         raise
     except Exception as e:
-        if dataset not in _WMT_MODULES:
+        if not registry.corpus(dataset).tfds_module:
             raise
         first = (str(e).strip().splitlines() or [""])[0]
         raise DataPreparationError(
@@ -329,13 +281,12 @@ def _parallel_fields(
     dataset: str, source_lang: str, target_lang: str, src_ext: str, tgt_ext: str
 ) -> tuple[tuple[str, str], ...]:
     """``(("source", stored_key), ("target", stored_key))`` for the requested direction."""
-    if dataset == "local_parallel":
+    entry = registry.corpus(dataset)
+    if entry.languages:
+        langs = entry.pair(source_lang, target_lang)
+        keys = {lang: lang for lang in langs}
+    else:  # the user's files: the languages are the extensions
         langs, keys = (src_ext, tgt_ext), {src_ext: "source", tgt_ext: "target"}
-    elif dataset == "libreoffice_help":
-        lang = builders.LIBREOFFICE_PAIRS[libreoffice_config(source_lang, target_lang)]
-        langs, keys = (lang, "en"), {lang: lang, "en": "en"}
-    else:
-        langs, keys = ("de", "en"), {"de": "de", "en": "en"}
     for flag, lang in (("source_lang", source_lang), ("target_lang", target_lang)):
         if lang and lang not in langs:
             raise ValueError(
@@ -363,20 +314,20 @@ def check_arguments(
 ) -> None:
     """One-line ValueError for arguments ``dataset`` would ignore or reject (before preparing).
 
-    Languages are checked against the dataset's; ``source_dir``/``src_ext``/``tgt_ext`` are
-    only for the local datasets (``src_ext`` alone for ``local_text``); languages only for
-    parallel data.
+    Languages are checked against the dataset's; ``source_dir``/``src_ext``/``tgt_ext`` only
+    where the registry lists them (the local datasets), and those it needs must be given;
+    languages only for parallel data.
     """
-    kind = dataset_kind(dataset)
+    entry = registry.corpus(dataset)
+    kind = entry.kind
     given = {"source_dir": source_dir, "src_ext": src_ext, "tgt_ext": tgt_ext}
-    allowed = {"local_parallel": given.keys(), "local_text": ("source_dir", "src_ext")}
     for name, value in given.items():
-        if value and name not in allowed.get(dataset, ()):
+        if value and name not in entry.arguments:
             raise ValueError(f"data.{name}={value!r} is not used by data.dataset={dataset!r}")
-    if _is_local(dataset) and not source_dir:
-        raise ValueError(f"{dataset} needs data.source_dir (the folder with the files)")
-    if dataset == "local_parallel" and not (src_ext and tgt_ext):
-        raise ValueError("local_parallel needs data.src_ext and data.tgt_ext (e.g. 'de', 'en')")
+    for needs in entry.needs:
+        if not all(given[name] for name in needs.fields):
+            fields = " and ".join(f"data.{name}" for name in needs.fields)
+            raise ValueError(f"{dataset} needs {fields} ({needs.hint})")
     if kind == "parallel":
         _parallel_fields(dataset, source_lang, target_lang, src_ext, tgt_ext)
     else:

@@ -1,16 +1,8 @@
 """SentencePiece tokenizers trained on a corpus's training split and cached in ``data_dir``.
 
-Reserved ids (the same for every model type; the models mask id 0 as padding):
-
-====  =========  ==========================================================
-id    piece      use
-====  =========  ==========================================================
-0     ``<pad>``  padding; masked as an attention key and in every loss
-1     ``<s>``    BOS: first decoder input for translation and LM documents
-2     ``</s>``   EOS: appended to every source, target and LM document
-3     ``<unk>``  unknown (rare with byte fallback, which is on for bpe/unigram)
-4     ``<mask>`` the MLM mask token (a user-defined piece, never produced by encode)
-====  =========  ==========================================================
+Reserved ids: :mod:`deepnet_jax.tokens` (0 ``<pad>``, 1 ``<s>`` BOS, 2 ``</s>`` EOS, 3 ``<unk>``,
+4 ``<mask>``); the trainer options below take them from there, and every loaded model is checked
+against them.
 
 Model types: ``bpe`` and ``unigram`` (byte fallback on, so any UTF-8 text round-trips), and
 ``char`` for character-level runs such as the labml Shakespeare replication (one piece per
@@ -40,8 +32,8 @@ import numpy as np
 import sentencepiece as spm
 from absl import logging
 
-PAD_ID, BOS_ID, EOS_ID, UNK_ID, MASK_ID = 0, 1, 2, 3, 4
-MASK_PIECE = "<mask>"
+from deepnet_jax import tokens
+
 MODEL_TYPES = ("bpe", "unigram", "char")
 
 
@@ -65,13 +57,13 @@ class TokenizerOptions:
             raise ValueError(
                 f"data.tokenizer={self.model_type!r}; allowed values are {MODEL_TYPES}"
             )
-        min_vocab = 6 if self.model_type == "char" else 5 + 256 + 1
+        min_vocab = tokens.NUM_RESERVED + (1 if self.model_type == "char" else 256 + 1)
         if isinstance(self.vocab_size, bool) or not isinstance(self.vocab_size, int):
             raise ValueError(f"data.vocab_size={self.vocab_size!r} must be an integer")
         if self.vocab_size < min_vocab:
             raise ValueError(
                 f"data.vocab_size={self.vocab_size} must be >= {min_vocab} for "
-                f"data.tokenizer={self.model_type!r} (5 reserved ids"
+                f"data.tokenizer={self.model_type!r} ({tokens.NUM_RESERVED} reserved ids"
                 + (" + 256 byte-fallback pieces)" if self.model_type != "char" else ")")
             )
         if not 0.9 <= self.character_coverage <= 1.0:
@@ -87,16 +79,15 @@ class TokenizerOptions:
 
 
 class Tokenizer:
-    """A SentencePiece model with the reserved ids above; picklable (for grain workers)."""
+    """A SentencePiece model with the reserved ids of :mod:`deepnet_jax.tokens`; picklable (for
+    grain workers)."""
 
     def __init__(self, model_proto: bytes):
         self._proto = model_proto
         self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
-        if self._sp.get_piece_size() <= MASK_ID:
+        if self._sp.get_piece_size() < tokens.NUM_RESERVED:
             raise ValueError("not a SentencePiece model with the reserved pieces")
-        expected = {PAD_ID: "<pad>", BOS_ID: "<s>", EOS_ID: "</s>", UNK_ID: "<unk>"}
-        expected[MASK_ID] = MASK_PIECE
-        for i, piece in expected.items():
+        for i, piece in tokens.PIECES.items():
             if self._sp.id_to_piece(i) != piece:
                 raise ValueError(f"tokenizer id {i} is {self._sp.id_to_piece(i)!r}, not {piece!r}")
 
@@ -119,9 +110,9 @@ class Tokenizer:
         """Ids → text, stopping at the first EOS and skipping pad/BOS/mask."""
         out = []
         for i in (int(i) for i in ids):
-            if i == EOS_ID:
+            if i == tokens.EOS_ID:
                 break
-            if i not in (PAD_ID, BOS_ID, MASK_ID):
+            if i not in (tokens.PAD_ID, tokens.BOS_ID, tokens.MASK_ID):
                 out.append(i)
         return self._sp.decode(out)
 
@@ -164,12 +155,12 @@ def train(options: TokenizerOptions, sentences: Iterable[str]) -> Tokenizer:
         raise reader.error
     tokenizer = Tokenizer(proto.getvalue())
     if reader.chars is not None:
-        needed = len(reader.chars) + 5
+        needed = len(reader.chars) + tokens.NUM_RESERVED
         if options.vocab_size < needed:
             raise ValueError(
                 f"data.vocab_size={options.vocab_size} is below the {len(reader.chars)} "
-                f"characters of the training text + 5 reserved ids = {needed} that "
-                "data.tokenizer='char' needs"
+                f"characters of the training text + {tokens.NUM_RESERVED} reserved ids = "
+                f"{needed} that data.tokenizer='char' needs"
             )
         if tokenizer.vocab_size < needed:  # character_coverage < 1 or sentence sampling
             logging.warning(
@@ -210,11 +201,11 @@ def _train_sentencepiece(options: TokenizerOptions, sentences: Iterable[str], pr
         model_type=options.model_type,
         vocab_size=options.vocab_size,
         hard_vocab_limit=not is_char,
-        pad_id=PAD_ID,
-        bos_id=BOS_ID,
-        eos_id=EOS_ID,
-        unk_id=UNK_ID,
-        user_defined_symbols=[MASK_PIECE],
+        pad_id=tokens.PAD_ID,
+        bos_id=tokens.BOS_ID,
+        eos_id=tokens.EOS_ID,
+        unk_id=tokens.UNK_ID,
+        user_defined_symbols=[tokens.MASK_PIECE],  # the next id: tokens.MASK_ID
         byte_fallback=not is_char,
         character_coverage=options.character_coverage,
         normalization_rule_name="identity",

@@ -15,8 +15,8 @@ Settings (fixed before any result was seen):
 setting    schemes                     depths (N)     updates, cost on 2 CPU cores
 =========  ==========================  =============  =======================================
 smoke      deepnorm, dlcl_pre          2              4 (synthetic reversal, 16-32-2), ~1 min
-quick      post_ln, deepnorm           6 (main job)   1,400 (main job: 1,600), ≤ 20 min
-full       post_ln, pre_ln, deepnorm,  6, 12, 18, 50  1,600 (the main job's); not run here
+quick      post_ln, deepnorm           6 (main job)   1,400 (main job: 1,800), ≤ 20 min
+full       post_ln, pre_ln, deepnorm,  6, 12, 18, 50  1,800 (the main job's); not run here
            subln (+ dlcl_pre at 6, 12)
 =========  ==========================  =============  =======================================
 

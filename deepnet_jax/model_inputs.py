@@ -1,0 +1,39 @@
+"""A batch of any data source turned into a model's arguments (and its initial variables).
+
+A batch is a dict of [B, T] arrays: ``inputs`` (int32 token ids; ``tokens.PAD_ID`` is padding),
+``src`` [B, S] for an encoder-decoder, ``targets``/``weights`` (read by the loss, not the model)
+and, for packed rows, ``segment_ids``/``positions`` (+ ``src_segment_ids``/``src_positions``)
+[B, T] (or [B, S]). Every data source (the corpus pipeline and the synthetic task alike) yields
+this layout; these functions are the one place that maps it onto the models' signatures:
+``model.apply(variables, *model_args(arch, batch), **model_kwargs(batch), ...)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+
+PACKING_KEYS = ("segment_ids", "positions", "src_segment_ids", "src_positions")
+
+
+def model_args(arch: str, batch: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Positional model inputs: ``(src [B, S], inputs [B, T])`` for ``"encdec"``, else
+    ``(inputs [B, T],)``."""
+    return (batch["src"], batch["inputs"]) if arch == "encdec" else (batch["inputs"],)
+
+
+def model_kwargs(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """Packing keywords of a batch for ``model.apply`` (each [B, T] or [B, S]; empty for
+    unpacked batches)."""
+    return {k: batch[k] for k in PACKING_KEYS if k in batch}
+
+
+def init_variables(model: Any, arch: str, batch: Mapping[str, Any], seed: int = 0) -> dict:
+    """``model.init`` on a batch's inputs (only their shapes matter), with parameter key
+    ``seed`` and dropout key ``seed + 1`` (the trainer's keys; abstract shapes need any seed)."""
+    return model.init(
+        {"params": jax.random.key(seed), "dropout": jax.random.key(seed + 1)},
+        *model_args(arch, batch),
+    )
