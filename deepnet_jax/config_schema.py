@@ -10,12 +10,13 @@ fields (``num_heads`` divides ``d_model``, …) stay with the code that owns the
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
 import ml_collections
 
-KINDS = ("int", "float", "bool", "str", "choice", "ints")
+KINDS = ("int", "float", "bool", "str", "choice", "increasing_ints")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,9 +41,10 @@ class Spec:
             return None if isinstance(value, bool) else "must be True or False"
         if self.kind == "str":
             return None if isinstance(value, str) else "must be a string"
-        if self.kind == "ints":
+        if self.kind == "increasing_ints":
             ok = isinstance(value, (tuple, list)) and all(_is_int(v) for v in value)
-            return None if ok else "must be a sequence of integers"
+            ok = ok and all(a < b for a, b in itertools.pairwise(value))
+            return None if ok else "must be strictly increasing integers"
         if self.kind == "int":
             return (
                 None
@@ -73,7 +75,8 @@ class Spec:
         """The allowed values in words, for the docs."""
         if self.kind == "choice":
             return ", ".join(f"`{c!r}`" for c in self.choices)
-        return {"bool": "True, False", "str": "text", "ints": "integers"}.get(
+        names = {"bool": "True, False", "str": "text", "increasing_ints": "increasing integers"}
+        return names.get(
             self.kind, f"{'integer' if self.kind == 'int' else 'number'}{self._range()}"
         )
 
@@ -91,16 +94,21 @@ def field(default: Any, doc: str, kind: str | None = None, **spec: Any) -> Any:
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def _declared(group: type) -> list[dataclasses.Field]:
+    """The group's config fields (dataclass fields made by :func:`field`)."""
+    return [f for f in dataclasses.fields(group) if "spec" in f.metadata]
+
+
 def specs(group: type) -> dict[str, Spec]:
-    """Each field's :class:`Spec`, in declaration order."""
-    return {f.name: f.metadata["spec"] for f in dataclasses.fields(group)}
+    """Each config field's :class:`Spec`, in declaration order."""
+    return {f.name: f.metadata["spec"] for f in _declared(group)}
 
 
 def defaults(group: type) -> dict[str, Any]:
-    """Each field's default, in declaration order."""
+    """Each config field's default, in declaration order."""
     return {
         f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        for f in dataclasses.fields(group)
+        for f in _declared(group)
     }
 
 
@@ -109,9 +117,9 @@ def config_dict(group: type) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(defaults(group))
 
 
-def check_names(config: Any, names: Sequence[str], prefix: str) -> None:
-    """One error for the first field of ``config`` not in ``names`` (a typo), then the first
-    of ``names`` it lacks."""
+def check_names(config: Any, names: Sequence[str], prefix: str, missing_ok: bool = False) -> None:
+    """One error for the first field of ``config`` not in ``names`` (a typo), then (unless
+    ``missing_ok``) the first of ``names`` it lacks."""
     where = prefix.rstrip(".") or "the config"
     for name in sorted(config.keys()):
         if name not in names:
@@ -119,7 +127,7 @@ def check_names(config: Any, names: Sequence[str], prefix: str) -> None:
                 f"unknown config field {prefix}{name}; the fields of {where} are "
                 f"{', '.join(sorted(names))}"
             )
-    for name in names:
+    for name in [] if missing_ok else names:
         if name not in config:
             raise ValueError(f"config field {prefix}{name} is missing (start from base.get_config)")
 

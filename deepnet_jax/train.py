@@ -49,9 +49,6 @@ def validate(config: ml_collections.ConfigDict, device_count: int | None = None)
     if config.data.dataset not in DATASETS:
         raise ValueError(f"data.dataset={config.data.dataset!r}; allowed values are {DATASETS}")
     train_config.check_values(config)  # each declared field against its declaration
-    batch_size = config.data.batch_size
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"data.batch_size={batch_size!r} must be an integer >= 1")
     optimizers.validate(config)  # the learning rate and the schedule's relations to it
     inference.search_options(config).validate(prefix="decode.")
     if config.data.max_len > config.model.max_len:

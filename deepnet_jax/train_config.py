@@ -17,6 +17,7 @@ import ml_collections
 
 from deepnet_jax import config_schema
 from deepnet_jax.config_schema import field
+from deepnet_jax.data.pipeline import DataOptions
 from deepnet_jax.data.pipeline import default_config as data_default
 from deepnet_jax.data.sources import SPLITS
 from deepnet_jax.decoding import LENGTH_PENALTIES
@@ -108,7 +109,8 @@ class RunFields:
     seed: int = field(0, "parameters, dropout and data order", low=0)
 
 
-GROUPS: dict[str, type] = {  # config.<name> declared here, checked by check_values
+GROUPS: dict[str, type] = {  # config.<name> declared as dataclasses, checked by check_values
+    "data": DataOptions,
     "optimizer": OptimizerFields,
     "schedule": ScheduleFields,
     "decode": DecodeFields,
@@ -120,9 +122,9 @@ def default_config() -> ml_collections.ConfigDict:
     """Every training field with its default (the schema ``train.validate`` checks against)."""
     c = config_schema.config_dict(RunFields)
     c.model = config_schema.config_dict(TransformerConfig)  # deepnet_jax/model_config.py
-    c.data = data_default()  # corpus, tokenizer, batching: see deepnet_jax/data/pipeline.py
+    c.data = data_default()  # DataOptions' defaults, data_dir from $DEEPNET_JAX_DATA
     for name, group in GROUPS.items():
-        if name:
+        if name and name != "data":
             c[name] = config_schema.config_dict(group)
     c.diagnostics = diagnostics_default()  # stability instruments: deepnet_jax/diagnostics.py
     c.mesh = mesh_default()  # devices per mesh axis and logical-axis rules: deepnet_jax/sharding.py
@@ -146,7 +148,7 @@ def reference() -> str:
         "Generated from the declarations in `deepnet_jax/train_config.py` and",
         "`deepnet_jax/model_config.py` by `python -m deepnet_jax.train_config`; every",
         "config starts from `configs/base.py` (these defaults) and changes what it needs.",
-        "The `data`, `mesh` and `distributed` groups are documented in their modules.",
+        "The `mesh` and `distributed` groups are documented in their modules.",
         "",
     ]
     tables = {

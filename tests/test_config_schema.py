@@ -11,6 +11,7 @@ import pytest
 
 from deepnet_jax import config_schema, diagnostics, model_config, train_config
 from deepnet_jax.config_schema import field
+from deepnet_jax.data import pipeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,7 +27,7 @@ class Kinds:
     flag: bool = field(False, "a switch")
     name: str = field("a", "one of a, b", choices=("a", "b"))
     text: str = field("", "any text")
-    lengths: tuple = field((8, 16), "integers", kind="ints")
+    lengths: tuple = field((8, 16), "integers", kind="increasing_ints")
 
 
 BAD = [  # (field, value, plain-style message)
@@ -46,8 +47,9 @@ BAD = [  # (field, value, plain-style message)
     ("name", "c", "name='c'; allowed values are ('a', 'b')"),
     ("name", None, "name=None; allowed values are ('a', 'b')"),
     ("text", 3, "text=3 must be a string"),
-    ("lengths", (8, 16.0), "lengths=(8, 16.0) must be a sequence of integers"),
-    ("lengths", 8, "lengths=8 must be a sequence of integers"),
+    ("lengths", (8, 16.0), "lengths=(8, 16.0) must be strictly increasing integers"),
+    ("lengths", (16, 8), "lengths=(16, 8) must be strictly increasing integers"),
+    ("lengths", 8, "lengths=8 must be strictly increasing integers"),
 ]
 
 
@@ -97,11 +99,22 @@ def test_each_default_is_declared_once():
     assert c.optimizer.to_dict() == config_schema.defaults(train_config.OptimizerFields)
     assert c.schedule.to_dict() == config_schema.defaults(train_config.ScheduleFields)
     assert c.decode.to_dict() == config_schema.defaults(train_config.DecodeFields)
+    data = {**config_schema.defaults(pipeline.DataOptions), "data_dir": pipeline.default_data_dir()}
+    assert c.data.to_dict() == data
     top = {k: v for k, v in c.items() if not isinstance(v, ml_collections.ConfigDict)}
     assert top == config_schema.defaults(train_config.RunFields)
     assert model_config.TransformerConfig() == model_config.TransformerConfig.from_config(
         model_config.default_config()
     )
+
+
+def test_a_saved_data_config_without_a_later_field_reads_its_default():
+    saved = train_config.default_config().data.to_dict()
+    del saved["source_lang"], saved["target_lang"]  # fields added after runs were saved
+    options = pipeline.DataOptions.from_config(ml_collections.ConfigDict(saved), seed=3)
+    assert (options.source_lang, options.target_lang, options.seed) == ("", "", 3)
+    with pytest.raises(ValueError, match=r"^unknown config field data\.vocab; the fields of data"):
+        pipeline.DataOptions.from_config(ml_collections.ConfigDict({**saved, "vocab": 1}), 0)
 
 
 def test_docs_config_md_is_generated_from_the_declarations():

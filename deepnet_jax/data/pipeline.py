@@ -41,9 +41,11 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
+from deepnet_jax import config_schema
 from deepnet_jax.data import batching, examples, registry, sources
 from deepnet_jax.data.fetch import DataPreparationError
 from deepnet_jax.data.tokenizer import (
+    MODEL_TYPES,
     Tokenizer,
     TokenizerOptions,
     cache_path,
@@ -59,81 +61,98 @@ FEATURES = {
 }
 
 
+def default_data_dir() -> str:
+    """Where prepared corpora and tokenizers live: ``$DEEPNET_JAX_DATA``, else
+    ``~/deepnet_jax_data`` (read when a config is made)."""
+    return os.environ.get("DEEPNET_JAX_DATA", os.path.expanduser("~/deepnet_jax_data"))
+
+
 def default_config() -> ml_collections.ConfigDict:
-    """The ``config.data`` fields with their defaults (the same as :class:`DataOptions`)."""
-    c = ml_collections.ConfigDict()
-    c.dataset = "synthetic_reversal"  # a name of deepnet_jax/data/registry.py (train.DATASETS)
-    c.data_dir = os.environ.get("DEEPNET_JAX_DATA", os.path.expanduser("~/deepnet_jax_data"))
-    c.source_dir = ""  # local_parallel / local_text: folder with {train,valid,test}.<ext>
-    c.src_ext = ""  # local_parallel: source file extension (e.g. "de"); local_text: file ext
-    c.tgt_ext = ""  # local_parallel: target file extension (e.g. "en")
-    c.source_lang = ""  # translation direction; "" = the dataset's default (de->en)
-    c.target_lang = ""
-    c.tokenizer = "bpe"  # SentencePiece model type: bpe, unigram or char
-    c.vocab_size = 8000  # SentencePiece pieces (upper bound for char); <= model.vocab_size
-    c.character_coverage = 1.0  # SentencePiece character coverage
-    c.max_len = 128  # longest example in tokens (longer ones are dropped and counted)
-    c.batch_size = 32  # global rows per step (fixed batching and packing)
-    c.max_tokens = 0  # > 0: global token budget per step, length-bucketed batches
-    c.bucket_boundaries = ()  # bucket lengths for max_tokens; () = 8, 16, 32, ..., max_len
-    c.packing = False  # pack several examples per row (segment ids + positions)
-    c.lm_chunking = "stream"  # LM/MLM: "stream" windows over the text, or one "document" each
-    c.mask_rate = 0.15  # MLM: fraction of tokens predicted (80% MASK, 10% random, 10% kept)
+    """The ``config.data`` fields with their defaults (declared by :class:`DataOptions`)."""
+    c = config_schema.config_dict(DataOptions)
+    c.data_dir = default_data_dir()
     return c
 
 
 @dataclasses.dataclass(frozen=True)
 class DataOptions:
-    """The ``config.data`` fields the pipeline reads (each is commented in ``configs/``).
+    """The ``config.data`` fields, each declared once with its default, allowed values and
+    comment, plus the run's ``seed`` (``config.seed``, not a data field).
 
     ``batch_size`` and ``max_tokens`` are global: summed over all processes and devices
     (fairseq's ``--max-tokens`` is per GPU).
     """
 
-    dataset: str
-    data_dir: str
-    source_dir: str = ""
-    src_ext: str = ""
-    tgt_ext: str = ""
-    source_lang: str = ""
-    target_lang: str = ""
-    tokenizer: str = "bpe"
-    vocab_size: int = 8000
-    character_coverage: float = 1.0
-    max_len: int = 128
-    batch_size: int = 32
-    max_tokens: int = 0
-    bucket_boundaries: tuple[int, ...] = ()
-    packing: bool = False
-    lm_chunking: str = "stream"
-    mask_rate: float = 0.15
-    seed: int = 0
+    dataset: str = config_schema.field(
+        registry.SYNTHETIC, "a dataset of deepnet_jax/data/registry.py", choices=registry.NAMES
+    )
+    data_dir: str = config_schema.field(
+        "", "prepared corpora and tokenizers (default: $DEEPNET_JAX_DATA, else ~/deepnet_jax_data)"
+    )
+    source_dir: str = config_schema.field(
+        "", "local_parallel / local_text: folder with {train,valid,test}.<ext>"
+    )
+    src_ext: str = config_schema.field(
+        "", "local_parallel: source file extension (e.g. de); local_text: the files' extension"
+    )
+    tgt_ext: str = config_schema.field("", "local_parallel: target file extension (e.g. en)")
+    source_lang: str = config_schema.field(
+        "", "translation direction; empty: the dataset's default"
+    )
+    target_lang: str = config_schema.field("", "(see source_lang)")
+    tokenizer: str = config_schema.field("bpe", "SentencePiece model type", choices=MODEL_TYPES)
+    vocab_size: int = config_schema.field(
+        8000, "SentencePiece pieces (an upper bound for char); <= model.vocab_size", low=1
+    )
+    character_coverage: float = config_schema.field(
+        1.0, "SentencePiece character coverage", low=0, high=1, low_open=True
+    )
+    max_len: int = config_schema.field(
+        128, "longest example in tokens (longer ones are dropped and counted)", low=1
+    )
+    batch_size: int = config_schema.field(
+        32, "global rows per step (fixed batching and packing)", low=1
+    )
+    max_tokens: int = config_schema.field(
+        0, "> 0: global token budget per step, length-bucketed batches", low=0
+    )
+    bucket_boundaries: tuple[int, ...] = config_schema.field(
+        (), "bucket lengths for max_tokens; empty: 8, 16, 32, ..., max_len", kind="increasing_ints"
+    )
+    packing: bool = config_schema.field(
+        False, "pack several examples per row (segment ids + positions)"
+    )
+    lm_chunking: str = config_schema.field(
+        "stream",
+        "LM/MLM: stream windows over the text, or one document each",
+        choices=examples.LM_CHUNKING,
+    )
+    mask_rate: float = config_schema.field(
+        0.15,
+        "MLM: fraction of tokens predicted (80% MASK, 10% random, 10% kept)",
+        low=0,
+        high=1,
+        low_open=True,
+        high_open=True,
+    )
+    seed: int = 0  # the run's seed (data order), not a data field
 
     @classmethod
     def from_config(cls, data: ml_collections.ConfigDict, seed: int) -> DataOptions:
-        names = {f.name for f in dataclasses.fields(cls)} - {"seed"}
-        unknown = sorted(set(data.keys()) - names)
-        if unknown:
-            raise ValueError(f"unknown data field(s) {unknown}; allowed fields are {sorted(names)}")
+        fields = list(config_schema.specs(cls))
+        config_schema.check_names(data, fields, "data.", missing_ok=True)  # saved runs: defaults
         values = {k: data[k] for k in data}
-        if "bucket_boundaries" in values:
+        if isinstance(values.get("bucket_boundaries"), list):
             values["bucket_boundaries"] = tuple(values["bucket_boundaries"])
         return cls(**values, seed=seed)
 
     def validate(self) -> None:
-        """One-line ValueError for the first bad field (before anything is prepared)."""
+        """One-line ValueError for the first bad field (before anything is prepared): each
+        field against its declaration, then the relations between them."""
         sources.dataset_kind(self.dataset)
-        for name in ("max_len", "batch_size"):
-            _check_int(name, getattr(self, name), 1)
-        _check_int("max_tokens", self.max_tokens, 0)
-        if not 0.0 < self.mask_rate < 1.0:
-            raise ValueError(f"data.mask_rate={self.mask_rate} must be in (0, 1)")
-        if self.lm_chunking not in examples.LM_CHUNKING:
-            raise ValueError(
-                f"data.lm_chunking={self.lm_chunking!r}; allowed values are {examples.LM_CHUNKING}"
-            )
-        if not isinstance(self.packing, bool):
-            raise ValueError(f"data.packing={self.packing!r} must be True or False")
+        config_schema.check_values(dataclasses.asdict(self), DataOptions, "data.")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed={self.seed!r} must be an integer >= 0")
         if self.packing and self.max_tokens:
             raise ValueError(
                 "data.packing=True needs data.max_tokens=0 (packed rows are "
@@ -146,7 +165,6 @@ class DataOptions:
                 f"data.bucket_boundaries={self.bucket_boundaries} needs data.max_tokens > 0 "
                 "(fixed-size batches have one shape: data.batch_size × data.max_len)"
             )
-        _check_int("seed", self.seed, 0, prefix="")
         batching.bucket_boundaries(self.max_len, self.bucket_boundaries)
         self.tokenizer_options().validate()
         sources.check_arguments(
@@ -283,11 +301,6 @@ def _dataset_key(builder: Any, dataset: str) -> str:
         digest = json.dumps(fingerprint, sort_keys=True, default=str).encode()
         key += "@" + hashlib.sha256(digest).hexdigest()[:10]
     return key
-
-
-def _check_int(name: str, value: Any, minimum: int, prefix: str = "data.") -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{prefix}{name}={value!r} must be an integer >= {minimum}")
 
 
 def source_ids(
