@@ -1,9 +1,9 @@
 """Library logging for the command-line tools: quiet by default, INFO with ``-v 0``.
 
 A run shows its own output (progress bar, step and validation lines, samples, results) and the
-project's own log lines; the INFO lines of the libraries under it (orbax prints about 50 per
-checkpoint save, some over 1,000 characters; jax, tensorflow_datasets and grain print more)
-only when asked for. Every CLI calls :func:`configure` once its flags are parsed:
+project's own log lines; the INFO lines of the libraries under it (orbax, jax,
+tensorflow_datasets, grain: many per checkpoint, some of them whole option dumps) only when
+asked for. Every CLI calls :func:`configure` once its flags are parsed:
 
 * default: library records below WARNING are dropped; the project's own records (logged from
   a file of this package or the entry script) pass at any level, and library warnings and
