@@ -41,6 +41,7 @@ from deepnet_jax import (
     optimizers,
     sharding,
     train,
+    train_actions,
     train_steps,
 )
 from deepnet_jax.data import batching, synthetic
@@ -134,13 +135,20 @@ def plan(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = N
         rules,
     )
     loss_fn = train_steps.make_loss_fn(model, arch, config.label_smoothing)
-    step_fn = train_steps.make_train_step(loss_fn, optimizer, jax.random.key(0))
+    step_fn = train_steps.make_train_step(  # the trainer's step, with its non-finite gate
+        loss_fn,
+        optimizer,
+        jax.random.key(0),
+        layer_grad_norms=bool(config.diagnostics.every),
+        halt_after=train_actions.halt_after(config),
+    )
     step = jax.ShapeDtypeStruct((), np.int32)
     lr = jax.ShapeDtypeStruct((), np.float32)
+    gate = jax.ShapeDtypeStruct((), np.int32)
     start = time.perf_counter()
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         compiled = step_fn.lower(
-            state.abstract["params"], state.abstract["opt_state"], abstract_batch, step, lr
+            state.abstract["params"], state.abstract["opt_state"], abstract_batch, step, lr, gate
         ).compile()
     compile_s = time.perf_counter() - start
     analysis = compiled.memory_analysis()

@@ -68,7 +68,7 @@ class DecodeFields:
         "fairseq", "fairseq (n^α) or gnmt (((5 + n)/6)^α)", choices=LENGTH_PENALTIES
     )
     max_len_a: float = field(1.2, "at most ⌊a·source_length + b⌋ output tokens", low=0)
-    max_len_b: int = field(10, "(see max_len_a)", low=0)
+    max_len_b: int = field(10, "(see max_len_a)", low=1)
     batch_size: int = field(64, "sentences per decoding batch", low=1)
     eval_sentences: int = field(
         500, "validation sentences greedy-translated for BLEU; 0: no BLEU", low=0

@@ -37,10 +37,10 @@ def test_planner_on_the_1000_layer_model():
     assert plan["params"] == pytest.approx(full / 8, rel=0.02)  # fsdp 8: an eighth each
     assert plan["opt_state"] == pytest.approx(2 * plan["params"], rel=1e-3)  # Adam's μ and ν
     # the planner's figures are the compiled program's: arguments = params + opt + batch + the
-    # step index and the learning rate (4 bytes each)
+    # step index, the learning rate and the non-finite gate (4 bytes each)
     memory = plan["memory_analysis"]
     assert memory["argument_size_in_bytes"] == (
-        plan["params"] + plan["opt_state"] + plan["batch"] + 4 + 4
+        plan["params"] + plan["opt_state"] + plan["batch"] + 4 + 4 + 4
     )
     assert plan["temporaries"] == memory["temp_size_in_bytes"] > 0
     assert "per device:" in proc.stdout and "compiled in" in proc.stdout

@@ -102,10 +102,13 @@ class DataOptions:
     target_lang: str = config_schema.field("", "(see source_lang)")
     tokenizer: str = config_schema.field("bpe", "SentencePiece model type", choices=MODEL_TYPES)
     vocab_size: int = config_schema.field(
-        8000, "SentencePiece pieces (an upper bound for char); <= model.vocab_size", low=1
+        8000,
+        "SentencePiece pieces (an upper bound for char; at least 262 for bpe/unigram, 6 "
+        "for char); <= model.vocab_size",
+        low=1,
     )
     character_coverage: float = config_schema.field(
-        1.0, "SentencePiece character coverage", low=0, high=1, low_open=True
+        1.0, "SentencePiece character coverage", low=0.9, high=1
     )
     max_len: int = config_schema.field(
         128, "longest example in tokens (longer ones are dropped and counted)", low=1
