@@ -35,6 +35,7 @@ DROPOUT_RNGS = ("hash", "jax")
 DLCL_WEIGHTS = ("learnable", "fix_one", "fix_avg")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 PARAM_DTYPES = ("float32", "bfloat16")
+INITS = ("paper", "torchscale")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +87,12 @@ class TransformerConfig:
     )
     use_bias: bool = field(True, "biases in every projection (as fairseq/torchscale)")
     scan_layers: bool = field(True, "nn.scan over depth (False: a Python loop, for comparison)")
+    scan_group_size: int = field(
+        0,
+        "nested scan: 0 one flat scan; k >= 1 an outer scan over groups of k layers, each "
+        "rematerialized as one unit; -1: k = ceil(sqrt(L))",
+        low=-1,
+    )
     remat_policy: str = field(
         "full",
         "none, full (nothing saved), dots (matmul outputs), qkv_fc1 (the named projections)",
@@ -110,6 +117,21 @@ class TransformerConfig:
         "cudnn (jax.nn.dot_product_attention; no attention dropout; "
         "cudnn: GPU, bfloat16/float16)",
         choices=ATTENTION_IMPLS,
+    )
+    scale_embedding: bool = field(
+        True, "token embeddings times sqrt(d_model) (torchscale: no_scale_embedding=False)"
+    )
+    position_offset: int = field(
+        0, "position p reads row p + offset of the position table (fairseq/torchscale: 2)", low=0
+    )
+    zero_padding_embeddings: bool = field(
+        False, "zero the encoder's input embeddings at padding tokens (as torchscale does)"
+    )
+    init: str = field(
+        "paper",
+        "paper (the papers' Xavier-normal times the scheme's gain) or torchscale "
+        "(torchscale 0.3.0's own initialization)",
+        choices=INITS,
     )
     dropout_rng: str = field(
         "hash",

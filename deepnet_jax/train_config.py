@@ -107,6 +107,12 @@ class RunFields:
         0.0, "per-device peak FLOP/s for the MFU estimate; 0: table or measured", low=0
     )
     seed: int = field(0, "parameters, dropout and data order", low=0)
+    memory_budget_gb: float = field(
+        0.0,
+        "model.remat_policy='auto': per-device memory budget in GiB; 0: the device's own "
+        "limit (GPU/TPU; required on CPU)",
+        low=0,
+    )
 
 
 GROUPS: dict[str, type] = {  # config.<name> declared as dataclasses, checked by check_values
@@ -174,6 +180,12 @@ ADDED_FIELDS: dict[str, Any] = {
     "model.fused_qkv": False,
     "model.attention_impl": "reference",
     "model.dropout_rng": "jax",
+    "model.scan_group_size": 0,
+    "model.scale_embedding": True,
+    "model.position_offset": 0,
+    "model.zero_padding_embeddings": False,
+    "model.init": "paper",
+    "memory_budget_gb": 0.0,
 }
 
 

@@ -266,8 +266,11 @@ def test_a_saved_config_lacking_fields_added_since_reads_as_the_code_that_saved_
     assert saved.model.dropout_rng == "hash"  # today's default; runs saved before it used jax
     old = saved.to_dict()
     for path in train_config.ADDED_FIELDS:
-        group, name = path.split(".")
-        del old[group][name]
+        *groups, name = path.split(".")
+        level = old
+        for group in groups:
+            level = level[group]
+        del level[name]
     upgraded = train_config.upgrade_saved(ml_collections.ConfigDict(old))
     train_config.check_fields(upgraded)
     assert upgraded.model.fused_qkv is False and upgraded.model.attention_impl == "reference"
