@@ -8,6 +8,13 @@ Quick run::
 
     python -m benchmarks.compile_vs_depth --rows=scan:6,scan:100,unroll:6 --policies=
 
+Nested (√L) scan against the flat one, on a model whose saved residuals dominate (large B·T,
+small d)::
+
+    python -m benchmarks.compile_vs_depth --rows=scan:64,scan:256,scan:1024,group:64,\
+group:256,group:1024 --policies= --d_model=8 --num_heads=1 --ffn_dim=16 --batch_size=64 \
+--seq_len=128
+
 Summary of a saved, possibly partial, run::
 
     python -m benchmarks.compile_vs_depth --summarize=results.jsonl
@@ -22,14 +29,17 @@ row is compiled first so that the first row does not pay JAX's one-time
 start-up costs (``--no_warmup`` skips it).
 
 Output: one JSON line per row (``depth``, ``layout``, ``remat_policy``, ``lower_s``,
-``compile_s``, ``hlo_chars``, ``temp_bytes``, ``step_s_median``, ``params``), then one summary
-JSON line: the compile-time ratio scanned 1000 / scanned 6 (target ≤ 1.5) and the temp-bytes
-slope per layer of the scanned "full" policy between depths 100 and 1000 against the limit of
-one layer's float32 gradient bytes + 2·B·T·d_model·4 bytes.
+``compile_s``, ``hlo_chars``, ``temp_bytes``, ``step_s_median``, ``params``, ``group_size``),
+then one summary JSON line: the compile-time ratio scanned 1000 / scanned 6 (target ≤ 1.5), the
+temp-bytes slope per layer of the scanned "full" policy between depths 100 and 1000 against the
+limit of one layer's float32 gradient bytes + 2·B·T·d_model·4 bytes and, where both layouts
+have rows at two or more depths, how temp bytes grow from each depth to the next (flat: ~the
+depth ratio; grouped: ~its square root) and grouped ÷ flat temp bytes, step and compile time.
 
-``--rows`` is a comma-separated list of ``layout:depth[:policy]`` (layout ``scan`` or
-``unroll``, policy default ``full``); ``--policies`` adds scanned rows at ``--policy_depth`` for
-each listed remat policy (empty: none). Rows run scanned first, then the policy rows, then the
+``--rows`` is a comma-separated list of ``layout:depth[:policy]`` (layout ``scan``, ``group``
+— the nested scan, ``model.scan_group_size=-1``: groups of ⌈√depth⌉ layers — or ``unroll``,
+policy default ``full``); ``--policies`` adds scanned rows at ``--policy_depth`` for each listed
+remat policy (empty: none). Rows run scanned first, then grouped, then the policy rows, then the
 unrolled rows.
 
 XLA:CPU's compile time and memory for the *unrolled* step grow faster than quadratically with
@@ -43,6 +53,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import itertools
 import json
 import statistics
 import time
@@ -55,12 +66,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from deepnet_jax import models, optimizers, train_steps
+from deepnet_jax import models, optimizers, stacks, train_steps
 from deepnet_jax.data import synthetic
+from deepnet_jax.model_config import TransformerConfig
 
 DEFAULT_ROWS = "scan:6,scan:100,scan:1000,unroll:6,unroll:12,unroll:24"
 DEFAULT_POLICIES = "none,dots,qkv_fc1"
-LAYOUTS = ("scan", "unroll")
+LAYOUTS = ("scan", "group", "unroll")
 COMPILE_RATIO_TARGET = 1.5
 ARCH = "decoder"
 SIDE = "decoder"  # the layer stack of a decoder-only model
@@ -101,13 +113,15 @@ def parse_row(item: str) -> Row:
 
 
 def parse_rows(rows: str, policies: str, policy_depth: int) -> list[Row]:
-    """Scanned ``--rows``, then one scanned row per extra policy, then unrolled ``--rows``.
+    """Scanned, then grouped ``--rows``, then one scanned row per extra policy, then unrolled
+    ``--rows``.
 
     Unrolled rows go last because their compile time grows fastest with depth.
     """
     listed = [parse_row(s.strip()) for s in rows.split(",") if s.strip()]
     extra = [Row("scan", policy_depth, p.strip()) for p in policies.split(",") if p.strip()]
-    scanned = [r for r in listed if r.layout == "scan"]
+    scanned = [r for r in listed if r.layout != "unroll"]
+    scanned.sort(key=lambda r: r.layout != "scan")  # stable: flat rows, then grouped rows
     return scanned + extra + [r for r in listed if r.layout == "unroll"]
 
 
@@ -123,7 +137,8 @@ def model_config(setup: Setup, row: Row) -> Any:
     c.ffn_dim = setup.ffn_dim
     c.vocab_size = setup.vocab_size
     c.max_len = max(c.max_len, setup.seq_len)
-    c.scan_layers = row.layout == "scan"
+    c.scan_layers = row.layout != "unroll"
+    c.scan_group_size = -1 if row.layout == "group" else 0
     c.remat_policy = row.policy
     return c
 
@@ -201,7 +216,8 @@ def param_count(params: Any) -> int:
 
 def measure_row(setup: Setup, row: Row) -> dict[str, Any]:
     """All measurements of one row, as the JSON-ready dict printed for it."""
-    model = models.build(model_config(setup, row))
+    config = model_config(setup, row)
+    model = models.build(config)
     # Adam taking its learning rate as the step's argument, as the trainer's optimizer does
     optimizer = optax.chain(optax.scale_by_adam(), optimizers.scale_by_learning_rate_argument())
     batch = example_batch(setup)
@@ -226,6 +242,7 @@ def measure_row(setup: Setup, row: Row) -> dict[str, Any]:
         **stats,
         "step_s_median": step_s,
         "params": param_count(params_abs),
+        "group_size": stacks.group_size(TransformerConfig.from_config(config), row.depth),
     }
 
 
@@ -278,8 +295,43 @@ def temp_slope(results: list[dict], setup: Setup) -> dict[str, Any]:
     }
 
 
+def grouped_vs_flat(results: list[dict]) -> dict[str, Any]:
+    """For the depths both layouts have (policy "full"): temp-bytes growth from each depth to
+    the next, per layout, and grouped ÷ flat temp bytes, step time and compile time per depth."""
+    pairs = {}
+    for r in results:
+        if r["layout"] == "group" and r["remat_policy"] == "full":
+            flat = find(results, "scan", r["depth"], "full")
+            if flat is not None:
+                pairs[r["depth"]] = (flat, r)
+    if len(pairs) < 2:
+        return {"temp_growth": None}
+    depths = sorted(pairs)
+    growth = {
+        f"{lo}->{hi}": {
+            layout: pairs[hi][i]["temp_bytes"] / pairs[lo][i]["temp_bytes"]
+            for i, layout in enumerate(("flat", "grouped"))
+        }
+        for lo, hi in itertools.pairwise(depths)
+    }
+    ratios = {
+        str(d): {
+            "temp_bytes": g["temp_bytes"] / f["temp_bytes"],
+            "step_s": g["step_s_median"] / f["step_s_median"],
+            "compile_s": g["compile_s"] / f["compile_s"],
+        }
+        for d, (f, g) in sorted(pairs.items())
+    }
+    return {"temp_growth": growth, "grouped_over_flat": ratios}
+
+
 def summary(results: list[dict], setup: Setup) -> dict[str, Any]:
-    return {"summary": True, **compile_ratio(results), **temp_slope(results, setup)}
+    return {
+        "summary": True,
+        **compile_ratio(results),
+        **temp_slope(results, setup),
+        **grouped_vs_flat(results),
+    }
 
 
 def warm_up(setup: Setup) -> None:

@@ -35,24 +35,19 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
-import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from deepnet_jax import decoding, inference, models, train_steps
+from configs import default as default_config
+from deepnet_jax import decoding, models, run_loading, train_config, train_steps
 from deepnet_jax.tokens import BOS_ID, EOS_ID, FIRST_CONTENT_ID
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-from configs import default as default_config  # noqa: E402
 
 
 def _model_config(smoke: bool):
-    c = default_config.get_config().model
+    c = train_config.resolve(default_config.get_config()).model
     if smoke:
         c.num_encoder_layers = c.num_decoder_layers = 2
         c.d_model, c.num_heads, c.ffn_dim, c.vocab_size = 32, 4, 64, 200
@@ -166,13 +161,13 @@ def generation_row(config, batch: int, src_len: int, length: int, repeats: int) 
 def beam_row(config, workdir: str | None, sentences: int, batch: int) -> dict:
     options = decoding.SearchOptions(beam_size=5, length_penalty=1.0)
     if workdir:
-        run = inference.load_run(workdir)
+        run = run_loading.load_run(workdir)
         from deepnet_jax.data import pipeline
 
         data = pipeline.DataPipeline(
             pipeline.DataOptions.from_config(run.config.data, run.config.seed),
             "encdec",
-            tokenizer_path=inference.tokenizer_path(workdir),
+            tokenizer_path=run_loading.tokenizer_path(workdir),
         )
         sources = data.translation_set("validation").source_ids[:sentences]
         model, params, what = run.model, run.params, f"validation sources of {workdir}"

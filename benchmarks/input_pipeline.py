@@ -23,20 +23,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from deepnet_jax import models, optimizers, train_data, train_steps
+from configs import default as default_config
+from deepnet_jax import models, optimizers, train_actions, train_data, train_steps
 from deepnet_jax.tokens import PAD_ID
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-from configs import default as default_config  # noqa: E402
 
 
 def _tokens(batch: dict[str, np.ndarray]) -> int:
@@ -78,17 +74,21 @@ def measure(config, batches: int, steps: int) -> dict:
     optimizer = optimizers.make_optimizer(config)
     opt_state = optimizer.init(params)
     loss_fn = train_steps.make_loss_fn(model, config.model.arch)
-    step_fn = train_steps.make_train_step(loss_fn, optimizer, jax.random.key(0))
+    step_fn = train_steps.make_train_step(  # the trainer's step, with its non-finite gate
+        loss_fn, optimizer, jax.random.key(0), halt_after=train_actions.halt_after(config)
+    )
+    bad = jnp.zeros((), jnp.int32)
     shapes = {b["targets"].shape for b in pulled}
     lr = np.float32(config.optimizer.learning_rate)
     for b in [first, *(next(x for x in pulled if x["targets"].shape == s) for s in shapes)]:
-        params, opt_state, metrics = step_fn(params, opt_state, b, 0, lr)  # compile every shape
+        params, opt_state, metrics = step_fn(params, opt_state, b, 0, lr, bad)  # compile each shape
     jax.block_until_ready(metrics)
     start = time.perf_counter()
     consumed = 0
     for i in range(steps):
         b = pulled[i % len(pulled)]
-        params, opt_state, metrics = step_fn(params, opt_state, b, i, lr)
+        params, opt_state, metrics = step_fn(params, opt_state, b, i, lr, bad)
+        bad = metrics["bad_in_a_row"]
         consumed += _tokens(b)
     jax.block_until_ready(metrics)
     train_tps = consumed / (time.perf_counter() - start)

@@ -20,22 +20,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import sys
 
 import jax
 import numpy as np
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 MESHES = ((1, 8, 1), (2, 4, 1), (1, 4, 2), (8, 1, 1))
 
 
 def _config(smoke: bool, mesh: tuple[int, int, int]):
     from configs import deepnet_1000l, default
+    from deepnet_jax import train_config
 
-    c = (default if smoke else deepnet_1000l).get_config()
+    c = train_config.resolve((default if smoke else deepnet_1000l).get_config())
     c.mesh.data, c.mesh.fsdp, c.mesh.tensor = mesh
     return c
 

@@ -43,11 +43,12 @@ import time
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
 from benchmarks.host_memory import malloc_env, minor_page_faults
-from deepnet_jax import flops, models, optimizers, train, train_config, train_steps
+from deepnet_jax import flops, models, optimizers, train, train_actions, train_config, train_steps
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "baseline": {},
@@ -130,9 +131,14 @@ class Variant:
         self.batch = jax.device_put(batch)
         self.lr = np.float32(c.optimizer.learning_rate)
         loss_fn = train_steps.make_loss_fn(model, "decoder")
-        step = train_steps.make_train_step(loss_fn, optimizer, jax.random.key(c.seed))
+        step = train_steps.make_train_step(  # the trainer's step, with its non-finite gate
+            loss_fn, optimizer, jax.random.key(c.seed), halt_after=train_actions.halt_after(c)
+        )
+        self.bad_in_a_row = jnp.zeros((), jnp.int32)
         start = time.perf_counter()
-        self.step = step.lower(self.params, self.opt_state, self.batch, 0, self.lr).compile()
+        self.step = step.lower(
+            self.params, self.opt_state, self.batch, 0, self.lr, self.bad_in_a_row
+        ).compile()
         self.compile_s = time.perf_counter() - start
         self.flops = flops.train_flops_per_step(c.model, {k: v.shape for k, v in batch.items()})
         self.times: list[float] = []
@@ -145,8 +151,9 @@ class Variant:
         start = time.perf_counter()
         for i in range(steps):
             self.params, self.opt_state, metrics = self.step(
-                self.params, self.opt_state, self.batch, i, self.lr
+                self.params, self.opt_state, self.batch, i, self.lr, self.bad_in_a_row
             )
+            self.bad_in_a_row = metrics["bad_in_a_row"]
         jax.block_until_ready(metrics)
         seconds = (time.perf_counter() - start) / steps
         self.faults.append((minor_page_faults() - faults) / steps)

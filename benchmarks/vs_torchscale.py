@@ -119,7 +119,7 @@ def run_config(setup: Setup, row: Row) -> Any:
     m.num_encoder_layers, m.num_decoder_layers = row.num_encoder_layers, row.num_decoder_layers
     m.d_model, m.num_heads, m.ffn_dim = setup.d_model, setup.num_heads, setup.ffn_dim
     m.vocab_size = setup.vocab_size
-    m.max_len = max(m.max_len, setup.seq_len)
+    m.max_len = max(256, setup.seq_len)
     m.dropout = m.attention_dropout = m.activation_dropout = setup.dropout
     m.activation = setup.activation
     m.positions, m.tie_embeddings, m.share_embeddings = "sinusoidal", False, False
@@ -143,7 +143,7 @@ class OursTrainer:
     def __init__(self, setup: Setup, row: Row, batches: list[dict[str, np.ndarray]]):
         import jax
 
-        from deepnet_jax import models, optimizers, train_steps
+        from deepnet_jax import models, optimizers, train_actions, train_steps
 
         self._jax = jax
         config = run_config(setup, row)
@@ -154,9 +154,13 @@ class OursTrainer:
         optimizer = optimizers.make_optimizer(config)
         self.opt_state = optimizer.init(self.params)
         loss_fn = train_steps.make_loss_fn(model, row.arch, config.label_smoothing)
-        self.step_fn = train_steps.make_train_step(
-            loss_fn, optimizer, jax.random.key(config.seed + 1)
+        self.step_fn = train_steps.make_train_step(  # the trainer's step, with its gate
+            loss_fn,
+            optimizer,
+            jax.random.key(config.seed + 1),
+            halt_after=train_actions.halt_after(config),
         )
+        self.bad_in_a_row = jax.numpy.zeros((), jax.numpy.int32)
         self.batches = [jax.device_put(b) for b in batches]
         self.lr = np.float32(setup.learning_rate)
         self.step = 0
@@ -170,8 +174,9 @@ class OursTrainer:
         for _ in range(steps):
             batch = self.batches[self.step % len(self.batches)]
             self.params, self.opt_state, metrics = self.step_fn(
-                self.params, self.opt_state, batch, np.int32(self.step), self.lr
+                self.params, self.opt_state, batch, np.int32(self.step), self.lr, self.bad_in_a_row
             )
+            self.bad_in_a_row = metrics["bad_in_a_row"]
             self.step += 1
         self._jax.block_until_ready(metrics)
         seconds = time.perf_counter() - start

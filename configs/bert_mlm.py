@@ -19,8 +19,6 @@ def get_config() -> ml_collections.ConfigDict:
     m.d_model, m.num_heads, m.ffn_dim = 256, 4, 1024
     m.activation = "gelu"
     m.positions = "learned"
-    m.vocab_size = 8000
-    m.max_len = 128
     m.tie_embeddings = True
 
     c.data.dataset = "shakespeare"

@@ -19,7 +19,6 @@ def get_config() -> ml_collections.ConfigDict:
     m = c.model
     m.num_encoder_layers = m.num_decoder_layers = 500
     m.d_model, m.num_heads, m.ffn_dim = 512, 8, 2048
-    m.vocab_size = 64000
     c.data.vocab_size = 64000
     m.remat_policy = "full"  # one saved residual per layer
     c.total_steps = 300000

@@ -45,15 +45,13 @@ def get_config() -> ml_collections.ConfigDict:
     m.arch, m.scheme = "encdec", "deepnorm"
     m.num_encoder_layers = m.num_decoder_layers = 6
     m.d_model, m.num_heads, m.ffn_dim = 128, 4, 512
-    m.vocab_size = 4000
-    m.max_len = 64
     m.dropout = 0.1
     m.remat_policy = "none"  # 6 layers: activations are small; recomputing them costs time
     m.fused_qkv = True
 
     c.data.dataset = "libreoffice_help"
     c.data.source_lang, c.data.target_lang = "de", "en"
-    c.data.vocab_size = 4000  # joint source+target BPE
+    c.data.vocab_size = 4000  # joint source+target BPE (the model's too: model.vocab_size=0)
     c.data.max_len = 64
     c.data.max_tokens = 1024  # global token budget per update
     c.data.bucket_boundaries = (16, 32, 64)  # one compile per bucket; 8 would add one

@@ -21,7 +21,6 @@ def get_config() -> ml_collections.ConfigDict:
     m.num_encoder_layers = m.num_decoder_layers = 6
     m.d_model, m.num_heads, m.ffn_dim = 512, 8, 2048
     m.dropout = 0.4
-    m.vocab_size = 10000
     m.share_embeddings = True  # one joint BPE table for German and English
     m.tie_embeddings = True
 

@@ -20,8 +20,7 @@ def get_config() -> ml_collections.ConfigDict:
     m.num_encoder_layers, m.num_decoder_layers = 0, 50
     m.d_model, m.num_heads, m.ffn_dim = 64, 4, 256
     m.dropout = 0.0
-    m.vocab_size = 128  # ≥ the character set + 5 reserved ids
-    m.max_len = 256
+    m.vocab_size = 128  # padded (labml): the character set + 5 reserved ids fit; 0 = exact
     m.positions = "learned"
 
     c.data.dataset = "shakespeare"

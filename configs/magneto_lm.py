@@ -19,8 +19,6 @@ def get_config() -> ml_collections.ConfigDict:
     m.d_model, m.num_heads, m.ffn_dim = 256, 4, 1024
     m.activation = "gelu"
     m.dropout = 0.1
-    m.vocab_size = 8000
-    m.max_len = 256
     m.tie_embeddings = True
 
     c.data.dataset = "shakespeare"

@@ -21,7 +21,6 @@ def get_config() -> ml_collections.ConfigDict:
     m.num_encoder_layers = m.num_decoder_layers = 18
     m.d_model, m.num_heads, m.ffn_dim = 512, 8, 2048
     m.dropout = 0.1
-    m.vocab_size = 32000
     m.share_embeddings = True
     m.tie_embeddings = True
     m.dtype = "bfloat16"  # fp32 parameters, LN statistics, softmax and loss

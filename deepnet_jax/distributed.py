@@ -17,33 +17,42 @@ cross-process collectives go through gloo.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import ml_collections
 
+from deepnet_jax import config_schema
+from deepnet_jax.config_schema import field
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedFields:
+    """``config.distributed``: how the processes of a multi-host run find each other."""
+
+    auto: bool = field(
+        False, "jax.distributed.initialize() auto-detection (TPU pods, SLURM, MPI, env)"
+    )
+    coordinator_address: str = field("", "host:port of process 0 for an explicit launch")
+    num_processes: int = field(1, "processes in an explicit launch", low=1)
+    process_id: int = field(0, "this process's index in an explicit launch", low=0)
+    initialization_timeout: float = field(
+        300, "seconds to wait for every process to connect", kind="float", low=0, low_open=True
+    )
+
 
 def default_config() -> ml_collections.ConfigDict:
-    """``config.distributed``."""
-    c = ml_collections.ConfigDict()
-    c.auto = False  # jax.distributed.initialize() auto-detection (TPU pods, SLURM, MPI, env)
-    c.coordinator_address = ""  # host:port of process 0 for an explicit launch
-    c.num_processes = 1  # processes in an explicit launch
-    c.process_id = 0  # this process's index in an explicit launch
-    c.initialization_timeout = 300  # seconds to wait for every process to connect
-    return c
+    """``config.distributed``: :class:`DistributedFields`' defaults."""
+    return config_schema.config_dict(DistributedFields)
 
 
 def validate(c: ml_collections.ConfigDict) -> None:
-    """One-line error for the first inconsistent ``distributed.*`` field."""
+    """One-line error for the first invalid or inconsistent ``distributed.*`` field."""
+    config_schema.check_values(c, DistributedFields, "distributed.")
     n, pid = c.num_processes, c.process_id
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"distributed.num_processes={n!r} must be an integer >= 1")
-    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 <= pid < n:
+    if pid >= n:
         raise ValueError(
             f"distributed.process_id={pid!r} must be an integer in [0, num_processes={n})"
-        )
-    if not c.initialization_timeout > 0:
-        raise ValueError(
-            f"distributed.initialization_timeout={c.initialization_timeout!r} must be > 0"
         )
     explicit = bool(c.coordinator_address) or n > 1
     if c.auto and explicit:

@@ -6,16 +6,19 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from deepnet_jax.initializers import embedding_normal, sinusoidal_table
+from deepnet_jax.initializers import embedding_normal, sinusoidal_table, token_embedding_init
 from deepnet_jax.layers import Dropout
 from deepnet_jax.model_config import TransformerConfig
+from deepnet_jax.tokens import PAD_ID
 
 
 class TokenEmbedding(nn.Module):
-    """Token table E [vocab, d_model] (logical axes ``vocab``, ``embed``), init N(0, d^-1/2).
+    """Token table E [vocab, d_model] (logical axes ``vocab``, ``embed``), init N(0, d^-1/2)
+    (``init="torchscale"``: with the padding row zeroed, as torchscale's embeddings).
 
-    ``__call__`` maps tokens [B, T] to E[tokens]·√d_model [B, T, D]; ``attend`` maps hidden
-    states [B, T, D] to float32 logits x·Eᵀ [B, T, vocab] for a tied output projection.
+    ``__call__`` maps tokens [B, T] to E[tokens]·√d_model [B, T, D] (E[tokens] without
+    ``scale_embedding``); ``attend`` maps hidden states [B, T, D] to float32 logits x·Eᵀ
+    [B, T, vocab] for a tied output projection.
     """
 
     config: TransformerConfig
@@ -24,15 +27,19 @@ class TokenEmbedding(nn.Module):
         c = self.config
         self.embedding = self.param(
             "embedding",
-            nn.with_logical_partitioning(embedding_normal(c.d_model), ("vocab", "embed")),
+            nn.with_logical_partitioning(
+                token_embedding_init(c.d_model, c.init, PAD_ID), ("vocab", "embed")
+            ),
             (c.vocab_size, c.d_model),
             c.storage_dtype,
         )
 
     def __call__(self, tokens_BT: jax.Array) -> jax.Array:
         c = self.config
-        table = self.embedding.astype(c.compute_dtype)
-        return jnp.take(table, tokens_BT, axis=0) * jnp.asarray(c.d_model**0.5, c.compute_dtype)
+        x_BTD = jnp.take(self.embedding.astype(c.compute_dtype), tokens_BT, axis=0)
+        if not c.scale_embedding:
+            return x_BTD
+        return x_BTD * jnp.asarray(c.d_model**0.5, c.compute_dtype)
 
     def attend(self, x_BTD: jax.Array) -> jax.Array:
         c = self.config
@@ -69,8 +76,11 @@ class OutputProjection(nn.Module):
 class PositionEmbedding(nn.Module):
     """Position features for positions 0 … T-1 ([1, T, D]) or given positions [B, T] ([B, T, D]).
 
-    Fixed sinusoids or a learned table of ``max_len`` rows. Packed rows pass per-token positions
-    that restart at 0 for every packed example; they must lie in [0, max_len).
+    Fixed sinusoids or a learned table of ``max_len + position_offset`` rows; position p reads
+    row p + ``position_offset`` (fairseq and torchscale start their positions at 2, so their
+    sinusoids are those of p + 2 and rows 0, 1 of their learned tables are never read by real
+    tokens). Packed rows pass per-token positions that restart at 0 for every packed example;
+    they must lie in [0, max_len).
     """
 
     config: TransformerConfig
@@ -80,21 +90,23 @@ class PositionEmbedding(nn.Module):
         c = self.config
         if length > c.max_len:
             raise ValueError(f"sequence length {length} exceeds model.max_len={c.max_len}")
+        offset = c.position_offset
         if c.positions == "sinusoidal":
-            table = sinusoidal_table(length if positions_BT is None else c.max_len, c.d_model)
+            rows = length if positions_BT is None else c.max_len
+            table = sinusoidal_table(rows + offset, c.d_model)
         else:
             table = self.param(
                 "embedding",
                 nn.with_logical_partitioning(embedding_normal(c.d_model), ("positions", "embed")),
-                (c.max_len, c.d_model),
+                (c.max_len + offset, c.d_model),
                 c.storage_dtype,
             )
         if positions_BT is None:
-            return table[None, :length].astype(c.compute_dtype)
+            return table[None, offset : offset + length].astype(c.compute_dtype)
         # Out-of-range positions (< 0 or ≥ max_len) give NaN rows, so a bad caller sees a NaN
         # loss rather than silently wrapped or clamped positions.
         table = table.astype(jnp.float32)
-        index = jnp.where(positions_BT < 0, table.shape[0], positions_BT)  # take() wraps < 0
+        index = jnp.where(positions_BT < 0, table.shape[0], positions_BT + offset)  # take() wraps
         rows = jnp.take(table, index, axis=0, mode="fill", fill_value=jnp.nan)
         return rows.astype(c.compute_dtype)
 
@@ -107,6 +119,7 @@ def embed(
     deterministic: bool,
     positions_BT: jax.Array | None = None,
 ) -> jax.Array:
-    """E[tokens]·√d + P[positions] (P[0:T] by default), then dropout: [B, T] → [B, T, D]."""
+    """E[tokens]·√d (E[tokens] without ``scale_embedding``) + P[positions] (P[0:T] by
+    default; row p + ``position_offset`` of the table), then dropout: [B, T] → [B, T, D]."""
     x_BTD = token_embedding(tokens_BT) + positions(tokens_BT.shape[1], positions_BT)
     return Dropout(config.dropout, config.dropout_rng)(x_BTD, deterministic)

@@ -18,22 +18,16 @@ from typing import Any
 
 from absl import app, flags
 
-from deepnet_jax import evaluation, inference, log_setup, sharding, train_steps
+from deepnet_jax import cli_flags, log_setup, run_loading, scoring, sharding, train_steps
 from deepnet_jax.data import DataPreparationError, pipeline, registry, sources
 
-
-def define_flags() -> dict[str, flags.FlagHolder]:
-    return {
-        **inference.define_run_flags(),
-        **inference.define_search_flags(),
-        "split": flags.DEFINE_enum("split", "test", list(sources.SPLITS), "The split to evaluate."),
-        "limit": flags.DEFINE_integer("limit", 0, "Translate only the first N sentences (0: all)."),
-        "output": flags.DEFINE_string("output", None, "Also write the results as JSON here."),
-    }
+_SPLIT = flags.DEFINE_enum("split", "test", list(sources.SPLITS), "The split to evaluate.")
+_LIMIT = flags.DEFINE_integer("limit", 0, "Translate only the first N sentences (0: all).")
+_OUTPUT = flags.DEFINE_string("output", None, "Also write the results as JSON here.")
 
 
 def evaluate_run(
-    run: inference.LoadedRun,
+    run: run_loading.LoadedRun,
     split: str,
     beam_size: int | None = None,
     length_penalty: float | None = None,
@@ -48,14 +42,14 @@ def evaluate_run(
         )
     if limit < 0:
         raise ValueError(f"--limit={limit} must be >= 0")
-    options = inference.search_options(config, beam_size, length_penalty)
+    options = run_loading.search_options(config, beam_size, length_penalty)
     options.validate(prefix="--")
-    batch_size = inference.positive("batch_size", batch_size, config.decode.batch_size)
+    batch_size = run_loading.positive("batch_size", batch_size, config.decode.batch_size)
     data = pipeline.DataPipeline(
         pipeline.DataOptions.from_config(config.data, config.seed),
         config.model.arch,
         row_multiple=sharding.data_parallel_size(run.mesh),
-        tokenizer_path=inference.tokenizer_path(run.workdir),
+        tokenizer_path=run_loading.tokenizer_path(run.workdir),
     )
     rows = sharding.batch_sharding(run.mesh)
 
@@ -69,7 +63,7 @@ def evaluate_run(
             train_steps.split_loss(eval_step, run.params, map(place, data.eval_batches(split)))
         )
         if data.task == "translation":
-            _, scores = evaluation.translate_split(
+            _, scores = scoring.translate_split(
                 run.model,
                 run.params,
                 data.tokenizer,
@@ -106,25 +100,24 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     log_setup.configure(log_setup.requested_verbosity())
     try:
-        run = inference.load_from_flags(_FLAGS)
+        run = cli_flags.load_run()
         result = evaluate_run(
             run,
-            _FLAGS["split"].value,
-            _FLAGS["beam_size"].value,
-            _FLAGS["length_penalty"].value,
-            _FLAGS["batch_size"].value,
-            _FLAGS["limit"].value,
+            _SPLIT.value,
+            cli_flags.BEAM_SIZE.value,
+            cli_flags.LENGTH_PENALTY.value,
+            cli_flags.BATCH_SIZE.value,
+            _LIMIT.value,
         )
     except (ValueError, OSError, DataPreparationError) as e:
         print("error: " + " ".join(str(e).split()), file=sys.stderr)
         sys.exit(1)
     print(report(result))
     print(json.dumps(result))
-    if _FLAGS["output"].value:
-        with open(_FLAGS["output"].value, "w") as f:
+    if _OUTPUT.value:
+        with open(_OUTPUT.value, "w") as f:
             json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":
-    _FLAGS = define_flags()
     app.run(main)

@@ -4,10 +4,16 @@ Xavier-normal with gain g draws from N(0, g²·2/(fan_in + fan_out)). ``variance
 is a *variance*, so the gain enters squared. For multi-dimensional kernels (e.g. a query kernel
 [d_model, heads, head_dim]) ``in_axis``/``out_axis`` name the fan-in and fan-out axes so the fans
 are those of the equivalent 2-D matrix [d_model, heads·head_dim].
+
+``model.init="torchscale"`` reproduces torchscale 0.3.0 instead: its projections keep PyTorch's
+``nn.Linear`` default, weight and bias both U(−g/√fan_in, g/√fan_in) once torchscale has
+multiplied them by the gain g (:func:`torchscale_uniform`), and DeepNorm's encoder-decoder
+encoder gain is 1.15·(N⁴M)^(-1/16) (:func:`torchscale_gain`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import jax
@@ -39,15 +45,20 @@ def sliced_xavier_normal(
     QKV kernel [d_model, 3, heads, head_dim]): slice i is Xavier-normal with gain ``gains[i]``
     and the fans of one slice (SPEC.md: "fan-in/fan-out per slice, not on the fused matrix").
     ``in_axis``/``out_axis`` index the shape *without* the slice axis."""
-    inits = [xavier_normal(g, in_axis, out_axis) for g in gains]
+    return stacked_slices([xavier_normal(g, in_axis, out_axis) for g in gains], slice_axis)
+
+
+def stacked_slices(inits: Sequence[Initializer], slice_axis: int) -> Initializer:
+    """An array of ``len(inits)`` slices along ``slice_axis``, slice i drawn by ``inits[i]``
+    (with its own key) in the shape without that axis."""
 
     def init(key: jax.Array, shape: Sequence[int], dtype=jnp.float32) -> jax.Array:
         shape = tuple(shape)
         axis = slice_axis % len(shape)
-        if shape[axis] != len(gains):
-            raise ValueError(f"axis {slice_axis} of {shape} must have {len(gains)} slices")
+        if shape[axis] != len(inits):
+            raise ValueError(f"axis {slice_axis} of {shape} must have {len(inits)} slices")
         one = shape[:axis] + shape[axis + 1 :]  # the shape of one slice
-        keys = jax.random.split(key, len(gains))
+        keys = jax.random.split(key, len(inits))
         parts = [f(k, one, dtype) for f, k in zip(inits, keys, strict=True)]
         return jnp.stack(parts, axis=axis)
 
@@ -57,6 +68,44 @@ def sliced_xavier_normal(
 def embedding_normal(d_model: int) -> Initializer:
     """N(0, d_model^-1/2) for token embeddings and output projections (fairseq's choice)."""
     return jax.nn.initializers.normal(stddev=d_model**-0.5)
+
+
+def token_embedding_init(d_model: int, init: str, pad_id: int) -> Initializer:
+    """A token table [vocab, d_model]: N(0, d_model^-1/2), and for ``init="torchscale"`` with
+    row ``pad_id`` zeroed (torchscale's ``TextEmbedding`` and fairseq's ``Embedding`` zero
+    their padding row)."""
+    normal = embedding_normal(d_model)
+    if init == "paper":
+        return normal
+
+    def zero_padding_row(key: jax.Array, shape: Sequence[int], dtype=jnp.float32) -> jax.Array:
+        return normal(key, shape, dtype).at[pad_id].set(0)
+
+    return zero_padding_row
+
+
+def torchscale_uniform(gain: float, fan_in: int) -> Initializer:
+    """U(−a, a) with a = gain/√fan_in: PyTorch's ``nn.Linear`` default for a weight or bias
+    (kaiming-uniform with a=√5, i.e. bound 1/√fan_in) times torchscale's gain."""
+    if not gain > 0:
+        raise ValueError(f"gain={gain!r} must be > 0")
+    bound = gain / math.sqrt(fan_in)
+
+    def init(key: jax.Array, shape: Sequence[int], dtype=jnp.float32) -> jax.Array:
+        return jax.random.uniform(key, tuple(shape), dtype, -bound, bound)
+
+    return init
+
+
+def torchscale_gain(
+    scheme: str, arch: str, side: str, num_encoder_layers: int, num_decoder_layers: int
+) -> float | None:
+    """The gain torchscale 0.3.0 gives one side where it is not the paper's, else None: DeepNorm's
+    encoder-decoder encoder, which torchscale divides by (N⁴M)^(1/16)/1.15, i.e. a gain
+    1.15·(N⁴M)^(-1/16) (the paper's β is 0.87·(N⁴M)^(-1/16))."""
+    if scheme == "deepnorm" and arch == "encdec" and side == "encoder":
+        return 1.15 * (num_encoder_layers**4 * num_decoder_layers) ** (-1 / 16)
+    return None
 
 
 def sinusoidal_table(num_positions: int, d_model: int) -> jnp.ndarray:

@@ -17,7 +17,13 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
-from deepnet_jax.initializers import sliced_xavier_normal, xavier_normal
+from deepnet_jax.initializers import (
+    Initializer,
+    sliced_xavier_normal,
+    stacked_slices,
+    torchscale_uniform,
+    xavier_normal,
+)
 from deepnet_jax.model_config import DROPOUT_RNGS, TransformerConfig
 
 # Activation layout at sublayer boundaries: [batch, length, embed].
@@ -139,9 +145,11 @@ class Projection(nn.Module):
     """y = x·W + b, contracting the last ``len(in_shape)`` axes of x with W.
 
     The kernel has shape ``in_shape + out_shape`` and logical names ``in_names + out_names``;
-    it is Xavier-normal with gain ``gain`` whose fans are the products of the in/out shapes.
-    With ``slice_gains``, the first output axis stacks ``len(slice_gains)`` projections (a
-    fused kernel): slice i has gain ``slice_gains[i]`` and the fans of one slice.
+    it is Xavier-normal with gain ``gain`` whose fans are the products of the in/out shapes,
+    the bias zero. With ``slice_gains``, the first output axis stacks ``len(slice_gains)``
+    projections (a fused kernel): slice i has gain ``slice_gains[i]`` and the fans of one slice.
+    Under ``config.init="torchscale"`` kernel and bias are both U(±gain/√fan_in) instead
+    (:func:`~deepnet_jax.initializers.torchscale_uniform`, per slice).
     ``tag`` names the output for ``checkpoint_name``-based remat policies.
     """
 
@@ -156,18 +164,8 @@ class Projection(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        n_in, n_out = len(self.in_shape), len(self.out_shape)
-        if self.slice_gains is None:
-            init = xavier_normal(
-                self.gain, in_axis=tuple(range(n_in)), out_axis=tuple(range(n_in, n_in + n_out))
-            )
-        else:  # fans of one slice: its out axes are those after the slice axis
-            init = sliced_xavier_normal(
-                self.slice_gains,
-                slice_axis=n_in,
-                in_axis=tuple(range(n_in)),
-                out_axis=tuple(range(n_in, n_in + n_out - 1)),
-            )
+        n_in = len(self.in_shape)
+        init, bias_init = self._initializers()
         kernel = self.param(
             "kernel",
             nn.with_logical_partitioning(init, self.in_names + self.out_names),
@@ -179,7 +177,7 @@ class Projection(nn.Module):
         if self.config.use_bias:
             bias = self.param(
                 "bias",
-                nn.with_logical_partitioning(nn.initializers.zeros, self.out_names),
+                nn.with_logical_partitioning(bias_init, self.out_names),
                 self.out_shape,
                 self.config.storage_dtype,
             )
@@ -187,6 +185,29 @@ class Projection(nn.Module):
         if self.tag is not None:
             y = checkpoint_name(y, self.tag)
         return y
+
+    def _initializers(self) -> tuple[Initializer, Initializer]:
+        """(kernel init, bias init) under ``config.init``."""
+        n_in, n_out = len(self.in_shape), len(self.out_shape)
+        if self.config.init == "torchscale":
+            fan_in = math.prod(self.in_shape)
+            if self.slice_gains is None:
+                init = torchscale_uniform(self.gain, fan_in)
+                return init, init
+            inits = [torchscale_uniform(g, fan_in) for g in self.slice_gains]
+            return stacked_slices(inits, n_in), stacked_slices(inits, 0)
+        if self.slice_gains is None:
+            init = xavier_normal(
+                self.gain, in_axis=tuple(range(n_in)), out_axis=tuple(range(n_in, n_in + n_out))
+            )
+        else:  # fans of one slice: its out axes are those after the slice axis
+            init = sliced_xavier_normal(
+                self.slice_gains,
+                slice_axis=n_in,
+                in_axis=tuple(range(n_in)),
+                out_axis=tuple(range(n_in, n_in + n_out - 1)),
+            )
+        return init, nn.initializers.zeros
 
 
 class MultiHeadAttention(nn.Module):

@@ -12,9 +12,9 @@ asked for. Every CLI calls :func:`configure` once its flags are parsed:
   every logger at that level.
 
 The filter sits on absl's handler, which ``app.run`` puts on the root logger (and on Python's
-last-resort handler, which the argparse CLIs of ``deepnet_jax.experiments`` use), so it sees
-both absl-style logging (orbax, tensorflow_datasets, grain and this project use
-``absl.logging``) and plain Python loggers (jax). C++ logs of XLA (and TensorFlow, if
+last-resort handler, which CLIs not started by ``app.run`` use, such as the experiments'
+``main``), so it sees both absl-style logging (orbax, tensorflow_datasets, grain and this
+project use ``absl.logging``) and plain Python loggers (jax). C++ logs of XLA (and TensorFlow, if
 installed) follow ``TF_CPP_MIN_LOG_LEVEL``: quiet mode sets it to 1 (warnings and errors) when
 it is unset, for native libraries loaded from then on (jax's GPU plugins load when the backend
 starts); jaxlib itself reads it at import, and its own default already hides C++ INFO (set
@@ -60,7 +60,7 @@ def configure(verbosity: int | None = None) -> None:
     at absl ``verbosity`` (0 INFO, 1 DEBUG, -1 WARNING). Idempotent; call after flag parsing."""
     handler = absl_logging.get_absl_handler()
     # absl's handler in absl apps; Python's last-resort handler (WARNING and above, when the
-    # root logger has no handler) in the argparse CLIs (deepnet_jax.experiments)
+    # root logger has no handler) in CLIs not started by app.run (deepnet_jax.experiments)
     handlers = [h for h in (handler, logging.lastResort) if h is not None]
     for h in handlers:
         for f in [f for f in h.filters if isinstance(f, QuietLibraries)]:

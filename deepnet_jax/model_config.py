@@ -30,12 +30,15 @@ REMAT_POLICIES = {
     "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
     "qkv_fc1": jax.checkpoint_policies.save_only_these_names(*SAVED_NAMES),
 }
+AUTO = "auto"  # model.remat_policy resolved to a policy and a group size before a model is built
 ATTENTION_IMPLS = ("reference", "xla", "cudnn")
 DROPOUT_RNGS = ("hash", "jax")
 DLCL_WEIGHTS = ("learnable", "fix_one", "fix_avg")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 PARAM_DTYPES = ("float32", "bfloat16")
 INITS = ("paper", "torchscale")
+# Fields a training config leaves at 0 to take the data's value (train_config.resolve).
+DERIVED = ("vocab_size", "max_len")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +55,12 @@ class TransformerConfig:
     d_model: int = field(512, "residual width", low=1)
     num_heads: int = field(8, "attention heads; must divide d_model", low=1)
     ffn_dim: int = field(2048, "FFN hidden width", low=1)
-    vocab_size: int = field(8000, "shared by source and target; token id 0 is padding", low=2)
+    vocab_size: int = field(
+        8000,
+        "shared by source and target; token id 0 is padding (training configs: 0, the "
+        "data's tokenizer size)",
+        low=2,
+    )
     dropout: float = field(
         0.1,
         "on each sublayer's output (residual branch) and the embeddings",
@@ -70,7 +78,10 @@ class TransformerConfig:
         "relu", "FFN nonlinearity (relu: the papers' fairseq runs)", choices=ACTIVATIONS
     )
     max_len: int = field(
-        256, "longest sequence the model accepts (size of the position table)", low=1
+        256,
+        "longest sequence the model accepts, the position table's rows (training configs: "
+        "0, data.max_len)",
+        low=1,
     )
     positions: str = field(
         "sinusoidal", "sinusoidal (fixed, fairseq) or learned", choices=POSITIONS
@@ -90,13 +101,16 @@ class TransformerConfig:
     scan_group_size: int = field(
         0,
         "nested scan: 0 one flat scan; k >= 1 an outer scan over groups of k layers, each "
-        "rematerialized as one unit; -1: k = ceil(sqrt(L))",
+        "rematerialized as one unit; -1: k ≈ sqrt(L), a divisor of L when one is near "
+        "(stacks.group_size)",
         low=-1,
     )
     remat_policy: str = field(
         "full",
-        "none, full (nothing saved), dots (matmul outputs), qkv_fc1 (the named projections)",
-        choices=REMAT_POLICIES,
+        "none, full (nothing saved), dots (matmul outputs), qkv_fc1 (the named projections); "
+        "auto: the least recomputation whose planned peak fits memory_budget_gb (or the "
+        "device), chosen with scan_group_size (deepnet_jax/remat_auto.py)",
+        choices=(*REMAT_POLICIES, AUTO),
     )
     dtype: str = field("float32", "compute dtype", choices=DTYPES)
     param_dtype: str = field("float32", "parameter storage dtype", choices=PARAM_DTYPES)
@@ -144,6 +158,13 @@ class TransformerConfig:
     @classmethod
     def from_config(cls, c: ml_collections.ConfigDict) -> TransformerConfig:
         validate(c)
+        if c.remat_policy == AUTO:
+            _fail(
+                "remat_policy",
+                AUTO,
+                "it names no jax policy: deepnet_jax.remat_auto.resolve turns it into one "
+                "(train.run and the planner do) before a model is built",
+            )
         return cls(**{f.name: c[f.name] for f in dataclasses.fields(cls)})
 
     @property
@@ -190,6 +211,12 @@ def validate(c: ml_collections.ConfigDict) -> None:
     missing = [f for f in fields if f not in c]
     if missing:
         raise ValueError(f"model.{missing[0]} is missing; start from models.default_config()")
+    for name in DERIVED:
+        if c[name] == 0:
+            raise ValueError(
+                f"model.{name}=0 stands for the data's value and is filled by "
+                "train_config.resolve(config); set it, or resolve the training config first"
+            )
     config_schema.check_values(c, TransformerConfig, "model.", style="invalid")
     _validate_relations(c)
 
@@ -222,6 +249,13 @@ def _validate_relations(c: ml_collections.ConfigDict) -> None:
             False,
             "the per-layer LN ablation (DLCL eq. 8, Table 6) exists "
             "only for scheme='dlcl_pre'; eq. 9's LN is part of 'dlcl_post'",
+        )
+    if c.scan_group_size and not c.scan_layers:
+        _fail(
+            "scan_group_size",
+            c.scan_group_size,
+            "groups a scanned stack; model.scan_layers=False (a Python loop) has no scan to "
+            "group: set it to 0",
         )
     if c.scheme.startswith("dlcl") and c.scan_layers:
         _fail(

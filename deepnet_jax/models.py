@@ -85,7 +85,11 @@ def cross_mask(
 
 
 class Encoder(nn.Module):
-    """Embedding + N bidirectional layers: tokens [B, S] → hidden states [B, S, D]."""
+    """Embedding + N bidirectional layers: tokens [B, S] → hidden states [B, S, D].
+
+    With ``zero_padding_embeddings`` the embedded input is zeroed at padding tokens (after
+    dropout), as torchscale's encoder does; outputs at real tokens do not depend on it.
+    """
 
     config: TransformerConfig
     token_embedding: TokenEmbedding
@@ -107,6 +111,8 @@ class Encoder(nn.Module):
             deterministic,
             positions,
         )
+        if c.zero_padding_embeddings:
+            x = x * (tokens_BS != PAD_ID)[:, :, None].astype(x.dtype)
         return apply_layers(
             self,
             c,

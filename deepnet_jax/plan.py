@@ -16,6 +16,10 @@ allocated — and prints per device:
 * ``peak`` = arguments + temporaries + outputs not aliased with donated inputs, and the
   compile time.
 
+With ``--config.model.remat_policy=auto --config.memory_budget_gb=<GiB>`` it plans each
+candidate policy and group size in turn (:mod:`deepnet_jax.remat_auto`), prints the line naming
+the first that fits, then that candidate's figures.
+
 The figures are for the compiled CPU program: XLA's TPU and GPU compilers schedule and fuse
 differently, so their temporaries differ (usually downward, from better fusion); parameter,
 optimizer and batch bytes are exact for any backend.
@@ -39,9 +43,11 @@ from deepnet_jax import (
     model_inputs,
     models,
     optimizers,
+    remat_auto,
     sharding,
     train,
     train_actions,
+    train_config,
     train_steps,
 )
 from deepnet_jax.data import batching, synthetic
@@ -112,6 +118,7 @@ def batch_shape(config: ml_collections.ConfigDict, row_multiple: int) -> tuple[i
 def plan(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = None) -> Plan:
     """Compile ``config``'s train step on abstract sharded inputs over ``devices``."""
     devices = jax.devices() if devices is None else devices
+    config = train_config.resolve(config)  # model fields derived from the data
     mesh = sharding.make_mesh(config.mesh, devices)
     rules = sharding.logical_axis_rules(config.mesh)
     arch = config.model.arch
@@ -191,10 +198,16 @@ def main(argv: list[str]) -> None:
 
     if len(argv) > 1:
         raise ValueError(f"unexpected arguments: {argv[1:]}")
-    config = flags.FLAGS.config
+    config, devices = flags.FLAGS.config, jax.devices()
     try:
-        train.validate(config, flags.FLAGS.num_devices)
-        result = plan(config)
+        if remat_auto.is_auto(config):  # the chosen candidate's plan
+            config, result = remat_auto.choose(
+                config, devices, lambda c: train.validate(c, len(devices)), print
+            )
+        else:
+            config = remat_auto.resolve(config, devices)  # unchanged; checks memory_budget_gb
+            train.validate(config, len(devices))
+            result = plan(config, devices)
     except ValueError as e:
         print("error: " + " ".join(str(e).split()), file=sys.stderr)
         sys.exit(1)

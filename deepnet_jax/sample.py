@@ -18,25 +18,20 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from deepnet_jax import decoding, inference, log_setup
+from deepnet_jax import cli_flags, decoding, log_setup, run_loading
 from deepnet_jax.tokens import BOS_ID, EOS_ID, PAD_ID
 
-
-def define_flags() -> dict[str, flags.FlagHolder]:
-    return {
-        **inference.define_run_flags(),
-        "prompt": flags.DEFINE_multi_string("prompt", [""], "Prompt text (repeat for several)."),
-        "num_samples": flags.DEFINE_integer("num_samples", 1, "Samples per prompt."),
-        "max_new_tokens": flags.DEFINE_integer("max_new_tokens", 128, "Tokens per sample."),
-        "temperature": flags.DEFINE_float("temperature", 1.0, "Softmax temperature (0: greedy)."),
-        "top_k": flags.DEFINE_integer("top_k", 0, "Sample among the k most likely (0: off)."),
-        "top_p": flags.DEFINE_float("top_p", 1.0, "Nucleus sampling mass (1.0: off)."),
-        "seed": flags.DEFINE_integer("seed", 0, "Sampling seed."),
-    }
+_PROMPT = flags.DEFINE_multi_string("prompt", [""], "Prompt text (repeat for several).")
+_NUM_SAMPLES = flags.DEFINE_integer("num_samples", 1, "Samples per prompt.")
+_MAX_NEW_TOKENS = flags.DEFINE_integer("max_new_tokens", 128, "Tokens per sample.")
+_TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Softmax temperature (0: greedy).")
+_TOP_K = flags.DEFINE_integer("top_k", 0, "Sample among the k most likely (0: off).")
+_TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus sampling mass (1.0: off).")
+_SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.")
 
 
 def sample_texts(
-    run: inference.LoadedRun,
+    run: run_loading.LoadedRun,
     prompts: list[str],
     options: decoding.SampleOptions,
     num_samples: int = 1,
@@ -83,19 +78,19 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     log_setup.configure(log_setup.requested_verbosity())
     try:
-        run = inference.load_from_flags(_FLAGS)
+        run = cli_flags.load_run()
         options = decoding.SampleOptions(
-            max_new_tokens=_FLAGS["max_new_tokens"].value,
-            temperature=_FLAGS["temperature"].value,
-            top_k=_FLAGS["top_k"].value,
-            top_p=_FLAGS["top_p"].value,
+            max_new_tokens=_MAX_NEW_TOKENS.value,
+            temperature=_TEMPERATURE.value,
+            top_k=_TOP_K.value,
+            top_p=_TOP_P.value,
         )
         texts = sample_texts(
             run,
-            list(_FLAGS["prompt"].value),
+            list(_PROMPT.value),
             options,
-            _FLAGS["num_samples"].value,
-            _FLAGS["seed"].value,
+            _NUM_SAMPLES.value,
+            _SEED.value,
         )
     except (ValueError, OSError) as e:
         print("error: " + " ".join(str(e).split()), file=sys.stderr)
@@ -108,5 +103,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    _FLAGS = define_flags()
     app.run(main)

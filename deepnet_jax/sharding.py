@@ -25,6 +25,9 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
+from deepnet_jax import config_schema
+from deepnet_jax.config_schema import field
+
 MESH_AXES = ("data", "fsdp", "tensor")
 # Every logical axis name a parameter or activation carries.
 LOGICAL_AXES = (
@@ -56,13 +59,26 @@ DEFAULT_RULES = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class MeshFields:
+    """``config.mesh``: devices along each mesh axis (at most one -1: all the others leave;
+    checked with the device count by :func:`mesh_shape`), plus ``mesh.rules``
+    (:data:`DEFAULT_RULES`, checked by :func:`logical_axis_rules`)."""
+
+    data: int = field(
+        -1, "data-parallel replicas; -1 (one axis at most): the devices the others leave", low=-1
+    )
+    fsdp: int = field(
+        1, "parameter/optimizer-state shards, ZeRO-3 (data parallel too); >= 1 or -1", low=-1
+    )
+    tensor: int = field(
+        1, "tensor-parallel shards of heads, FFN width and vocabulary; >= 1 or -1", low=-1
+    )
+
+
 def default_config() -> ml_collections.ConfigDict:
-    """``config.mesh``: devices along each mesh axis (one may be -1: all remaining) and the
-    logical-axis rules."""
-    c = ml_collections.ConfigDict()
-    c.data = -1  # data-parallel replicas (-1: all devices not used by the other axes)
-    c.fsdp = 1  # parameter/optimizer-state shards (data parallel too)
-    c.tensor = 1  # tensor-parallel shards of heads and FFN width
+    """``config.mesh``: :class:`MeshFields` and the logical-axis ``rules``."""
+    c = config_schema.config_dict(MeshFields)
     c.rules = ml_collections.ConfigDict(DEFAULT_RULES)  # logical axis -> "mesh,axes" or ""
     return c
 

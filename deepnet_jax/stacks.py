@@ -6,12 +6,28 @@ backward pass keeps one residual [B, T, D] per layer (the scan carry) and recomp
 internals. ``scan_layers=False`` unrolls the same layers in Python (``layers_0``, ``layers_1``,
 …) for comparison; ``deepnet_jax.layout`` converts parameters between the two layouts.
 
+Nested scan (``model.scan_group_size`` = k; -1: k ≈ √L, see :func:`group_size`): an outer
+scan over G = ⌊L/k⌋ groups, each group one rematerialized unit (nothing saved but its input)
+holding an inner scan over its k layers, and the remaining r = L − G·k layers (if any) as one
+more rematerialized group after them. The backward pass then keeps G (+ 1) group inputs and,
+while it works through one group, that group's k per-layer residuals — about 2√L residuals
+instead of L — at the price of one more forward pass of every layer. A remainder costs a second
+compiled layer body and, in XLA's temporaries, about one more copy of the layers' gradients (the
+two parts' gradients are joined into the [L, …] leaves), so -1 takes a divisor of L when one is
+near √L. Only what the backward pass keeps changes: the parameters stay one ``layers`` subtree
+stacked [L, …] (the groups read it reshaped, ``nn.map_variables``), so checkpoints, sharding
+rules and layout conversions are those of the flat scan, and the forward-only paths — ``init``,
+cached decoding and the stability instruments' probe (the ``diagnostics`` collection mutable) —
+run the flat scan, with identical results.
+
 DLCL (Wang et al. 2019, eq. 8–9) feeds layer l+1 a learned combination of *all* earlier outputs
 y_0 … y_l, so its carry grows with depth and has no fixed shape; it cannot be expressed as a scan
 with a constant carry and runs as an unrolled, per-layer rematerialized loop.
 """
 
 from __future__ import annotations
+
+import math
 
 import flax.linen as nn
 import jax
@@ -92,7 +108,15 @@ def apply_layers(
         )
         return x_BTD if cache is None else (x_BTD, new_cache)
     kwargs = dict(config=config, side=side, has_cross=has_cross, deterministic=deterministic)
-    if config.scan_layers:
+    # Grouping only changes what the backward pass keeps: init, cached decoding and the
+    # instruments' probe (forward only) take the flat scan over the same parameters.
+    forward_only = (
+        cache is not None or owner.is_initializing() or owner.is_mutable_collection(DIAGNOSTICS)
+    )
+    if group_size(config, L) and not forward_only:
+        layer = _layer_class(config, scanned=True)(**kwargs, carry_output=True, name="layers")
+        x_BTD, new_cache = _grouped_scan(layer, L, group_size(config, L), args, keys), None
+    elif config.scan_layers:
         scanned = nn.scan(
             _layer_class(config, scanned=True),
             variable_axes={"params": 0, DIAGNOSTICS: 0},  # instruments: one entry per layer
@@ -121,6 +145,73 @@ def apply_layers(
         x_BTD = layer_norm(config, "layer_norm")(x_BTD)
     x_BTD = constrain(x_BTD)
     return x_BTD if cache is None else (x_BTD, new_cache)
+
+
+def group_size(config: TransformerConfig, L: int) -> int:
+    """Layers per rematerialized group of a nested scan over ``L`` layers; 0: one flat scan.
+
+    ``model.scan_group_size`` k ≥ 1 (at most L), or -1: k ≈ √L, which makes the L/k + k
+    residuals the backward pass keeps (module docstring) smallest — the smallest divisor of L
+    that is ≥ √L when it keeps L/k + k ≤ 3√L (no remainder group), else ⌈√L⌉.
+    """
+    k = config.scan_group_size if config.scan_layers else 0
+    if k == -1:
+        k = math.isqrt(L - 1) + 1  # ⌈√L⌉
+        divisor = next(d for d in range(k, L + 1) if L % d == 0)
+        if L // divisor + divisor <= 3 * math.sqrt(L):
+            k = divisor
+    return min(k, L)
+
+
+def _grouped_scan(layer: nn.Module, L: int, k: int, args: tuple, keys: jax.Array | None):
+    """``layer`` (parameters stacked [L, …]) applied L times as ⌊L/k⌋ rematerialized groups of
+    k scanned layers, then one rematerialized group of the L mod k left (module docstring).
+
+    The scans are Flax's function forms over the one ``layer`` module, so its parameters keep
+    their path; ``nn.map_variables`` hands each part its view of the stacked arrays ([G, k, …]
+    for the groups, [r, …] for the rest), and the gradients flow back into the [L, …] leaves.
+    """
+    x_BTD, *broadcast = args
+    G, r = divmod(L, k)
+
+    def scan(fn, length: int):
+        return nn.scan(
+            fn,
+            variable_axes={"params": 0},
+            split_rngs={"params": False},  # apply only: the parameters exist already
+            in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, 0),
+            length=length,
+        )
+
+    def one_layer(mdl, x, self_mask, enc_out, enc_mask, key):
+        return mdl(x, self_mask, enc_out, enc_mask, key)  # (x, None): carry, no output
+
+    def group(n: int, in_scan: bool):
+        """n scanned layers as one rematerialized unit that saves nothing but its input."""
+        return nn.remat(
+            scan(one_layer, n),
+            policy=jax.checkpoint_policies.nothing_saveable,
+            prevent_cse=not in_scan,  # False is safe only inside a scan (jax.checkpoint)
+        )
+
+    def view(start: int, stop: int, shape: tuple[int, ...]):
+        def trans_in(variables):
+            return jax.tree.map(
+                lambda a: a[start:stop].reshape(*shape, *a.shape[1:]), nn.unbox(variables)
+            )
+
+        return trans_in
+
+    def part_keys(start: int, stop: int, shape: tuple[int, ...]):
+        return None if keys is None else keys[start:stop].reshape(*shape, *keys.shape[1:])
+
+    if G:
+        groups = nn.map_variables(scan(group(k, True), G), "params", view(0, G * k, (G, k)))
+        x_BTD, _ = groups(layer, x_BTD, *broadcast, part_keys(0, G * k, (G, k)))
+    if r:
+        rest = nn.map_variables(group(r, False), "params", view(G * k, L, (r,)))
+        x_BTD, _ = rest(layer, x_BTD, *broadcast, part_keys(G * k, L, (r,)))
+    return x_BTD
 
 
 def _layer_slice(cache: dict, i: int) -> dict:

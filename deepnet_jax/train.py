@@ -19,9 +19,10 @@ from deepnet_jax import (
     checkpoint,
     diagnostics,
     distributed,
-    inference,
     models,
     optimizers,
+    remat_auto,
+    run_loading,
     sharding,
     train_config,
     trainer,
@@ -40,6 +41,8 @@ def validate(config: ml_collections.ConfigDict, device_count: int | None = None)
     ``device_count``: the devices the mesh spans (default: all).
     """
     train_config.check_fields(config)  # typos and missing fields first
+    train_config.check_values(config)  # each declared field against its declaration
+    config = train_config.resolve(config)  # the fields derived from the data
     models.build(config.model)  # the model's own checks, before any data is prepared
     if config.model.attention_impl == "cudnn" and jax.default_backend() != "gpu":
         raise ValueError(
@@ -48,9 +51,8 @@ def validate(config: ml_collections.ConfigDict, device_count: int | None = None)
         )
     if config.data.dataset not in DATASETS:
         raise ValueError(f"data.dataset={config.data.dataset!r}; allowed values are {DATASETS}")
-    train_config.check_values(config)  # each declared field against its declaration
     optimizers.validate(config)  # the learning rate and the schedule's relations to it
-    inference.search_options(config).validate(prefix="decode.")
+    run_loading.search_options(config).validate(prefix="decode.")
     if config.data.max_len > config.model.max_len:
         raise ValueError(
             f"data.max_len={config.data.max_len} exceeds model.max_len={config.model.max_len}"
@@ -135,6 +137,7 @@ def run(
     """
     distributed.initialize(config.distributed)  # before anything touches a backend
     devices = jax.devices() if devices is None else list(devices)
+    config = remat_auto.resolve(config, devices)  # model.remat_policy='auto' → a policy
     validate(config, len(devices))
     if workdir:
         workdir_lib.check_writable(workdir)

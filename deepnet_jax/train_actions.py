@@ -20,7 +20,7 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
-from deepnet_jax import checkpoint, diagnostics, evaluation, inference, preemption, train_steps
+from deepnet_jax import checkpoint, diagnostics, preemption, run_loading, scoring, train_steps
 from deepnet_jax import metrics as metrics_lib
 from deepnet_jax.train_progress import Interval, say, source_blind_warning
 
@@ -156,8 +156,8 @@ class Validator:
         """BLEU/chrF of ``split`` (first ``limit`` sentences; 0: all), printing the samples."""
         c, pipeline = self.ctx.config, self.ctx.data.pipeline
         pairs = pipeline.translation_set(split)
-        options = inference.search_options(c, beam)
-        hyps, scores = evaluation.translate_split(
+        options = run_loading.search_options(c, beam)
+        hyps, scores = scoring.translate_split(
             self.ctx.model, params, pipeline.tokenizer, pairs, options, c.decode.batch_size, limit
         )
         shown = range(min(c.decode.num_samples, len(hyps)))

@@ -23,9 +23,11 @@ from deepnet_jax.data.sources import SPLITS
 from deepnet_jax.decoding import LENGTH_PENALTIES
 from deepnet_jax.diagnostics import DiagnosticsFields
 from deepnet_jax.diagnostics import default_config as diagnostics_default
+from deepnet_jax.distributed import DistributedFields
 from deepnet_jax.distributed import default_config as distributed_default
 from deepnet_jax.model_config import TransformerConfig
 from deepnet_jax.optimizers import OPTIMIZERS, SCHEDULES
+from deepnet_jax.sharding import MeshFields
 from deepnet_jax.sharding import default_config as mesh_default
 
 NAN_POLICIES = ("halt", "skip")
@@ -128,6 +130,7 @@ def default_config() -> ml_collections.ConfigDict:
     """Every training field with its default (the schema ``train.validate`` checks against)."""
     c = config_schema.config_dict(RunFields)
     c.model = config_schema.config_dict(TransformerConfig)  # deepnet_jax/model_config.py
+    c.model.vocab_size = c.model.max_len = 0  # derived from the data (resolve)
     c.data = data_default()  # DataOptions' defaults, data_dir from $DEEPNET_JAX_DATA
     for name, group in GROUPS.items():
         if name and name != "data":
@@ -136,6 +139,23 @@ def default_config() -> ml_collections.ConfigDict:
     c.mesh = mesh_default()  # devices per mesh axis and logical-axis rules: deepnet_jax/sharding.py
     c.distributed = distributed_default()  # multi-host start-up: deepnet_jax/distributed.py
     return c
+
+
+def resolve(
+    config: ml_collections.ConfigDict, tokenizer_size: int | None = None
+) -> ml_collections.ConfigDict:
+    """A copy of ``config`` with its derived fields filled (``model_config.DERIVED``; a value
+    set explicitly is kept): ``model.max_len`` 0 → ``data.max_len``; ``model.vocab_size`` 0 →
+    ``tokenizer_size``, the prepared tokenizer's pieces, or before the data is built
+    ``data.vocab_size``, which a bpe/unigram tokenizer has exactly and a char one at most (the
+    synthetic task's vocabulary is ``data.vocab_size`` too). Saved runs keep resolved values."""
+    config = config.copy_and_resolve_references()
+    m = config.model
+    if m.vocab_size == 0:
+        m.vocab_size = tokenizer_size or config.data.vocab_size
+    if m.max_len == 0:
+        m.max_len = config.data.max_len
+    return config
 
 
 def check_values(config: ml_collections.ConfigDict) -> None:
@@ -154,7 +174,13 @@ def reference() -> str:
         "Generated from the declarations in `deepnet_jax/train_config.py` and",
         "`deepnet_jax/model_config.py` by `python -m deepnet_jax.train_config`; every",
         "config starts from `configs/base.py` (these defaults) and changes what it needs.",
-        "The `mesh` and `distributed` groups are documented in their modules.",
+        "`mesh.rules` maps each logical axis to mesh axes (`deepnet_jax/sharding.py`,",
+        "`DEFAULT_RULES`).",
+        "",
+        "Derived fields: a training config leaves `model.vocab_size` and `model.max_len` at 0,",
+        "and the run fills them from its data (`train_config.resolve`): the tokenizer's size",
+        "(`data.vocab_size` for the synthetic task) and `data.max_len`. A value set explicitly",
+        "is kept (at least the data's). Saved runs hold the values they trained with.",
         "",
     ]
     tables = {
@@ -162,6 +188,8 @@ def reference() -> str:
         "model": TransformerConfig,
         **{k: v for k, v in GROUPS.items() if k},
         "diagnostics": DiagnosticsFields,
+        "mesh": MeshFields,
+        "distributed": DistributedFields,
     }
     for name, group in tables.items():
         parts += [

@@ -19,6 +19,7 @@ class CorpusData:
     def __init__(self, config: ml_collections.ConfigDict, row_multiple: int = 1):
         options = pipeline.DataOptions.from_config(config.data, config.seed)
         self.pipeline = pipeline.DataPipeline(options, config.model.arch, row_multiple=row_multiple)
+        self.tokenizer_size = self.pipeline.vocab_size  # the model's vocabulary when derived
         if config.model.vocab_size < self.pipeline.vocab_size:  # char: known only now
             raise ValueError(
                 f"model.vocab_size={config.model.vocab_size} is smaller than the tokenizer's "

@@ -25,13 +25,14 @@ from deepnet_jax import (
     checkpoint,
     diagnostics,
     flops,
-    inference,
     model_inputs,
     models,
     optimizers,
     plots,
     preemption,
+    run_loading,
     sharding,
+    train_config,
     train_data,
     train_steps,
 )
@@ -94,9 +95,17 @@ class TrainState:
 
 
 def build_run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> Run:
-    """The model, the data stream, the sharded-state plan, the step and the writers."""
+    """The model, the data stream, the sharded-state plan, the step and the writers.
+
+    ``config`` as the user wrote it: the fields derived from the data (``model.vocab_size``,
+    ``model.max_len``) are filled here (``train_config.resolve``), the model vocabulary from
+    the tokenizer the data was prepared with; ``Run.config`` (what checkpoints keep) holds
+    the resolved values.
+    """
+    provisional = train_config.resolve(config)
+    data = train_data.make_data(provisional, sharding.data_parallel_size(mesh))
+    config = train_config.resolve(config, data.tokenizer_size)
     model, arch = models.build(config.model), config.model.arch
-    data = train_data.make_data(config, sharding.data_parallel_size(mesh))
     batches = data.train_iterator()
     start_state = batches.get_state()
     example = next(batches)  # shapes for init; the stream is rewound below
@@ -145,14 +154,14 @@ def initial_state(run: Run) -> tuple[TrainState, float | None]:
             run.batches.set_state(data_state)
             best = run.checkpointer.best_score()
             say(f"resuming from {run.checkpointer.directory}/{latest} (step {start})")
-    if start == 0:
+    if params is None:  # a step-0 checkpoint holds imported parameters (interop.torchscale)
         params, opt_state = run.plan.create()
     if run.writer:  # what a crashed run logged after this checkpoint (all of it, if none) is redone
         k, total = run.config.grad_accum_steps, run.config.total_steps
         run.writer.rewind(start // k, keep_final=0 < start < total * k)
     if run.workdir and isinstance(run.data, train_data.CorpusData) and jax.process_index() == 0:
         os.makedirs(run.workdir, exist_ok=True)  # the tokenizer travels with the run
-        shutil.copyfile(run.data.pipeline.tokenizer_path, inference.tokenizer_path(run.workdir))
+        shutil.copyfile(run.data.pipeline.tokenizer_path, run_loading.tokenizer_path(run.workdir))
     gate = jax.jit(lambda: jnp.zeros((), jnp.int32), out_shardings=replicated(run.mesh))()
     return TrainState(params, opt_state, start, gate), best
 

@@ -13,18 +13,14 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags
+from absl import app
 
-from deepnet_jax import decoding, inference, log_setup
+from deepnet_jax import cli_flags, decoding, log_setup, run_loading
 from deepnet_jax.data import pipeline
 
 
-def define_flags() -> dict[str, flags.FlagHolder]:
-    return {**inference.define_run_flags(), **inference.define_search_flags()}
-
-
 def translate_lines(
-    run: inference.LoadedRun, lines: list[str], options: decoding.SearchOptions, batch_size: int
+    run: run_loading.LoadedRun, lines: list[str], options: decoding.SearchOptions, batch_size: int
 ) -> tuple[list[str], int]:
     """(detokenized translations of ``lines``, how many sources were cut to data.max_len)."""
     if run.config.model.arch != "encdec" or run.tokenizer is None:
@@ -44,13 +40,13 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     log_setup.configure(log_setup.requested_verbosity())
     try:
-        run = inference.load_from_flags(_FLAGS)
-        options = inference.search_options(
-            run.config, _FLAGS["beam_size"].value, _FLAGS["length_penalty"].value
+        run = cli_flags.load_run()
+        options = run_loading.search_options(
+            run.config, cli_flags.BEAM_SIZE.value, cli_flags.LENGTH_PENALTY.value
         )
         options.validate(prefix="--")
-        batch_size = inference.positive(
-            "batch_size", _FLAGS["batch_size"].value, run.config.decode.batch_size
+        batch_size = run_loading.positive(
+            "batch_size", cli_flags.BATCH_SIZE.value, run.config.decode.batch_size
         )
         lines = [line.rstrip("\r\n") for line in sys.stdin]
         hyps, cut = translate_lines(run, lines, options, batch_size)
@@ -66,5 +62,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    _FLAGS = define_flags()
     app.run(main)

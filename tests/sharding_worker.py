@@ -16,7 +16,6 @@ argv: mode out_json [args]. Modes:
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 
@@ -24,12 +23,9 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from configs import base  # noqa: E402
-from deepnet_jax import decoding, metrics, model_inputs, models, sharding, train  # noqa: E402
-from deepnet_jax.data import synthetic  # noqa: E402
+from configs import base
+from deepnet_jax import decoding, metrics, model_inputs, models, sharding, train
+from deepnet_jax.data import synthetic
 
 ARCHS = ("encdec", "decoder", "encoder")
 

@@ -94,6 +94,23 @@ BAD = [  # (id, change, what the one line must say)
         r"model\.vocab_size=12 is smaller than data\.vocab_size=4000",
     ),
     ("unpreparable_dataset", _missing_source, r"no_such_corpus"),
+    ("scan_group_size", _set("model.scan_group_size", -2), r"scan_group_size=-2 is invalid: m"),
+    (
+        "group_unscanned",
+        _both(_set("model.scan_layers", False), _set("model.scan_group_size", 2)),
+        r"scan_group_size=2 is invalid: groups a scanned stack",
+    ),
+    (
+        "auto_without_budget",
+        _set("model.remat_policy", "auto"),
+        r"remat_policy='auto' needs a memory budget: this backend \(cpu\) reports no device",
+    ),
+    (
+        "auto_with_group",
+        _both(_set("model.remat_policy", "auto"), _set("model.scan_group_size", 4)),
+        r"scan_group_size=4 with model\.remat_policy='auto': auto chooses the group size",
+    ),
+    ("budget_without_auto", _set("memory_budget_gb", 4.0), r"memory_budget_gb=4\.0 is read only"),
 ]
 
 

@@ -69,7 +69,6 @@ def test_step_efficiency_benchmark_smoke():
 
 
 def test_step_efficiency_rejects_bad_variants_before_compiling():
-    sys.path.insert(0, ROOT)
     from benchmarks import step_efficiency
 
     with pytest.raises(SystemExit, match="--variants: 'turbo' unknown"):
@@ -85,7 +84,6 @@ def test_step_efficiency_rejects_bad_variants_before_compiling():
 
 
 def test_profile_step_summarize_classifies_ops_and_skips_loops():
-    sys.path.insert(0, ROOT)
     from benchmarks import profile_step
 
     hlo = "\n".join(

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from test_data_pipeline import _train_config, corpus  # noqa: F401 (fixture)
 
-from deepnet_jax import decoding, evaluate, inference, sample, train, translate
+from deepnet_jax import decoding, evaluate, run_loading, sample, train, translate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,7 +39,7 @@ def lm_run(corpus, tmp_path_factory):  # noqa: F811
 
 def test_evaluate_reproduces_the_runs_final_test_figures(translation_run):
     workdir, result = translation_run
-    run = inference.load_run(workdir)
+    run = run_loading.load_run(workdir)
     assert run.description == "checkpoint 12"
     got = evaluate.evaluate_run(run, "test")
     assert got["loss"] == pytest.approx(result["test_loss"], rel=1e-6)
@@ -53,18 +53,18 @@ def test_evaluate_reproduces_the_runs_final_test_figures(translation_run):
 
 def test_checkpoint_choices_and_averaging(translation_run):
     workdir, _ = translation_run
-    latest = inference.load_run(workdir)
-    ckpts = {s: inference.load_run(workdir, s).params for s in (6, 9, 12)}
-    mean = inference.load_run(workdir, "latest", average_last=3)
+    latest = run_loading.load_run(workdir)
+    ckpts = {s: run_loading.load_run(workdir, s).params for s in (6, 9, 12)}
+    mean = run_loading.load_run(workdir, "latest", average_last=3)
     assert mean.description == "mean of checkpoints [6, 9, 12]"
     expected = jax.tree.map(lambda *x: sum(x) / 3, *ckpts.values())
     for got, want in zip(jax.tree.leaves(mean.params), jax.tree.leaves(expected), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
     jax.tree.map(np.testing.assert_array_equal, latest.params, ckpts[12])
     assert not np.array_equal(jax.tree.leaves(mean.params)[0], jax.tree.leaves(latest.params)[0])
-    two = inference.load_run(workdir, 9, average_last=2)
+    two = run_loading.load_run(workdir, 9, average_last=2)
     assert two.description == "mean of checkpoints [6, 9]"
-    best = inference.load_run(workdir, "best")
+    best = run_loading.load_run(workdir, "best")
     assert best.description.startswith("best parameters (step ")
 
 
@@ -79,7 +79,7 @@ def test_checkpoint_choices_and_averaging(translation_run):
 )
 def test_bad_checkpoint_choices(translation_run, choice, average, message):
     with pytest.raises(ValueError, match=message):
-        inference.load_run(translation_run[0], choice, average)
+        run_loading.load_run(translation_run[0], choice, average)
 
 
 def test_loading_writes_nothing_into_the_workdir(translation_run, tmp_path):
@@ -87,18 +87,18 @@ def test_loading_writes_nothing_into_the_workdir(translation_run, tmp_path):
     shutil.copytree(translation_run[0], copy)
     shutil.rmtree(copy / "best")
     before = sorted(str(p.relative_to(copy)) for p in copy.rglob("*"))
-    run = inference.load_run(str(copy))
+    run = run_loading.load_run(str(copy))
     assert run.description == "checkpoint 12"
     assert sorted(str(p.relative_to(copy)) for p in copy.rglob("*")) == before
     with pytest.raises(ValueError, match=r"no best parameters under"):
-        inference.load_run(str(copy), "best")
+        run_loading.load_run(str(copy), "best")
 
 
 def test_bad_workdir_and_checkpoint_flag(tmp_path):
     with pytest.raises(ValueError, match=r"holds no checkpoints"):
-        inference.load_run(str(tmp_path))
+        run_loading.load_run(str(tmp_path))
     with pytest.raises(ValueError, match=r"checkpoint='newest'; allowed values are"):
-        inference.parse_checkpoint("newest")
+        run_loading.parse_checkpoint("newest")
 
 
 def test_translate_cli_keeps_every_line_in_order(translation_run):
@@ -115,7 +115,7 @@ def test_translate_cli_keeps_every_line_in_order(translation_run):
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout.splitlines()
     assert len(out) == 3
-    run = inference.load_run(workdir)
+    run = run_loading.load_run(workdir)
     expected, cut = translate.translate_lines(
         run, lines, decoding.SearchOptions(beam_size=1), batch_size=64
     )
@@ -159,13 +159,13 @@ def test_cli_errors_are_one_line(translation_run, lm_run):
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
     assert "sampling needs a decoder run" in proc.stderr and "Traceback" not in proc.stderr
-    run = inference.load_run(lm_run)
+    run = run_loading.load_run(lm_run)
     with pytest.raises(ValueError, match=r"translation needs an encdec run"):
         translate.translate_lines(run, ["x"], decoding.SearchOptions(), 8)
 
 
 def test_sample_continues_each_prompt(lm_run):
-    run = inference.load_run(lm_run)
+    run = run_loading.load_run(lm_run)
     greedy = decoding.SampleOptions(max_new_tokens=8, temperature=0.0)
     texts = sample.sample_texts(run, ["the", "a b"], greedy, num_samples=2, seed=0)
     assert [len(t) for t in texts] == [2, 2]
@@ -179,3 +179,52 @@ def test_sample_continues_each_prompt(lm_run):
         sample.sample_texts(run, ["the"], decoding.SampleOptions(max_new_tokens=100))
     with pytest.raises(ValueError, match=r"--top_p=0\.0 must be in \(0, 1\]"):
         sample.sample_texts(run, ["the"], decoding.SampleOptions(top_p=0.0))
+
+
+def test_cli_main_is_reusable_in_process(translation_run, tmp_path):
+    """The CLIs define their flags at module level (all three imported in this one process
+    without clashing), so ``main`` runs again after each ``FLAGS(argv)``."""
+    from absl import flags
+
+    workdir, _ = translation_run
+    try:
+        for split in ("validation", "test"):
+            out = tmp_path / f"{split}.json"
+            flags.FLAGS.unparse_flags()
+            flags.FLAGS(
+                [
+                    "evaluate",
+                    f"--workdir={workdir}",
+                    f"--split={split}",
+                    "--limit=4",
+                    "--beam_size=1",
+                    f"--output={out}",
+                ]
+            )
+            evaluate.main(["evaluate"])
+            saved = json.loads(out.read_text())
+            assert saved["split"] == split and saved["sentences"] == 4
+            assert saved["beam_size"] == 1
+    finally:
+        flags.FLAGS.unparse_flags()
+
+
+def test_every_cli_module_imports_in_one_process():
+    """absl flags are process-wide: two CLI modules defining one flag name would clash."""
+    modules = [
+        "deepnet_jax.evaluate",
+        "deepnet_jax.translate",
+        "deepnet_jax.sample",
+        "deepnet_jax.plan",
+        "deepnet_jax.data.prepare",
+        "deepnet_jax.interop.torchscale.__main__",
+        "deepnet_jax.experiments.depth_sweep",
+        "deepnet_jax.experiments.lr_tolerance",
+        "deepnet_jax.experiments.model_update",
+        "deepnet_jax.experiments.thousand_layers",
+    ]
+    code = "import importlib\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]

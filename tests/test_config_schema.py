@@ -95,7 +95,11 @@ def test_a_default_the_declaration_refuses_is_caught_here():
 def test_each_default_is_declared_once():
     """The ConfigDicts are built from the declarations: the defaults are theirs."""
     c = train_config.default_config()
-    assert c.model.to_dict() == config_schema.defaults(model_config.TransformerConfig)
+    derived = dict.fromkeys(model_config.DERIVED, 0)  # filled from the data: train_config.resolve
+    assert c.model.to_dict() == {
+        **config_schema.defaults(model_config.TransformerConfig),
+        **derived,
+    }
     assert c.optimizer.to_dict() == config_schema.defaults(train_config.OptimizerFields)
     assert c.schedule.to_dict() == config_schema.defaults(train_config.ScheduleFields)
     assert c.decode.to_dict() == config_schema.defaults(train_config.DecodeFields)

@@ -239,7 +239,6 @@ def test_bad_data_options(corpus, overrides, arch, match, tmp_path):
 
 
 def _train_config(corpus, dataset="local_parallel", arch="encdec", **data_overrides):
-    sys.path.insert(0, ROOT)
     from configs import base
 
     c = base.get_config()
@@ -279,6 +278,23 @@ def test_model_vocab_smaller_than_tokenizer_is_an_error(corpus):
     with pytest.raises(ValueError, match=r"model\.vocab_size=100 is smaller than data\.vocab_size"):
         train.run(c)
     assert not (corpus / "never_created").exists()  # rejected before anything is prepared
+
+
+def test_model_vocabulary_and_length_derived_from_the_data(corpus, tmp_path):
+    """model.vocab_size=0 takes the tokenizer's size (a char tokenizer's is known only once
+    it is built) and model.max_len=0 takes data.max_len; the saved run holds both values."""
+    from deepnet_jax import run_loading
+
+    c = _train_config(corpus, "local_text", "decoder", tokenizer="char", vocab_size=200)
+    c.model.vocab_size = c.model.max_len = 0
+    c.total_steps, c.log_every, c.checkpoint_every = 2, 1, 2
+    train.run(c, str(tmp_path))
+    saved = run_loading.load_run(str(tmp_path))
+    pieces = saved.tokenizer.vocab_size
+    assert pieces < 200  # the toy corpus has fewer characters than the bound
+    assert saved.config.model.vocab_size == pieces
+    assert saved.config.model.max_len == c.data.max_len
+    assert saved.params["embed_tokens"]["embedding"].shape[0] == pieces
 
 
 def test_train_cli_prepares_a_missing_corpus(corpus, tmp_path):

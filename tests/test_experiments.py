@@ -12,8 +12,14 @@ import numpy as np
 import pytest
 from test_data_pipeline import _write_corpus
 
-from deepnet_jax.data import pipeline
-from deepnet_jax.experiments import common, depth_sweep, lr_tolerance, model_update
+from deepnet_jax.data import pipeline, synthetic
+from deepnet_jax.experiments import (
+    common,
+    depth_sweep,
+    lr_tolerance,
+    model_update,
+    thousand_layers,
+)
 from deepnet_jax.tokens import EOS_ID
 
 
@@ -134,10 +140,13 @@ def test_unigram_entropy_of_the_validation_targets(tmp_path):
     assert got == pytest.approx(float(-(p * np.log(p)).sum()), rel=1e-6)
 
 
-def test_bad_setting(capsys):
-    with pytest.raises(SystemExit):
+def test_bad_setting_or_flag_is_one_error_line():
+    with pytest.raises(
+        SystemExit, match=r"^error: --setting='fast'; allowed values are smoke, quick"
+    ):
         model_update.main(["--setting=fast"])
-    assert "argument --setting: invalid choice: 'fast'" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match=r"^error: Unknown command line flag 'outdir'"):
+        model_update.main(["--outdir=/tmp/x"])
     with pytest.raises(ValueError, match=r"--setting='fast'; allowed values are"):
         common.base_config("fast")
 
@@ -158,3 +167,79 @@ def test_runs_share_the_compilation_cache_already_configured(tmp_path):
     assert configured
     common.share_compilations(str(tmp_path / "xla_cache"))
     assert jax.config.jax_compilation_cache_dir == configured
+
+
+def test_thousand_layers_smoke(tmp_path):
+    thousand_layers.main(["--setting=smoke", f"--out={tmp_path}"])
+    payload, table = _outputs(tmp_path, "thousand_layers")
+    runs = payload["runs"]
+    assert [(r["scheme"], r["layers"]) for r in runs] == [("deepnorm", 2), ("post_ln", 2)]
+    steps = thousand_layers.SETTINGS["smoke"]["steps"]
+    for run in runs:
+        assert run["verdict"] in common.VERDICTS and run["cpu_seconds"] > 0
+        assert [d["step"] for d in run["diagnostics"]] == [0, 5, 10]
+        assert all(d["model_update"] > 0 for d in run["diagnostics"][1:])
+        assert "grad_norm/decoder/all_last" in run["diagnostics"][-1]
+        assert [r["step"] for r in run["records"] if r["split"] == "train"] == list(
+            range(2, steps + 1, 2)
+        )
+        assert [r["step"] for r in run["records"] if r["split"] == "eval"] == [5, 10]
+    assert "| deepnorm | 2L-2L | 1.57 / 0.452 |" in table
+    assert "| post_ln | 2L-2L | 1.00 / 1.000 |" in table
+    assert "source-blind predictor: accuracy 0.177" in table
+    # with several depths the figure adds the onset against depth (the onset setting's)
+    deeper = {**runs[0], "layers": 4}
+    chance = payload["settings"]["chance"]
+    (tmp_path / "onset").mkdir()
+    path = thousand_layers._plot([runs[0], deeper], chance, 2.0, str(tmp_path / "onset"))
+    assert os.path.getsize(path) > 2000
+
+
+def test_thousand_layers_blind_chance_by_hand_and_on_the_task():
+    # 2 symbols, lengths 2 and 3: accuracy 4/7, NLL ln 2 (worked out by hand)
+    got = thousand_layers.blind_chance(vocab_size=7, max_len=4)
+    assert got["accuracy"] == pytest.approx(4 / 7) and got["nll"] == pytest.approx(math.log(2))
+    # on the task's own batches: lengths n uniform in 2..11, 11 symbols, so from t = 2 on EOS
+    # (1/(12 - t)) is likelier than any one symbol ((1 - 1/(12 - t))/11): the best blind guess
+    # is a symbol at t = 0, 1 (right 1/11 of the time) and EOS from then on (right once)
+    vocab, max_len = 16, 12
+    rng = np.random.default_rng(0)
+    hits = total = 0.0
+    for _ in range(100):
+        weights = synthetic.batch("encdec", 64, vocab, max_len, rng)["weights"]
+        for n in weights.sum(axis=1) - 1:
+            hits += 2 / (vocab - 5) + 1
+            total += n + 1
+    assert thousand_layers.blind_chance(vocab, max_len)["accuracy"] == pytest.approx(
+        hits / total, abs=0.003
+    )
+
+
+def test_thousand_layers_onset_and_verdict():
+    curve = [(10, 0.1), (20, 0.3), (30, 0.6), (40, 0.95)]
+    assert thousand_layers.first_reaching(curve, 0.5) == 30
+    assert thousand_layers.first_reaching(curve, 0.99) is None
+    entropy = 2.4
+    assert thousand_layers.verdict({"nonfinite_step": 3, "eval_loss": math.nan}, entropy) == (
+        "diverged"
+    )
+    assert thousand_layers.verdict({"nonfinite_step": None, "eval_loss": 1.5}, entropy) == "stuck"
+    assert thousand_layers.verdict({"nonfinite_step": None, "eval_loss": 1.4}, entropy) == (
+        "trained"
+    )
+
+
+def test_thousand_layers_flags_change_the_setting():
+    common.parse_args(["--setting=onset", "--depths=3,4", "--lr=2e-3", "--dropout=0.1"], ["onset"])
+    s = thousand_layers.setting_with_overrides("onset")
+    assert s["runs"] == [("deepnorm", 3), ("deepnorm", 4)]
+    assert (s["lr"], s["warmup"], s["dropout"]) == (2e-3, 50, 0.1)
+    common.parse_args(["--setting=quick", "--depths=7"], ["quick"])
+    assert thousand_layers.setting_with_overrides("quick")["runs"] == [
+        ("deepnorm", 7),
+        ("post_ln", 7),
+    ]
+    common.parse_args(["--setting=quick", "--depths=a"], ["quick"])
+    with pytest.raises(ValueError, match=r"^--depths=a: not integers$"):
+        thousand_layers.setting_with_overrides("quick")
+    common.parse_args([], ["quick"])  # the defaults again for later tests

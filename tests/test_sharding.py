@@ -14,6 +14,7 @@ from conftest import xla_flags
 
 from deepnet_jax import distributed, sharding
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # for `configs`
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sharding_worker.py")
 
 
@@ -22,6 +23,7 @@ def _env(devices: int) -> dict[str, str]:
         **os.environ,
         "JAX_PLATFORMS": "cpu",
         "XLA_FLAGS": xla_flags(devices),
+        "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
     }
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import init_params, tiny_config
 
-from deepnet_jax import evaluation, models, source_sensitivity, train_progress, train_steps
+from deepnet_jax import models, scoring, source_sensitivity, train_progress, train_steps
 
 
 def test_every_row_with_targets_gets_another_rows_source():
@@ -79,5 +79,5 @@ def test_the_warning_names_the_symptom_only_after_the_warm_up():
     ("hypotheses", "fraction"), [(["a b", "a b", "c"], 2 / 3), (["x"] * 4, 0.25), (["p", "q"], 1)]
 )
 def test_distinct_hypotheses(hypotheses, fraction):
-    scores = evaluation.corpus_scores(hypotheses, ["a b c"] * len(hypotheses))
+    scores = scoring.corpus_scores(hypotheses, ["a b c"] * len(hypotheses))
     assert scores["distinct_hypotheses"] == pytest.approx(fraction)

@@ -3,7 +3,6 @@
 import importlib
 import math
 import os
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -12,10 +11,9 @@ import numpy as np
 import optax
 import pytest
 
-from deepnet_jax import losses, models, optimizers, train, train_steps
+from deepnet_jax import losses, models, optimizers, train, train_config, train_steps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 CONFIGS = sorted(
     f[:-3] for f in os.listdir(os.path.join(ROOT, "configs")) if f.endswith(".py") and f[0] != "_"
 )
@@ -23,6 +21,20 @@ CONFIGS = sorted(
 
 def _load(name):
     return importlib.import_module(f"configs.{name}").get_config()
+
+
+def test_resolve_fills_only_the_derived_fields_left_at_zero():
+    c = _load("base")
+    c.data.vocab_size, c.data.max_len = 300, 48
+    r = train_config.resolve(c)
+    assert (r.model.vocab_size, r.model.max_len) == (300, 48)
+    assert train_config.resolve(c, tokenizer_size=271).model.vocab_size == 271
+    assert c.model.vocab_size == c.model.max_len == 0  # the given config is left as it was
+    c.model.vocab_size, c.model.max_len = 384, 64  # set explicitly: kept
+    r = train_config.resolve(c, tokenizer_size=271)
+    assert (r.model.vocab_size, r.model.max_len) == (384, 64)
+    with pytest.raises(ValueError, match=r"model\.vocab_size=0 stands for the data's value"):
+        models.build(_load("base").model)
 
 
 def test_every_config_is_shipped():
@@ -37,6 +49,7 @@ def test_config_validates_and_builds_its_model_abstractly(name):
     if c.data.dataset == "local_parallel" and not c.data.source_dir:
         c.data.source_dir = "/path/to/iwslt14"  # the one field the user must give
     train.validate(c)
+    c = train_config.resolve(c)
     assert c.model.vocab_size >= c.data.vocab_size
     assert c.data.max_len <= c.model.max_len
     model = models.build(c.model)
@@ -128,7 +141,6 @@ def test_optimizer_with_learning_rate_argument_equals_optax_adamw_on_the_schedul
 def test_runs_differing_only_in_learning_rate_or_schedule_lower_the_same_train_step():
     """The learning rate is the step's argument, so an lr sweep compiles one train step (and a
     persistent compilation cache serves every run after the first)."""
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
     from conftest import tiny_config
 
     def lowered_text(learning_rate, schedule):
@@ -207,7 +219,6 @@ def test_gradient_accumulation_equals_one_large_batch():
     zero state are ≈ lr·g/(|g| + ε), which turns that rounding into differences of order lr
     wherever |g| ≈ ε, so they are not compared element-wise.
     """
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
     from conftest import init_params, tiny_config
 
     def config(k):

@@ -8,11 +8,10 @@ import sys
 import pytest
 from conftest import arch_scheme_params
 
+from configs import base as base_config
 from deepnet_jax import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-from configs import base as base_config  # noqa: E402
 
 
 def small_config(arch: str, scheme: str, steps: int = 40):

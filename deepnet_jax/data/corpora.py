@@ -165,35 +165,35 @@ def shakespeare_markdown_to_text(md: str) -> str:
        (``""`` for a play without text).
     """
     paragraphs: list[list[str]] = []
-    current: list[str] = []
-
-    def flush() -> None:
-        nonlocal current
-        if current:
-            paragraphs.append(current)
-        current = []
-
+    current: list[str] = []  # the paragraph being read; _flush moves it into paragraphs
     for raw in md.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
         line = raw.rstrip()
         if heading := _HEADING.match(line):
-            flush()
+            _flush(paragraphs, current)
             title = _ESCAPE.sub(r"\1", _EMPHASIS.sub("", heading.group(1))).strip()
             if title:
                 paragraphs.append([title])
             continue
         if speaker := _SPEAKER.match(line):
-            flush()
+            _flush(paragraphs, current)
             current.append(_ESCAPE.sub(r"\1", speaker.group(1)).strip() + ":")
             continue
         line = _ESCAPE.sub(r"\1", _EMPHASIS.sub("", line)).strip()
         if line:
             current.append(line)
         else:
-            flush()
-    flush()
+            _flush(paragraphs, current)
+    _flush(paragraphs, current)
     if not paragraphs:
         return ""
     return "\n\n".join("\n".join(p) for p in paragraphs) + "\n"
+
+
+def _flush(paragraphs: list[list[str]], current: list[str]) -> None:
+    """End the paragraph being read: a non-empty ``current`` is appended, then emptied."""
+    if current:
+        paragraphs.append(list(current))
+    current.clear()
 
 
 def split_paragraphs(text: str) -> list[str]:

@@ -22,12 +22,11 @@ from collections.abc import Sequence
 
 from absl import app, flags
 
-from deepnet_jax import log_setup
+from deepnet_jax import cli_flags, log_setup
 from deepnet_jax.data import pipeline, registry, sources
 from deepnet_jax.data.fetch import DataPreparationError
 
 _DATASET = flags.DEFINE_string("dataset", None, f"One of: {', '.join(registry.CORPORA)}.")
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "tfds data_dir the dataset is written to.")
 _SOURCE_DIR = flags.DEFINE_string(
     "source_dir", None, "local_parallel / local_text: folder with train/valid/test files."
 )
@@ -77,7 +76,7 @@ def main(argv: Sequence[str]) -> None:
         with contextlib.redirect_stdout(sys.stderr):
             builder = sources.prepare(
                 _DATASET.value,
-                _DATA_DIR.value,
+                cli_flags.DATA_DIR.value,
                 source_dir=_SOURCE_DIR.value,
                 src_ext=_SRC_EXT.value,
                 tgt_ext=_TGT_EXT.value,
@@ -99,7 +98,7 @@ def _tokenizer_options() -> pipeline.DataOptions:
     """The data options that key the tokenizer cache (checked before anything is prepared)."""
     options = pipeline.DataOptions(
         dataset=_DATASET.value,
-        data_dir=_DATA_DIR.value,
+        data_dir=cli_flags.DATA_DIR.value,
         source_dir=_SOURCE_DIR.value or "",
         src_ext=_SRC_EXT.value,
         tgt_ext=_TGT_EXT.value,

@@ -104,6 +104,8 @@ class SyntheticData:
     batches do not depend on the process count.
     """
 
+    tokenizer_size = None  # no tokenizer: the vocabulary is model.vocab_size (data.vocab_size)
+
     def __init__(self, config: ml_collections.ConfigDict):
         self._arch = config.model.arch
         self._batch_size = config.data.batch_size

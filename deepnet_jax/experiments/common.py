@@ -24,12 +24,13 @@ so that an experiment runs end to end in under a minute (the CI check of the cod
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import importlib.util
 import json
 import math
 import os
 import shutil
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -37,10 +38,12 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
+from absl import flags
 
-from deepnet_jax import metrics, train, train_config, train_data
+from deepnet_jax import cli_flags, log_setup, metrics, train, train_config, train_data
 
 SETTINGS = ("smoke", "quick", "full")
+_SETTING = flags.DEFINE_string("setting", "quick", "smoke (seconds, for CI), quick or full")
 SCHEMES = ("post_ln", "pre_ln", "deepnorm", "subln")
 PAPER_LR = 5e-4  # DeepNet Table 4 (IWSLT-14 De-En)
 PAPER_WARMUP = 4000  # warm-up updates, from 1e-7 (DeepNet Table 4)
@@ -309,26 +312,40 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parser(description: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=description)
-    p.add_argument("--setting", default="quick", choices=SETTINGS, help="smoke, quick or full")
-    p.add_argument("--out", default="", help="output folder (default /tmp/deepnet_experiments)")
-    p.add_argument("--data_dir", default="", help="prepared corpora (default: data.data_dir)")
-    p.add_argument(
-        "-v",
-        "--verbosity",
-        type=int,
-        default=None,
-        help="library log lines at this absl level too (0: INFO, 1: DEBUG; default: warnings)",
+@dataclasses.dataclass(frozen=True)
+class Args:
+    """An experiment's command line: ``--setting``, ``--out``, ``--data_dir`` and absl's
+    ``-v``/``--verbosity`` (None: library log lines hidden)."""
+
+    setting: str
+    out: str
+    data_dir: str
+    verbosity: int | None
+
+
+def parse_args(argv: Sequence[str], settings: Sequence[str] = SETTINGS) -> Args:
+    """Parse an experiment's flags (absl, defined at this module's import) from ``argv`` (the
+    arguments after the program name); a bad flag or setting exits with one ``error:`` line."""
+    flags.FLAGS.unparse_flags()
+    try:
+        flags.FLAGS(["experiment", *argv])
+    except flags.Error as e:
+        sys.exit("error: " + " ".join(str(e).split()))
+    if _SETTING.value not in settings:
+        sys.exit(f"error: --setting={_SETTING.value!r}; allowed values are {', '.join(settings)}")
+    return Args(
+        _SETTING.value,
+        cli_flags.OUT.value or "",
+        cli_flags.DATA_DIR.value or "",
+        log_setup.requested_verbosity(),
     )
-    return p
 
 
-def output_dir(args: argparse.Namespace, name: str) -> str:
+def output_dir(args: Args, name: str) -> str:
     return args.out or os.path.join("/tmp/deepnet_experiments", name)
 
 
-def configure_data(c: ml_collections.ConfigDict, args: argparse.Namespace) -> None:
+def configure_data(c: ml_collections.ConfigDict, args: Args) -> None:
     if args.data_dir:
         c.data.data_dir = args.data_dir
 

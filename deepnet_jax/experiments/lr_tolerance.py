@@ -55,7 +55,7 @@ SETTINGS = {
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = common.parser(__doc__.splitlines()[0]).parse_args(argv)
+    args = common.parse_args(sys.argv[1:] if argv is None else argv)
     log_setup.configure(args.verbosity)
     common.compile_fast_for_smoke(args.setting)
     base = common.base_config(args.setting)

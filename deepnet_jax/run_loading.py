@@ -27,7 +27,6 @@ import flax.linen as nn
 import jax
 import ml_collections
 import numpy as np
-from absl import flags
 
 from deepnet_jax import checkpoint, decoding, model_inputs, models, sharding
 from deepnet_jax.data.tokenizer import Tokenizer
@@ -85,46 +84,6 @@ def positive(flag: str, value: int | None, default: int) -> int:
 def tokenizer_path(workdir: str) -> str:
     """Where a run keeps the SentencePiece model it trained with."""
     return os.path.join(workdir, TOKENIZER_FILE)
-
-
-def define_run_flags() -> dict[str, flags.FlagHolder]:
-    """The flags that pick a run's parameters (``--workdir``, ``--checkpoint``,
-    ``--average_last``); defined by a CLI's ``__main__`` only, so modules stay importable."""
-    return {
-        "workdir": flags.DEFINE_string(
-            "workdir", None, "The training run's workdir.", required=True
-        ),
-        "checkpoint": flags.DEFINE_string(
-            "checkpoint", "latest", "Parameters to use: 'latest', 'best' or a checkpoint step."
-        ),
-        "average_last": flags.DEFINE_integer(
-            "average_last", 1, "Average this many newest checkpoints (up to --checkpoint)."
-        ),
-    }
-
-
-def define_search_flags() -> dict[str, flags.FlagHolder]:
-    """Beam-search overrides of the run's ``decode`` config."""
-    return {
-        "beam_size": flags.DEFINE_integer(
-            "beam_size", None, "Beam size (default: the run's decode.beam_size; 1: greedy)."
-        ),
-        "length_penalty": flags.DEFINE_float(
-            "length_penalty", None, "α of the length penalty (default: the run's)."
-        ),
-        "batch_size": flags.DEFINE_integer(
-            "batch_size", None, "Sentences per decoding batch (default: the run's)."
-        ),
-    }
-
-
-def load_from_flags(values: dict[str, flags.FlagHolder]) -> LoadedRun:
-    """:func:`load_run` with ``--workdir``, ``--checkpoint`` and ``--average_last``."""
-    return load_run(
-        values["workdir"].value,
-        parse_checkpoint(values["checkpoint"].value),
-        values["average_last"].value,
-    )
 
 
 def parse_checkpoint(value: str) -> str | int:

@@ -1,0 +1,411 @@
+"""DeepNet's 1,000-layer claim at the papers' tiny width: a 500L-500L encoder-decoder.
+
+DeepNorm and, with identical settings, Post-LN train the DeepNet paper's tiny 64-128-2
+encoder-decoder (d_model 64, FFN 128, 2 heads; its Figure 5) with 500 encoder and 500 decoder
+layers on the synthetic sequence-reversal task (``data.dataset="synthetic_reversal"``: a random
+sequence of 2–11 tokens drawn from 11 content symbols, the target is the sequence reversed then
+EOS). Every run records its training loss and token accuracy every ``log_every`` updates, the
+validation NLL and accuracy every ``eval_every`` updates, the model update ΔF (DeepNet's
+Figure 5: ``deepnet_jax.diagnostics``, the decoder's output on the first validation batch
+against θ₀) every ``every`` updates, the update at which the loss or a gradient became
+non-finite (``nan_policy="halt"``), its wall and CPU time and its time per update.
+
+Why the synthetic task and not the translation corpus: at this width and depth an update costs
+the same few seconds whatever the batch (2 CPU cores spend it on the 1,000 layers' small
+operations, not on arithmetic), so the budget is a few hundred updates per model, and in
+that many updates the tiny corpus models barely leave the unigram level (``model_update``:
+none 0.25 nats below it after 100 updates; ``depth_sweep``'s tiny form: at most 0.55 below
+after 200), short of the 1-nat bar. The reversal task is learned in that many updates, and
+its chance level is exact: :func:`blind_chance` is the accuracy and NLL of the best predictor
+that does not read the source (it knows the target prefix and the length distribution, not
+the sequence).
+
+**Verdict** of a run: ``diverged`` (a non-finite loss or gradient), ``trained`` (final
+validation NLL at least ``MARGIN_NATS`` = 1 nat below the unigram entropy of the validation
+targets), otherwise ``stuck``. **Onset**: the first logged update whose training accuracy over
+the log interval is at least the blind chance accuracy + ``ONSET_MARGIN``; also the updates to
+reach 50% and 90% accuracy.
+
+Settings (peak learning rate 1e-3 after a 50-update warm-up, dropout 0; smoke: 3e-3, 4):
+
+=========  ====================  ====================  =======  ==================================
+setting    depths (N L-N L)      schemes               updates  cost on 2 CPU cores (measured)
+=========  ====================  ====================  =======  ==================================
+smoke      2                     deepnorm, post_ln     10       < 1 min (16-32-2, CI)
+onset      6, 18, 50, 100, 200   deepnorm              300      16 min (792 s CPU), machine shared
+quick      500                   deepnorm, post_ln     300      49 min (2,110 s CPU), machine shared
+=========  ====================  ====================  =======  ==================================
+
+``--depths=6,50``, ``--lr``, ``--warmup``, ``--updates`` and ``--dropout`` change a setting's
+depths (every scheme of the setting at each), peak learning rate, warm-up, updates and dropout
+(use another ``--out``: a results file made with other settings is started afresh).
+
+Run: ``python -m deepnet_jax.experiments.thousand_layers --setting=quick --out=DIR``; writes
+``thousand_layers.json`` (every run's settings, curves, ΔF and results),
+``thousand_layers.png`` (training accuracy, NLL and ΔF against updates; for ``onset`` also the
+onset against depth) and ``thousand_layers.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from typing import Any
+
+import ml_collections
+from absl import flags
+
+from deepnet_jax import constants, log_setup, metrics
+from deepnet_jax.experiments import common
+from deepnet_jax.tokens import FIRST_CONTENT_ID
+
+NAME = "thousand_layers"
+MARGIN_NATS = 1.0  # "trained": final validation NLL this far below the unigram entropy
+ONSET_MARGIN = 0.1  # "left chance": training accuracy this far above the blind chance accuracy
+LEVELS = (0.5, 0.9)  # accuracies whose first update is also reported
+# the task and optimizer every non-smoke run shares (fixed by the exploration reported in
+# docs/reproduction.md before the quick run)
+TASK = {"vocab_size": 16, "max_len": 12, "batch_size": 32, "dropout": 0.0}
+SETTINGS: dict[str, dict[str, Any]] = {
+    "smoke": {
+        "runs": [("deepnorm", 2), ("post_ln", 2)],
+        "lr": 3e-3,
+        "warmup": 4,
+        "steps": 10,
+        "log_every": 2,
+        "eval_every": 5,
+        "every": 5,
+    },
+    "onset": {
+        "runs": [("deepnorm", n) for n in (6, 18, 50, 100, 200)],
+        "lr": 1e-3,
+        "warmup": 50,
+        "steps": 300,
+        "log_every": 10,
+        "eval_every": 100,
+        "every": 50,
+    },
+    "quick": {
+        "runs": [("deepnorm", 500), ("post_ln", 500)],
+        "lr": 1e-3,
+        "warmup": 50,
+        "steps": 300,
+        "log_every": 10,
+        "eval_every": 100,
+        "every": 25,
+    },
+}
+
+
+_DEPTHS = flags.DEFINE_list("depths", None, "layers per side instead of the setting's depths")
+_LR = flags.DEFINE_float("lr", None, "peak learning rate instead of the setting's")
+_WARMUP = flags.DEFINE_integer("warmup", None, "warm-up updates instead of the setting's")
+_UPDATES = flags.DEFINE_integer("updates", None, "updates per run instead of the setting's")
+_DROPOUT = flags.DEFINE_float("dropout", None, f"dropout instead of {TASK['dropout']}")
+
+
+def setting_with_overrides(setting: str) -> dict[str, Any]:
+    """``SETTINGS[setting]`` with what ``--depths``, ``--lr``, ``--warmup``, ``--updates`` and
+    ``--dropout`` change (each scheme of the setting runs at every ``--depths`` depth)."""
+    s = {**SETTINGS[setting], "dropout": TASK["dropout"]}
+    if _DEPTHS.value:
+        try:
+            depths = [int(n) for n in _DEPTHS.value]
+        except ValueError:
+            raise ValueError(f"--depths={','.join(_DEPTHS.value)}: not integers") from None
+        schemes = list(dict.fromkeys(scheme for scheme, _ in s["runs"]))
+        s["runs"] = [(scheme, n) for n in depths for scheme in schemes]
+    for name, flag in (("lr", _LR), ("warmup", _WARMUP), ("steps", _UPDATES)):
+        if flag.value is not None:
+            s[name] = flag.value
+    if _DROPOUT.value is not None:
+        s["dropout"] = _DROPOUT.value
+    return s
+
+
+def base_config(setting: str) -> ml_collections.ConfigDict:
+    """``common.base_config`` (the tiny model, the paper's Adam recipe, no gradient clipping,
+    halt on a non-finite step) on the reversal task of ``TASK`` (smoke: common's 16-32-2 smoke
+    model and task), with ``TASK``'s dropout (none: the task's data never repeats). The
+    scanned layers keep nothing for the backward pass but each layer's input
+    (``remat_policy="full"``: 500 layers × B×T×64 floats)."""
+    if setting not in SETTINGS:
+        raise ValueError(f"--setting={setting!r}; allowed values are {tuple(SETTINGS)}")
+    c = common.base_config("smoke" if setting == "smoke" else "quick")
+    s = SETTINGS[setting]
+    if setting != "smoke":
+        c.data.dataset = "synthetic_reversal"
+        c.model.vocab_size = TASK["vocab_size"]
+        c.model.max_len = TASK["max_len"]
+        c.data.max_len, c.data.batch_size = TASK["max_len"], TASK["batch_size"]
+        c.data.max_tokens, c.data.bucket_boundaries = 0, ()
+        c.eval_batches = 4
+        c.peak_flops = 1e12  # no fp32 matmul measurement for the MFU estimate
+    c.model.dropout = TASK["dropout"]
+    c.log_every = s["log_every"]
+    c.eval_every = s["eval_every"]
+    c.diagnostics.every = s["every"]
+    return c
+
+
+def make_config(base: ml_collections.ConfigDict, key: dict[str, Any]) -> ml_collections.ConfigDict:
+    """``base`` for one run: ``key["scheme"]`` with ``key["layers"]`` encoder and decoder
+    layers, peak learning rate ``key["lr"]`` after ``key["warmup"]`` updates (inverse square
+    root), ``key["steps"]`` updates, dropout ``key["dropout"]``."""
+    c = common.with_run(base, key["scheme"], key["layers"], key["lr"], key["warmup"], key["steps"])
+    c.model.dropout = key["dropout"]
+    return c
+
+
+def blind_chance(vocab_size: int, max_len: int, min_len: int = 2) -> dict[str, float]:
+    """Token accuracy and NLL (nats) of the best predictor of the encoder-decoder reversal
+    task's targets that does not read the source. The content length n is uniform in
+    [``min_len``, ``max_len`` − 1] and the tokens uniform over the K content symbols, so at
+    target position t (t content tokens seen) EOS has probability P(n = t | n ≥ t) and each
+    symbol (1 − that) / K. The accuracy is per target token (EOS included), as the trainer's."""
+    symbols = vocab_size - FIRST_CONTENT_ID
+    lengths = range(min_len, max_len)
+    if symbols < 1 or not lengths:
+        raise ValueError(f"vocab_size={vocab_size}, max_len={max_len}: no reversal task")
+    correct = nll = tokens = 0.0
+    for n in lengths:
+        for t in range(n + 1):
+            p_eos = (1.0 if t >= min_len else 0.0) / sum(1 for m in lengths if m >= t)
+            p_symbol = (1.0 - p_eos) / symbols
+            says_eos = p_eos >= p_symbol
+            if t == n:
+                correct += float(says_eos)
+                nll -= math.log(p_eos)
+            else:
+                correct += 0.0 if says_eos else 1.0 / symbols
+                nll -= math.log(p_symbol)
+            tokens += 1
+    return {"accuracy": correct / tokens, "nll": nll / tokens}
+
+
+def first_reaching(curve: list[tuple[int, float]], level: float) -> int | None:
+    """The first update of ``curve`` ((update, accuracy) pairs in order) whose accuracy is at
+    least ``level``; None if none is."""
+    return next((step for step, acc in curve if acc >= level), None)
+
+
+def verdict(run: dict[str, Any], entropy: float) -> str:
+    """``diverged``, ``trained`` or ``stuck`` (see the module docstring)."""
+    if run.get("nonfinite_step") is not None:
+        return "diverged"
+    return "trained" if run["eval_loss"] <= entropy - MARGIN_NATS else "stuck"
+
+
+def summarize(run: dict[str, Any], chance: dict[str, float]) -> dict[str, Any]:
+    """What the table shows of a run: its curves from the metrics records, the onset and the
+    updates to each of ``LEVELS``, ΔF at its last and largest, the median time per update."""
+    train = [r for r in run["records"] if r["split"] == "train"]
+    curve = [(r["step"], r["accuracy"]) for r in train]
+    times = sorted(r["step_time_s"] for r in train[1:]) or [math.nan]
+    delta = [(r["step"], r["model_update"]) for r in run["diagnostics"]]
+    return {
+        "onset": first_reaching(curve, chance["accuracy"] + ONSET_MARGIN),
+        **{f"to_{level:g}": first_reaching(curve, level) for level in LEVELS},
+        "median_step_s": times[len(times) // 2],
+        "last_delta_f": delta[-1][1] if delta else math.nan,
+        "max_delta_f": max((v for _, v in delta), default=math.nan),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = common.parse_args(sys.argv[1:] if argv is None else argv, tuple(SETTINGS))
+    log_setup.configure(args.verbosity)
+    common.compile_fast_for_smoke(args.setting)
+    s = setting_with_overrides(args.setting)
+    base = base_config(args.setting)
+    out = common.output_dir(args, NAME)
+    chance = blind_chance(base.model.vocab_size, base.data.max_len)
+    entropy = common.unigram_entropy(base)
+    settings = {**s, "task": TASK, "chance": chance, "unigram_entropy": entropy}
+    results = common.Results(out, NAME, args.setting, settings)
+    keys = [
+        {"scheme": scheme, "layers": n, **{k: s[k] for k in ("lr", "warmup", "steps", "dropout")}}
+        for scheme, n in s["runs"]
+    ]
+    runs = _run_all(results, keys, base, os.path.join(out, "runs"))
+    for run in runs:
+        run["verdict"] = verdict(run, entropy)
+    results.save()
+    table = _table(runs, s, chance, entropy)
+    paths = [results.path, common.write_table(out, NAME, table), _plot(runs, chance, entropy, out)]
+    print(table)
+    print("wrote " + ", ".join(paths))
+    return results.payload
+
+
+def _run_all(
+    results: common.Results,
+    keys: list[dict[str, Any]],
+    base: ml_collections.ConfigDict,
+    work_root: str,
+) -> list[dict[str, Any]]:
+    """Train every key not in ``results`` yet (``common.train_once``), keeping its metrics
+    records (train, eval and ΔF curves) and its CPU time; returns every key's run."""
+    common.share_compilations(os.path.join(work_root, "xla_cache"))
+    runs = []
+    for i, key in enumerate(keys):
+        run = results.find(key)
+        if run is None:
+            summary = ", ".join(f"{k}={v}" for k, v in key.items())
+            print(f"== run {i + 1}/{len(keys)}: {summary}", flush=True)
+            workdir = os.path.join(work_root, str(i))
+            cpu = time.process_time()
+            result = common.train_once(make_config(base, key), workdir)
+            result["cpu_seconds"] = time.process_time() - cpu
+            result["records"] = [
+                _slim(r) for r in metrics_records(workdir) if r["split"] in ("train", "eval")
+            ]
+            result["diagnostics"] = [_slim(r) for r in result["diagnostics"]]
+            run = results.add(key, result)
+        runs.append(run)
+    return runs
+
+
+def metrics_records(workdir: str) -> list[dict[str, Any]]:
+    """The run's ``metrics.jsonl`` records (none if it wrote none)."""
+    path = os.path.join(workdir, "metrics.jsonl")
+    return metrics.read(workdir) if os.path.exists(path) else []
+
+
+def _slim(record: dict[str, Any]) -> dict[str, Any]:
+    """A metrics record without its per-layer vectors, except each side's whole-layer gradient
+    norm at the first and the last layer (``grad/<side>/all``)."""
+    out = {k: v for k, v in record.items() if not isinstance(v, list)}
+    for key, value in record.items():
+        if isinstance(value, list) and key.endswith("/all") and value:
+            out[key + "_first"], out[key + "_last"] = value[0], value[-1]
+    return out
+
+
+def _table(
+    runs: list[dict[str, Any]], s: dict[str, Any], chance: dict[str, float], entropy: float
+) -> str:
+    """A row per run: the constants, verdict, final validation NLL and accuracy, onset,
+    ΔF, non-finite update, and the time per update, wall and CPU time."""
+    header = [
+        "scheme",
+        "depth",
+        "α / β (decoder)",
+        "run",
+        "validation NLL",
+        "validation accuracy",
+        "last train accuracy",
+        f"left chance (acc ≥ {chance['accuracy'] + ONSET_MARGIN:.3f})",
+        *(f"acc ≥ {level:g}" for level in LEVELS),
+        "ΔF last / max",
+        "non-finite at",
+        "s/update (median)",
+        "wall / CPU s",
+    ]
+    rows = []
+    for run in runs:
+        summary = summarize(run, chance)
+        train = [r for r in run["records"] if r["split"] == "train"]
+        alpha, beta = _decoder_constants(run["scheme"], run["layers"])
+        rows.append(
+            [
+                run["scheme"],
+                f"{run['layers']}L-{run['layers']}L",
+                f"{alpha:.2f} / {beta:.3f}",
+                run["verdict"],
+                run["eval_loss"],
+                run["eval_accuracy"],
+                train[-1]["accuracy"] if train else math.nan,
+                _step(summary["onset"]),
+                *(_step(summary[f"to_{level:g}"]) for level in LEVELS),
+                f"{summary['last_delta_f']:.3g} / {summary['max_delta_f']:.3g}",
+                _step(run.get("nonfinite_step")),
+                summary["median_step_s"],
+                f"{run['seconds']:.0f} / {run.get('cpu_seconds', math.nan):.0f}",
+            ]
+        )
+    note = (
+        f"{s['steps']} updates at peak learning rate {s['lr']:g} after a {s['warmup']}-update "
+        f"warm-up (inverse square root), dropout {s['dropout']:g}; unigram entropy of the "
+        f"validation targets {entropy:.3f} nats (trained: validation NLL "
+        f"≤ {entropy - MARGIN_NATS:.3f}); the best source-blind predictor: accuracy "
+        f"{chance['accuracy']:.3f}, NLL {chance['nll']:.3f}. Updates to an accuracy are the "
+        f"first log interval (every {s['log_every']}) whose training accuracy reaches it "
+        "('—': never)."
+    )
+    return note + "\n\n" + common.markdown_table(header, rows)
+
+
+def _step(value: int | None) -> str:
+    return "—" if value is None else str(value)
+
+
+def _decoder_constants(scheme: str, layers: int) -> tuple[float, float]:
+    """The decoder's (α, β): DeepNorm's for ``layers`` per side, 1 and 1 for Post-LN."""
+    if scheme != "deepnorm":
+        return 1.0, 1.0
+    d = constants.deepnorm("encdec", layers, layers)["decoder"]
+    return d["alpha"], d["beta"]
+
+
+def _plot(runs: list[dict[str, Any]], chance: dict[str, float], entropy: float, out: str) -> str:
+    """Training accuracy, NLL (training per log interval, validation as dots) and ΔF against
+    updates, a curve per run; with several depths also the onset against depth."""
+    plt = common.pyplot()
+    depths = sorted({r["layers"] for r in runs if r["scheme"] == "deepnorm"})
+    panels = 4 if len(depths) > 1 else 3
+    fig, axes = plt.subplots(1, panels, figsize=(4.0 * panels, 3.3))
+    for run in runs:
+        label = f"{run['scheme']} {run['layers']}L-{run['layers']}L"
+        train = [r for r in run["records"] if r["split"] == "train"]
+        evals = [r for r in run["records"] if r["split"] == "eval"]
+        (line,) = axes[0].plot(
+            [r["step"] for r in train], [r["accuracy"] for r in train], label=label
+        )
+        axes[1].plot([r["step"] for r in train], [r["nll"] for r in train], color=line.get_color())
+        axes[1].plot(
+            [r["step"] for r in evals], [r["loss"] for r in evals], "o", color=line.get_color()
+        )
+        delta = [(d["step"], d["model_update"]) for d in run["diagnostics"] if d["step"] > 0]
+        if delta:
+            axes[2].plot(*zip(*delta, strict=True), marker=".", color=line.get_color())
+        if run.get("nonfinite_step") is not None:
+            axes[0].axvline(run["nonfinite_step"], color=line.get_color(), linestyle="--")
+    axes[0].axhline(chance["accuracy"], color="gray", linestyle=":", label="source-blind best")
+    axes[1].axhline(entropy, color="gray", linestyle=":", label="unigram entropy")
+    axes[1].axhline(chance["nll"], color="gray", linestyle="-.", label="source-blind best")
+    axes[1].axhline(entropy - MARGIN_NATS, color="gray", linestyle="--", label="trained below")
+    ylabels = ("training accuracy", "NLL (line: train, dots: validation)", "model update ΔF")
+    for ax, ylabel in zip(axes[:3], ylabels, strict=True):
+        ax.set_xlabel("updates")
+        ax.set_ylabel(ylabel)
+    axes[2].set_yscale("log")
+    axes[0].legend(fontsize=7)
+    axes[1].legend(fontsize=7)
+    if panels == 4:
+        _plot_onset(axes[3], [r for r in runs if r["scheme"] == "deepnorm"], chance)
+    return common.save_figure(fig, out, NAME)
+
+
+def _plot_onset(ax: Any, runs: list[dict[str, Any]], chance: dict[str, float]) -> None:
+    """Updates to leave chance and to each of ``LEVELS`` against depth (log-log)."""
+    runs = sorted(runs, key=lambda r: r["layers"])
+    summaries = [summarize(r, chance) for r in runs]
+    for key, label in [("onset", "left chance")] + [(f"to_{v:g}", f"acc ≥ {v:g}") for v in LEVELS]:
+        points = [(r["layers"], s[key]) for r, s in zip(runs, summaries, strict=True) if s[key]]
+        if points:
+            ax.plot(*zip(*points, strict=True), marker="o", label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("layers per side (N in NL-NL)")
+    ax.set_ylabel("updates")
+    if ax.get_lines():
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no run reached a level", ha="center", transform=ax.transAxes)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,1 @@
+"""Interoperability with other implementations' checkpoints (:mod:`.torchscale`)."""

@@ -1,0 +1,247 @@
+"""torchscale model configs ↔ this project's model configs.
+
+:func:`model_config_from_torchscale` reads the attributes of a torchscale 0.3.0
+``EncoderConfig`` / ``DecoderConfig`` / ``EncoderDecoderConfig`` (``vars(config)``, or the
+keyword arguments one would pass it) or a fairseq ``args`` namespace of torchscale's fairseq
+models (``vars(args)``). A key that is absent reads torchscale's default, resolved as the config
+constructors resolve it (``deepnorm`` turns post-norm and Sub-LN off, ``subln`` turns pre-norm
+on). The conventions bridged (see README, "Bringing a torchscale model"):
+
+* the residual scheme comes from ``deepnorm``, ``subln`` and ``*_normalize_before``;
+* ``no_scale_embedding`` (torchscale's default True) is ``model.scale_embedding=False``;
+* positions start at 2 (fairseq's padding offset): ``model.position_offset=2``; learned
+  positions unless ``*_learned_pos`` (fairseq's keys) say False, then fairseq's sinusoids;
+* torchscale's encoder zeroes the embeddings of padding tokens: ``zero_padding_embeddings``;
+* ``model.init="torchscale"``, so a run started from this config initializes as torchscale.
+
+Options this project cannot represent are refused with one line naming the option.
+:func:`torchscale_args_from_config` is the inverse, for export.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import ml_collections
+
+from deepnet_jax import models
+from deepnet_jax.model_config import ARCHS
+
+POSITION_OFFSET = 2  # torchscale's PositionalEmbedding and fairseq start real positions at 2
+
+# torchscale 0.3.0's config defaults for the keys read here (the same for the three configs)
+DEFAULTS: dict[str, Any] = {
+    "embed_dim": 768,
+    "attention_heads": 12,
+    "ffn_embed_dim": 3072,
+    "layers": 12,
+    "activation_fn": "gelu",
+    "dropout": 0.0,
+    "attention_dropout": 0.0,
+    "activation_dropout": 0.0,
+    "no_scale_embedding": True,
+    "layernorm_eps": 1e-5,
+    "vocab_size": -1,
+    "max_positions": 1024,
+    "normalize_output": True,
+}
+
+# option → (is it set to something this project cannot represent?, what it is)
+UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "multiway": (bool, "multiway (per-modality) experts"),
+    "xpos_rel_pos": (bool, "xPos relative positions"),
+    "moe_freq": (bool, "mixture-of-experts layers"),
+    "use_xmoe": (bool, "X-MoE routing"),
+    "rel_pos_buckets": (bool, "relative position buckets"),
+    "layernorm_embedding": (bool, "a LayerNorm on the embeddings"),
+    "no_output_layer": (bool, "a model without an output projection"),
+    "no_token_positional_embeddings": (bool, "a model without position embeddings"),
+    "decoder_retention_heads": (lambda v: True, "RetNet retention layers"),
+    "activation_fn": (lambda v: v not in ("relu", "gelu"), "activations other than relu, gelu"),
+}
+
+
+def _refuse(key: str, value: Any, what: str) -> ValueError:
+    return ValueError(f"torchscale option {key}={value!r} is not supported: {what}")
+
+
+def _check_supported(args: Mapping[str, Any]) -> None:
+    for key, (is_bad, what) in UNSUPPORTED.items():
+        value = args.get(key)
+        relevant = key != "rel_pos_buckets" or args.get("max_rel_pos")  # built only with both
+        if value is not None and relevant and is_bad(value):
+            raise _refuse(key, value, f"{what} (this project has none)")
+
+
+def arch_of(args: Mapping[str, Any]) -> str:
+    """encoder, decoder or encdec: ``args["arch"]`` when it is one of these, else the sides
+    whose ``*_layers`` the config has."""
+    if args.get("arch") in ARCHS:
+        return args["arch"]
+    has = {side for side in ("encoder", "decoder") if f"{side}_layers" in args}
+    if not has:
+        raise ValueError(
+            "torchscale config has neither encoder_layers nor decoder_layers: cannot tell an "
+            "EncoderConfig from a DecoderConfig (or set arch to one of " + ", ".join(ARCHS) + ")"
+        )
+    return "encdec" if len(has) == 2 else has.pop()
+
+
+def _side_scheme(args: Mapping[str, Any], side: str) -> str:
+    """The scheme torchscale's flags make for one side (refusing combinations no scheme is)."""
+    deepnorm = bool(args.get("deepnorm", False))
+    subln = bool(args.get("subln", not deepnorm))
+    before = bool(args.get(f"{side}_normalize_before", not deepnorm))
+    schemes = {
+        (True, False, False): "deepnorm",
+        (False, True, True): "subln",
+        (False, False, True): "pre_ln",
+        (False, False, False): "post_ln",
+    }
+    if (deepnorm, subln, before) not in schemes:
+        raise ValueError(
+            f"torchscale options deepnorm={deepnorm}, subln={subln}, {side}_normalize_before="
+            f"{before} are no scheme of this project (post_ln: none set; pre_ln: "
+            "normalize_before; deepnorm: deepnorm; subln: subln and normalize_before)"
+        )
+    return schemes[(deepnorm, subln, before)]
+
+
+def _one(args: Mapping[str, Any], sides: list[str], name: str, default_key: str = "") -> Any:
+    """The value of ``<side>_<name>`` shared by every side (refused when the sides differ)."""
+    values = {s: args.get(f"{s}_{name}", DEFAULTS[default_key or name]) for s in sides}
+    if len(set(values.values())) > 1:
+        listed = ", ".join(f"{s}_{name}={v!r}" for s, v in values.items())
+        raise ValueError(f"torchscale options {listed} differ: this project has one value")
+    return values[sides[0]]
+
+
+def _positions(args: Mapping[str, Any], sides: list[str]) -> tuple[str, int]:
+    """(model.positions, model.max_len)."""
+    learned = {bool(args.get(f"{s}_learned_pos", True)) for s in sides}
+    if len(learned) > 1:
+        raise ValueError(
+            "torchscale options encoder_learned_pos and decoder_learned_pos differ: this "
+            "project has one kind of positions"
+        )
+    keys = {"encoder": "max_source_positions", "decoder": "max_target_positions"}
+    lengths = {keys[s]: args.get(keys[s], DEFAULTS["max_positions"]) for s in sides}
+    is_learned = learned.pop()
+    if is_learned and len(set(lengths.values())) > 1:
+        raise ValueError(
+            f"torchscale options {lengths} differ: learned positions here have one table "
+            "size, model.max_len"
+        )
+    return ("learned" if is_learned else "sinusoidal"), max(lengths.values())
+
+
+def _ties(args: Mapping[str, Any], arch: str) -> tuple[bool, bool]:
+    """(model.tie_embeddings, model.share_embeddings)."""
+    if arch == "encoder":
+        return bool(args.get("share_encoder_input_output_embed", False)), False
+    share = arch == "encdec" and bool(args.get("share_all_embeddings", False))
+    return share or bool(args.get("share_decoder_input_output_embed", False)), share
+
+
+def model_config_from_torchscale(args: Mapping[str, Any]) -> ml_collections.ConfigDict:
+    """This project's model config (``models.default_config()`` with every architecture field
+    set, validated) for a torchscale config or fairseq ``args`` given as a mapping.
+
+    ``vocab_size`` must be given (> 0); ``arch`` (encoder, decoder, encdec) may be, else it is
+    the sides that ``encoder_layers``/``decoder_layers`` name. Raises one ``ValueError`` naming
+    the first option this project cannot represent.
+    """
+    args = dict(args)
+    _check_supported(args)
+    arch = arch_of(args)
+    sides = {"encoder": ["encoder"], "decoder": ["decoder"], "encdec": ["encoder", "decoder"]}[arch]
+    schemes = {_side_scheme(args, s) for s in sides}
+    if len(schemes) > 1:
+        raise ValueError(
+            "torchscale options encoder_normalize_before and decoder_normalize_before differ: "
+            "this project has one scheme for both stacks"
+        )
+    if (
+        "encoder" in sides
+        and not args.get("normalize_output", True)
+        and _side_scheme(args, "encoder") in ("pre_ln", "subln")
+    ):
+        raise _refuse("normalize_output", False, "a pre-norm encoder without its final LayerNorm")
+    vocab = args.get("vocab_size", DEFAULTS["vocab_size"])
+    if not isinstance(vocab, int) or vocab <= 0:
+        raise ValueError(f"torchscale option vocab_size={vocab!r}: give the vocabulary size (> 0)")
+    c = models.default_config()
+    c.arch, c.scheme = arch, schemes.pop()
+    c.num_encoder_layers = (
+        args.get("encoder_layers", DEFAULTS["layers"]) if arch != "decoder" else 0
+    )
+    c.num_decoder_layers = (
+        args.get("decoder_layers", DEFAULTS["layers"]) if arch != "encoder" else 0
+    )
+    c.d_model = _one(args, sides, "embed_dim")
+    c.num_heads = _one(args, sides, "attention_heads")
+    c.ffn_dim = _one(args, sides, "ffn_embed_dim")
+    c.vocab_size = vocab
+    c.positions, c.max_len = _positions(args, sides)
+    c.position_offset = POSITION_OFFSET
+    c.tie_embeddings, c.share_embeddings = _ties(args, arch)
+    for name in ("dropout", "attention_dropout", "activation_dropout"):
+        c[name] = float(args.get(name, DEFAULTS[name]) or 0.0)
+    c.activation = args.get("activation_fn", DEFAULTS["activation_fn"])
+    c.layernorm_eps = float(args.get("layernorm_eps", DEFAULTS["layernorm_eps"]))
+    c.scale_embedding = not args.get("no_scale_embedding", DEFAULTS["no_scale_embedding"])
+    c.zero_padding_embeddings = arch != "decoder"
+    c.init = "torchscale"
+    models.validate(c)
+    return c
+
+
+def torchscale_args_from_config(config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """The torchscale config keywords (plus fairseq's ``*_learned_pos``) of a model config:
+    ``EncoderConfig(**args)`` (or Decoder/EncoderDecoder) builds the same model, given
+    torchscale's ``PositionalEmbedding`` (learned) or fairseq's sinusoids. Refuses what torchscale
+    lacks: DLCL, models without biases, sinusoids that do not start at position 2."""
+    c = config
+    models.validate(c)
+    if c.scheme.startswith("dlcl") or not c.use_bias:
+        what = "DLCL" if c.use_bias else "projections without biases (model.use_bias=False)"
+        raise ValueError(f"model.scheme={c.scheme!r}: torchscale has no {what}")
+    if c.positions == "sinusoidal" and c.position_offset != POSITION_OFFSET:
+        raise ValueError(
+            f"model.position_offset={c.position_offset} with sinusoidal positions: torchscale "
+            f"and fairseq sinusoids start at position {POSITION_OFFSET}; train with "
+            f"model.position_offset={POSITION_OFFSET} (or learned positions) to export"
+        )
+    sides = {"encoder": ["encoder"], "decoder": ["decoder"], "encdec": ["encoder", "decoder"]}
+    out: dict[str, Any] = {
+        "activation_fn": c.activation,
+        "dropout": c.dropout,
+        "attention_dropout": c.attention_dropout,
+        "activation_dropout": c.activation_dropout,
+        "no_scale_embedding": not c.scale_embedding,
+        "layernorm_embedding": False,
+        "deepnorm": c.scheme == "deepnorm",
+        "subln": c.scheme == "subln",
+        "layernorm_eps": c.layernorm_eps,
+        "vocab_size": c.vocab_size,
+    }
+    positions = {"encoder": "max_source_positions", "decoder": "max_target_positions"}
+    for side in sides[c.arch]:
+        out |= {
+            f"{side}_embed_dim": c.d_model,
+            f"{side}_attention_heads": c.num_heads,
+            f"{side}_ffn_embed_dim": c.ffn_dim,
+            f"{side}_layers": c.num_encoder_layers if side == "encoder" else c.num_decoder_layers,
+            f"{side}_normalize_before": c.scheme in ("pre_ln", "subln"),
+            f"{side}_learned_pos": c.positions == "learned",
+            positions[side]: c.max_len,
+        }
+    if c.arch == "encoder":
+        out |= {"normalize_output": True, "share_encoder_input_output_embed": c.tie_embeddings}
+    else:
+        out["share_decoder_input_output_embed"] = c.tie_embeddings
+    if c.arch == "encdec":
+        out["normalize_output"] = True
+        out["share_all_embeddings"] = c.share_embeddings and c.tie_embeddings
+    return out

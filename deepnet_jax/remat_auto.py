@@ -1,0 +1,164 @@
+"""``model.remat_policy='auto'``: the least recomputation whose planned peak fits the budget.
+
+Before a model is built, :func:`resolve` (called by ``train.run``; the planner's command line
+calls :func:`choose`) replaces ``auto`` with a concrete ``model.remat_policy`` and
+``model.scan_group_size`` (the nested scan: ``deepnet_jax/stacks.py``): it compiles the run's
+train step for each candidate with the AOT planner (:func:`deepnet_jax.plan.plan`, abstract
+inputs, nothing allocated), cheapest first, and takes the first whose planned peak per device
+fits the budget — ``memory_budget_gb`` when it is set, else the device's own limit
+(``memory_stats()["bytes_limit"]``, reported by GPU and TPU backends; CPU reports none, so
+there the budget is required). It prints one line with the choice and its planned peak, or
+raises one ``ValueError`` naming the smallest peak found and what to change.
+
+Candidates, in order of recomputation in the backward pass (forward passes of every layer
+recomputed; "+" marks a cheaper partial recomputation):
+
+====  ==============  ===================  =================================================
+ #     remat_policy    scan_group_size      recomputed / kept for the backward pass
+====  ==============  ===================  =================================================
+ 1     none            0                    nothing / every layer's internals
+ 2     dots            0                    0+ (non-matmul ops) / every layer's matmul outputs
+ 3     qkv_fc1         0                    0+ (more) / q, k, v and FFN-in per layer
+ 4     full            0                    1 / one residual per layer
+ 5     dots            -1 (k ≈ √L)          1+ / a residual per group + one group's matmuls
+ 6     full            -1 (k ≈ √L)          2 / about 2√L residuals
+====  ==============  ===================  =================================================
+
+A stack that is not scanned (``model.scan_layers=False``, DLCL) has no groups: candidates 1–4.
+The planner's figures are those of the backend it compiles for (the run's devices in
+``train.run``; simulated CPU devices in ``python -m deepnet_jax.plan``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import jax
+import ml_collections
+
+from deepnet_jax.model_config import AUTO
+from deepnet_jax.train_progress import say
+
+if TYPE_CHECKING:
+    from deepnet_jax.plan import Plan
+
+# (model.remat_policy, model.scan_group_size), least recomputation first (module docstring)
+CANDIDATES = (("none", 0), ("dots", 0), ("qkv_fc1", 0), ("full", 0), ("dots", -1), ("full", -1))
+GIB = 2**30
+
+
+def _policy(config: ml_collections.ConfigDict):
+    model = config.get("model")
+    return (
+        model.get("remat_policy") if isinstance(model, (ml_collections.ConfigDict, dict)) else None
+    )
+
+
+def is_auto(config: ml_collections.ConfigDict) -> bool:
+    return _policy(config) == AUTO
+
+
+def candidates(config: ml_collections.ConfigDict) -> list[tuple[str, int]]:
+    """The (policy, group size) pairs ``auto`` tries for ``config``, cheapest first."""
+    scanned = config.model.scan_layers
+    return [(p, k) for p, k in CANDIDATES if scanned or k == 0]
+
+
+def candidate(config: ml_collections.ConfigDict, policy: str, group: int):
+    """A copy of ``config`` with ``model.remat_policy=policy``, ``model.scan_group_size=group``."""
+    c = config.copy_and_resolve_references()
+    c.model.remat_policy, c.model.scan_group_size = policy, group
+    return c
+
+
+def budget_bytes(
+    config: ml_collections.ConfigDict, devices: Sequence[jax.Device]
+) -> tuple[int, str]:
+    """(bytes per device, where the figure comes from) for ``auto``; a ``ValueError`` when
+    ``memory_budget_gb`` is 0 and the backend reports no device memory limit."""
+    if config.memory_budget_gb:
+        return int(config.memory_budget_gb * GIB), f"memory_budget_gb={config.memory_budget_gb}"
+    stats = devices[0].memory_stats() or {}  # None where the backend does not report
+    if stats.get("bytes_limit"):
+        return int(stats["bytes_limit"]), f"the {devices[0].platform} device's bytes_limit"
+    raise ValueError(
+        f"model.remat_policy='auto' needs a memory budget: this backend "
+        f"({devices[0].platform}) reports no device memory limit; set memory_budget_gb "
+        "(GiB per device)"
+    )
+
+
+def _check(config: ml_collections.ConfigDict) -> None:
+    if config.model.scan_group_size:
+        raise ValueError(
+            f"model.scan_group_size={config.model.scan_group_size} with "
+            "model.remat_policy='auto': auto chooses the group size too; set it to 0"
+        )
+
+
+def choose(
+    config: ml_collections.ConfigDict,
+    devices: Sequence[jax.Device],
+    validate: Callable[[ml_collections.ConfigDict], None],
+    report: Callable[[str], None] = say,
+) -> tuple[ml_collections.ConfigDict, Plan]:
+    """The first candidate of ``config`` (``remat_policy='auto'``) whose planned peak fits,
+    and its plan. ``validate(candidate)`` checks each candidate config before it is compiled
+    (the first one's errors are the config's own)."""
+    from deepnet_jax import plan as planner  # plan → train → this module
+
+    configs = {pair: candidate(config, *pair) for pair in candidates(config)}
+    validate(next(iter(configs.values())))  # the config's own errors first (they differ only
+    _check(config)  # in the two fields auto sets), then the budget, before any compile
+    budget, source = budget_bytes(config, devices)
+    tried = []
+    for (policy, group), c in configs.items():
+        result = planner.plan(c, list(devices))
+        tried.append((policy, group, result.peak))
+        if result.peak <= budget:
+            report(
+                f"model.remat_policy='auto': {_name(policy, group)}, planned peak "
+                f"{result.peak / GIB:.2f} GiB per device of {budget / GIB:.2f} GiB ({source})"
+                + (f"; did not fit: {_tried(tried[:-1])}" if len(tried) > 1 else "")
+            )
+            return c, result
+    policy, group, peak = min(tried, key=lambda t: t[2])
+    raise ValueError(
+        f"model.remat_policy='auto': no candidate fits {budget / GIB:.2f} GiB per device "
+        f"({source}); the smallest planned peak is {peak / GIB:.2f} GiB "
+        f"({_name(policy, group)}); raise memory_budget_gb, shard over more devices "
+        "(mesh.fsdp) or shrink the batch (data.batch_size / data.max_tokens)"
+    )
+
+
+def resolve(
+    config: ml_collections.ConfigDict,
+    devices: Sequence[jax.Device],
+    report: Callable[[str], None] = say,
+) -> ml_collections.ConfigDict:
+    """``config`` itself unless ``model.remat_policy='auto'``; then a copy with the chosen
+    policy and group size (see :func:`choose`; candidates checked by ``train.validate``).
+
+    A ``memory_budget_gb`` set for a concrete policy is an error (nothing would read it)."""
+    if not is_auto(config):
+        budget = config.get("memory_budget_gb")
+        if isinstance(budget, (int, float)) and budget > 0:
+            raise ValueError(
+                f"memory_budget_gb={budget} is read only by model.remat_policy='auto' (this "
+                f"config has {_policy(config)!r}); set it to 0 or the policy "
+                "to 'auto'"
+            )
+        return config
+    from deepnet_jax import train  # train → this module
+
+    chosen, _ = choose(config, devices, lambda c: train.validate(c, len(devices)), report)
+    return chosen
+
+
+def _name(policy: str, group: int) -> str:
+    return f"remat_policy={policy!r}, scan_group_size={group}"
+
+
+def _tried(tried: list[tuple[str, int, int]]) -> str:
+    return ", ".join(f"{_name(p, k)} {peak / GIB:.2f} GiB" for p, k, peak in tried)

@@ -1,0 +1,140 @@
+"""model.remat_policy='auto': the first candidate (least recomputation first) whose planned peak
+fits the budget, one line saying which; one error line when none fits."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import jax
+import pytest
+from conftest import xla_flags
+from test_training import small_config
+
+from deepnet_jax import checkpoint, plan, remat_auto, train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GIB = 2**30
+
+
+def _config():
+    """A 16-layer decoder whose saved residuals (256 rows × 12 tokens × d 32 per layer) weigh
+    enough for every candidate to plan a different peak."""
+    c = small_config("decoder", "deepnorm", steps=2)
+    c.model.num_decoder_layers = 16
+    c.data.batch_size = 256
+    c.eval_batches, c.checkpoint_every = 1, 0
+    c.model.remat_policy = "auto"
+    return c
+
+
+@pytest.fixture(scope="module")
+def planned():
+    """plan.plan, memoized by (remat_policy, scan_group_size): each candidate compiles once in
+    this module (the plans are deterministic)."""
+    real, cache = plan.plan, {}
+
+    def memo(config, devices=None):
+        key = (config.model.remat_policy, config.model.scan_group_size)
+        if key not in cache:
+            cache[key] = real(config, devices)
+        return cache[key]
+
+    return memo
+
+
+@pytest.fixture
+def memoized(planned, monkeypatch):
+    monkeypatch.setattr(plan, "plan", planned)
+    return planned
+
+
+def _peaks(planned) -> dict[tuple[str, int], int]:
+    c = _config()
+    return {
+        (p, k): planned(remat_auto.candidate(c, p, k), jax.devices()).peak
+        for p, k in remat_auto.CANDIDATES
+    }
+
+
+def test_each_budget_picks_the_first_candidate_that_fits(memoized):
+    peaks = _peaks(memoized)
+    order = list(remat_auto.CANDIDATES)
+    # the candidates trade recomputation for memory: no recomputation plans the largest peak,
+    # and the grouped full remat the smallest (residual-dominated model)
+    assert peaks[order[0]] == max(peaks.values())
+    assert peaks[order[-1]] == min(peaks.values()) < peaks[("full", 0)]
+    chosen = set()
+    for candidate in order:
+        c = _config()
+        c.memory_budget_gb = peaks[candidate] / GIB  # exact: a power-of-two division
+        expected = next(k for k in order if peaks[k] <= peaks[candidate])
+        lines = []
+        resolved = remat_auto.resolve(c, jax.devices(), report=lines.append)
+        got = (resolved.model.remat_policy, resolved.model.scan_group_size)
+        assert got == expected, (candidate, peaks)
+        assert c.model.remat_policy == "auto"  # the caller's config is left as it was
+        (line,) = lines
+        assert line.startswith(
+            f"model.remat_policy='auto': remat_policy={got[0]!r}, scan_group_size={got[1]}, "
+            f"planned peak {peaks[got] / GIB:.2f} GiB per device of"
+        ), line
+        chosen.add(got)
+    assert {order[0], order[-1]} <= chosen and len(chosen) >= 3, peaks
+
+
+def test_nothing_fits_is_one_line(memoized, capsys):
+    peaks = _peaks(memoized)
+    smallest = min(peaks.values())
+    c = _config()
+    c.memory_budget_gb = (smallest - 1) / GIB
+    assert train.main(c, None) == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert re.search(
+        rf"no candidate fits .* the smallest planned peak is {smallest / GIB:.2f} GiB "
+        r"\(remat_policy='full', scan_group_size=-1\); raise memory_budget_gb",
+        lines[0],
+    ), lines[0]
+
+
+def test_auto_trains_with_its_choice(memoized, capsys, tmp_path):
+    """train.run resolves auto before the model is built; the run's saved config holds the
+    choice, so the checkpoint loads without the planner."""
+    peaks = _peaks(memoized)
+    c = _config()
+    c.memory_budget_gb = peaks[("full", -1)] / GIB  # only the last candidate fits
+    c.checkpoint_every = 2
+    result = train.run(c, str(tmp_path))
+    assert result["steps"] == 2
+    out = capsys.readouterr().out
+    assert "model.remat_policy='auto': remat_policy='full', scan_group_size=-1" in out
+    saved = checkpoint.Checkpointer(str(tmp_path), 2, 1, read_only=True).read_config(2)
+    assert (saved.model.remat_policy, saved.model.scan_group_size) == ("full", -1)
+
+
+def test_planner_command_with_auto():
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "deepnet_jax.plan",
+            "--config=tests/configs/tiny_synthetic.py",
+            "--num_devices=2",
+            "--config.model.remat_policy=auto",
+            "--config.memory_budget_gb=64",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "XLA_FLAGS": xla_flags()},
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0].startswith(
+        "model.remat_policy='auto': remat_policy='none', scan_group_size=0, planned peak"
+    ), proc.stdout
+    assert json.loads(lines[-1])["peak"] <= 64 * GIB
