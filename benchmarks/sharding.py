@@ -11,7 +11,7 @@ Rows (one JSON line each):
   device 0's shards of the parameters and of the AdamW state, from the shardings of the
   abstract state (``sharding.sharded_state``; nothing allocated), and
   ``reduction_vs_1`` = bytes at 1 device ÷ bytes at n (target: ≥ 7× at 8).
-* ``plan`` — ``deepnet_jax.plan`` (the compiled train step on abstract inputs) on a few
+* ``plan`` — ``deepnet_jax.memory_plan`` (the compiled train step on abstract inputs) on a few
   8-device meshes: per-device params, optimizer state, temporaries, peak and compile time.
 """
 
@@ -37,7 +37,7 @@ def _config(smoke: bool, mesh: tuple[int, int, int]):
 
 
 def state_row(smoke: bool, n: int, base: float | None) -> dict:
-    from deepnet_jax import model_inputs, models, optimizers, plan, sharding
+    from deepnet_jax import memory_plan, model_inputs, models, optimizers, sharding
     from deepnet_jax.data import synthetic
 
     c = _config(smoke, (1, n, 1))
@@ -51,8 +51,8 @@ def state_row(smoke: bool, n: int, base: float | None) -> dict:
         mesh,
         sharding.logical_axis_rules(c.mesh),
     )
-    params = plan.device_bytes(state.abstract["params"])
-    opt = plan.device_bytes(state.abstract["opt_state"])
+    params = memory_plan.device_bytes(state.abstract["params"])
+    opt = memory_plan.device_bytes(state.abstract["opt_state"])
     total = params + opt
     return {
         "row": "state_bytes",
@@ -65,9 +65,9 @@ def state_row(smoke: bool, n: int, base: float | None) -> dict:
 
 
 def plan_row(smoke: bool, mesh: tuple[int, int, int]) -> dict:
-    from deepnet_jax import plan
+    from deepnet_jax import memory_plan
 
-    result = dataclasses.asdict(plan.plan(_config(smoke, mesh)))
+    result = dataclasses.asdict(memory_plan.plan(_config(smoke, mesh)))
     result.pop("memory_analysis")
     return {"row": "plan", **result, "compile_s": round(result["compile_s"], 2)}
 

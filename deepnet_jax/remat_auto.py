@@ -3,7 +3,7 @@
 Before a model is built, :func:`resolve` (called by ``train.run``; the planner's command line
 calls :func:`choose`) replaces ``auto`` with a concrete ``model.remat_policy`` and
 ``model.scan_group_size`` (the nested scan: ``deepnet_jax/stacks.py``): it compiles the run's
-train step for each candidate with the AOT planner (:func:`deepnet_jax.plan.plan`, abstract
+train step for each candidate with the AOT planner (:func:`deepnet_jax.memory_plan.plan`, abstract
 inputs, nothing allocated), cheapest first, and takes the first whose planned peak per device
 fits the budget — ``memory_budget_gb`` when it is set, else the device's own limit
 (``memory_stats()["bytes_limit"]``, reported by GPU and TPU backends; CPU reports none, so
@@ -41,7 +41,7 @@ from deepnet_jax.model_config import AUTO
 from deepnet_jax.train_progress import say
 
 if TYPE_CHECKING:
-    from deepnet_jax.plan import Plan
+    from deepnet_jax.memory_plan import Plan
 
 # (model.remat_policy, model.scan_group_size), least recomputation first (module docstring)
 CANDIDATES = (("none", 0), ("dots", 0), ("qkv_fc1", 0), ("full", 0), ("dots", -1), ("full", -1))
@@ -106,7 +106,7 @@ def choose(
     """The first candidate of ``config`` (``remat_policy='auto'``) whose planned peak fits,
     and its plan. ``validate(candidate)`` checks each candidate config before it is compiled
     (the first one's errors are the config's own)."""
-    from deepnet_jax import plan as planner  # plan → train → this module
+    from deepnet_jax import memory_plan as planner  # memory_plan → train → this module
 
     configs = {pair: candidate(config, *pair) for pair in candidates(config)}
     validate(next(iter(configs.values())))  # the config's own errors first (they differ only

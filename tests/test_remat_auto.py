@@ -12,7 +12,7 @@ import pytest
 from conftest import xla_flags
 from test_training import small_config
 
-from deepnet_jax import checkpoint, plan, remat_auto, train
+from deepnet_jax import checkpoint, memory_plan, remat_auto, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GIB = 2**30
@@ -31,9 +31,9 @@ def _config():
 
 @pytest.fixture(scope="module")
 def planned():
-    """plan.plan, memoized by (remat_policy, scan_group_size): each candidate compiles once in
-    this module (the plans are deterministic)."""
-    real, cache = plan.plan, {}
+    """memory_plan.plan, memoized by (remat_policy, scan_group_size): each candidate compiles
+    once in this module (the plans are deterministic)."""
+    real, cache = memory_plan.plan, {}
 
     def memo(config, devices=None):
         key = (config.model.remat_policy, config.model.scan_group_size)
@@ -46,7 +46,7 @@ def planned():
 
 @pytest.fixture
 def memoized(planned, monkeypatch):
-    monkeypatch.setattr(plan, "plan", planned)
+    monkeypatch.setattr(memory_plan, "plan", planned)
     return planned
 
 

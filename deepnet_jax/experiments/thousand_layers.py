@@ -137,7 +137,7 @@ def base_config(setting: str) -> ml_collections.ConfigDict:
     s = SETTINGS[setting]
     if setting != "smoke":
         c.data.dataset = "synthetic_reversal"
-        c.model.vocab_size = TASK["vocab_size"]
+        c.model.vocab_size = c.data.vocab_size = TASK["vocab_size"]
         c.model.max_len = TASK["max_len"]
         c.data.max_len, c.data.batch_size = TASK["max_len"], TASK["batch_size"]
         c.data.max_tokens, c.data.bucket_boundaries = 0, ()
@@ -215,6 +215,8 @@ def summarize(run: dict[str, Any], chance: dict[str, float]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the setting's runs not yet in ``<out>/thousand_layers.json``, then write the table
+    and the figure; returns the results payload."""
     args = common.parse_args(sys.argv[1:] if argv is None else argv, tuple(SETTINGS))
     log_setup.configure(args.verbosity)
     common.compile_fast_for_smoke(args.setting)
@@ -276,7 +278,7 @@ def metrics_records(workdir: str) -> list[dict[str, Any]]:
 
 def _slim(record: dict[str, Any]) -> dict[str, Any]:
     """A metrics record without its per-layer vectors, except each side's whole-layer gradient
-    norm at the first and the last layer (``grad/<side>/all``)."""
+    norm at the first and the last layer (``grad_norm/<side>/all``)."""
     out = {k: v for k, v in record.items() if not isinstance(v, list)}
     for key, value in record.items():
         if isinstance(value, list) and key.endswith("/all") and value:
