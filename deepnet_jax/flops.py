@@ -180,6 +180,62 @@ def train_flops_per_step(
     return 3.0 * forward_flops(model_config, batch_shapes)
 
 
+def attention_flops(model_config: ModelConfig, batch_shapes: Mapping[str, Sequence[int]]) -> float:
+    """The attention-score part of ``forward_flops``: QKᵀ and PV, 4·L·d per query token of
+    every self- and cross-attention layer (L its keys)."""
+    B, T, S = sequence_shapes(model_config, batch_shapes)
+    d = model_config.d_model
+    n_enc, n_dec = model_config.num_encoder_layers, model_config.num_decoder_layers
+    if model_config.arch == "encoder":
+        return float(n_enc * B * T * 4 * T * d)
+    total = n_dec * B * T * 4 * T * d
+    if model_config.arch == "encdec":
+        total += n_enc * B * S * 4 * S * d + n_dec * B * T * 4 * S * d
+    return float(total)
+
+
+def remat_flops_ratio(
+    model_config: ModelConfig, batch_shapes: Mapping[str, Sequence[int]]
+) -> float | None:
+    """The matmul FLOPs a step runs, rematerialization included, over ``train_flops_per_step``:
+    1 + (recomputed forward matmuls) ÷ (3 × forward), by ``model.remat_policy``:
+
+    * ``none``: nothing recomputed, 1;
+    * ``dots`` (``dots_with_no_batch_dims_saveable``): projection and FFN outputs are kept, the
+      attention scores and PV (batched dots) are recomputed: ``attention_flops``;
+    * ``full``: every layer's forward is recomputed (``forward_flops`` less the vocabulary
+      projection, which is outside the layers), but for the pre-norm schemes (pre_ln, subln:
+      x + F(LN(x))) the FFN's output projection, 2·d·F per token: its output only joins the
+      residual sum, which the backward pass does not need (jax drops that recomputation);
+    * a nested scan (``scan_group_size`` ≠ 0) recomputes each group's whole forward once more,
+      before its layers' own policy applies: + the layers' forward;
+    * ``qkv_fc1``, and the DLCL schemes (whose layer combination is a matmul flops.py leaves
+      out): None, not tabulated.
+
+    The rules were read off the lowered programs of 4-layer decoders of every scheme and policy
+    (``hlo_census.matmul_flops``); ``tests/test_plan_targets.py`` checks them exactly.
+    """
+    if model_config.scheme.startswith("dlcl"):
+        return None
+    forward = forward_flops(model_config, batch_shapes)
+    B, T, S = sequence_shapes(model_config, batch_shapes)
+    d, f = model_config.d_model, model_config.ffn_dim
+    layers = forward - 2.0 * B * T * d * model_config.vocab_size
+    tokens = model_config.num_decoder_layers * B * T
+    tokens += model_config.num_encoder_layers * (S if model_config.arch == "encdec" else T) * B
+    kept = 2.0 * d * f * tokens if model_config.scheme in ("pre_ln", "subln") else 0.0
+    recompute = {
+        "none": 0.0,
+        "dots": attention_flops(model_config, batch_shapes),
+        "full": layers - kept,
+    }.get(model_config.remat_policy)
+    if recompute is None:
+        return None
+    if getattr(model_config, "scan_layers", True) and getattr(model_config, "scan_group_size", 0):
+        recompute += layers
+    return 1.0 + recompute / (3.0 * forward)
+
+
 def measured_matmul_flops_per_s(
     dtype: jnp.dtype | type = jnp.float32, size: int = 2048, repeats: int = 3
 ) -> float:

@@ -31,6 +31,8 @@ import sys
 from absl import flags
 from absl import logging as absl_logging
 
+from deepnet_jax import native_stderr
+
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 # (library folder, start of the message's format string) of warnings that are neither rare
@@ -70,12 +72,32 @@ def configure(verbosity: int | None = None) -> None:
         quiet = QuietLibraries(_main_file())
         for h in handlers:
             h.addFilter(quiet)
+        _quiet_plugins_on_a_cpu_host()
         return
     if handler not in logging.root.handlers:  # not an absl app
         if not flags.FLAGS.is_parsed():  # absl's flags keep their defaults; no pre-parse notice
             flags.FLAGS.mark_as_parsed()
         absl_logging.use_absl_handler()
     absl_logging.set_verbosity(verbosity)
+
+
+has_accelerator = native_stderr.has_accelerator
+
+
+def _quiet_plugins_on_a_cpu_host() -> None:
+    """On a host with no accelerator: JAX on the CPU unless ``JAX_PLATFORMS`` says otherwise
+    (no attempt to start libtpu or CUDA, which fails after printing several lines), and jax's
+    plugins (the planning extras' CUDA plugin) discovered now with their stderr noise dropped.
+    Does not start a backend, so device-count settings made later still apply."""
+    import jax
+    from jax._src import xla_bridge  # plugin discovery has no public entry point
+
+    if has_accelerator():
+        return
+    if not jax.config.jax_platforms:
+        jax.config.update("jax_platforms", "cpu")
+    with native_stderr.filtered():
+        xla_bridge._discover_and_register_pjrt_plugins()
 
 
 class QuietLibraries(logging.Filter):

@@ -22,6 +22,7 @@ optimizer and batch bytes are exact for any backend.
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from typing import Any
 
@@ -29,55 +30,69 @@ import flax.linen as nn
 import jax
 import ml_collections
 import numpy as np
+from jax._src import config as jax_config  # the compilation cache switch as a context
 
 from deepnet_jax import (
+    flops,
+    hlo_census,
     model_inputs,
     models,
     optimizers,
+    plan_report,
+    roofline,
     sharding,
+    targets,
     train_actions,
     train_config,
     train_steps,
 )
 from deepnet_jax.data import batching, synthetic
 
+GIB = 2**30
+
+
+# Outputs of the step that do not reuse a donated input's buffer are its metrics (scalars and
+# per-layer norms: kilobytes); more than this means the new state is not written in place.
+NOT_ALIASED_LIMIT = 2**20
+
+
+class DoesNotFitError(ValueError):
+    """XLA refused to compile the step: it needs more memory per device than the target has."""
+
 
 @dataclasses.dataclass
 class Plan:
-    """Per-device bytes of a compiled train step (see the module docstring)."""
+    """Per-device bytes of a compiled train step (see the module docstring), and on a TPU or
+    GPU target its fit, FLOPs, collectives and roofline bound."""
 
+    target: str
+    device_kind: str
     mesh: dict[str, int]
     batch_shape: tuple[int, int]
     num_params: int
     params: int
     opt_state: int
     batch: int
+    layout_padding: int  # arguments' bytes beyond their elements' (XLA:TPU tiles arrays)
     temporaries: int
     outputs_not_aliased: int
     peak: int
     compile_s: float
     memory_analysis: dict[str, int]
+    device_memory: int  # bytes per device of the target's chip (0: unknown, simulated CPU)
+    fits: bool | None
+    model_flops: float  # flops.train_flops_per_step, global
+    program_flops: float  # matmul FLOPs of the lowered step, loop trips counted, global
+    xla_flops: float  # Compiled.cost_analysis()["flops"], per device, loop bodies once
+    xla_bytes_accessed: float  # the same for "bytes accessed"
+    expected_recompute: float | None  # program/model FLOPs the remat policy implies
+    collectives: dict[str, dict[str, int]]
+    roofline: dict[str, Any] | None
+    warnings: list[str]
 
     def report(self) -> str:
-
-        def size(n: int) -> str:
-            return f"{n / 2**30:10.3f} GiB" if n >= 2**30 else f"{n / 2**20:10.3f} MiB"
-
-        rows = [
-            ("params", self.params),
-            ("opt_state", self.opt_state),
-            ("batch", self.batch),
-            ("temporaries", self.temporaries),
-            ("outputs not aliased", self.outputs_not_aliased),
-            ("peak", self.peak),
-        ]
-        lines = [
-            f"mesh {self.mesh}, batch {self.batch_shape[0]} × {self.batch_shape[1]} tokens, "
-            f"{self.num_params / 1e9:.3f}B parameters, compiled in {self.compile_s:.1f} s",
-            "per device:",
-        ]
-        lines += [f"  {name:<20} {size(value)}" for name, value in rows]
-        return "\n".join(lines)
+        """The plan as text for people (the JSON holds the same figures)."""
+        return plan_report.text(self)
 
 
 def device_bytes(tree: Any) -> int:
@@ -104,77 +119,193 @@ def batch_shape(config: ml_collections.ConfigDict, row_multiple: int) -> tuple[i
     return longest.rows, longest.length
 
 
-def plan(config: ml_collections.ConfigDict, devices: list[jax.Device] | None = None) -> Plan:
-    """Compile ``config``'s train step on abstract sharded inputs over ``devices``."""
-    devices = jax.devices() if devices is None else devices
+def plan(
+    config: ml_collections.ConfigDict,
+    devices: list[jax.Device] | None = None,
+    target: targets.Target | None = None,
+) -> Plan:
+    """Compile ``config``'s train step on abstract sharded inputs over ``devices`` — by default
+    ``target``'s compile-only devices (TPU, GPU) or the process's own (``cpu:N``, no target).
+
+    Raises :class:`DoesNotFitError` (one line) when XLA refuses to compile it for lack of memory."""
+    if devices is None:
+        on_chip = target is not None and target.platform != "cpu"
+        devices = targets.compile_devices(target) if on_chip else jax.devices()
+    target = target or targets.parse(f"cpu:{len(devices)}")
     config = train_config.resolve(config)  # model fields derived from the data
-    mesh = sharding.make_mesh(config.mesh, devices)
-    rules = sharding.logical_axis_rules(config.mesh)
-    arch = config.model.arch
-    model = models.build(config.model)
-    rows, length = batch_shape(config, sharding.data_parallel_size(mesh))
-    example = synthetic.batch(
-        arch, 1, max(config.model.vocab_size, 8), length, np.random.default_rng(0)
-    )
-    rows_sharding = sharding.batch_sharding(mesh)
-    abstract_batch = {
-        k: jax.ShapeDtypeStruct((rows, length), v.dtype, sharding=rows_sharding)
-        for k, v in example.items()
-        if k in _batch_keys(arch)
-    }
-    optimizer = optimizers.make_optimizer(config)
-    small = {k: v[:, :8] for k, v in example.items()}  # shapes for init only
-    state = sharding.sharded_state(
-        lambda: model_inputs.init_variables(model, arch, small),
-        optimizer.init,
-        mesh,
-        rules,
-    )
-    loss_fn = train_steps.make_loss_fn(model, arch, config.label_smoothing)
-    step_fn = train_steps.make_train_step(  # the trainer's step, with its non-finite gate
-        loss_fn,
-        optimizer,
-        jax.random.key(0),
-        layer_grad_norms=bool(config.diagnostics.every),
-        halt_after=train_actions.halt_after(config),
-    )
-    step = jax.ShapeDtypeStruct((), np.int32)
-    lr = jax.ShapeDtypeStruct((), np.float32)
-    gate = jax.ShapeDtypeStruct((), np.int32)
-    start = time.perf_counter()
-    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-        compiled = step_fn.lower(
-            state.abstract["params"], state.abstract["opt_state"], abstract_batch, step, lr, gate
-        ).compile()
-    compile_s = time.perf_counter() - start
-    analysis = compiled.memory_analysis()
-    memory = {
-        name: int(getattr(analysis, name))
-        for name in (
-            "argument_size_in_bytes",
-            "output_size_in_bytes",
-            "alias_size_in_bytes",
-            "temp_size_in_bytes",
-            "generated_code_size_in_bytes",
+    step = _Step.build(config, devices)
+    lowered, compiled, compile_s = _compile(step, target)
+    return _plan(config, target, devices[0], step, lowered, compiled, compile_s)
+
+
+@dataclasses.dataclass
+class _Step:
+    """The trainer's jitted step and its abstract arguments on a mesh."""
+
+    mesh: jax.sharding.Mesh
+    rules: Any
+    state: sharding.ShardedState
+    batch: dict[str, jax.ShapeDtypeStruct]
+    fn: Any
+
+    @classmethod
+    def build(cls, config: ml_collections.ConfigDict, devices: list[jax.Device]) -> _Step:
+        mesh = sharding.make_mesh(config.mesh, devices)
+        rules = sharding.logical_axis_rules(config.mesh)
+        arch = config.model.arch
+        model = models.build(config.model)
+        rows, length = batch_shape(config, sharding.data_parallel_size(mesh))
+        example = synthetic.batch(
+            arch, 1, max(config.model.vocab_size, 8), length, np.random.default_rng(0)
         )
-    }
-    params_b = device_bytes(state.abstract["params"])
-    opt_b = device_bytes(state.abstract["opt_state"])
-    batch_b = device_bytes(abstract_batch)
+        rows_sharding = sharding.batch_sharding(mesh)
+        batch = {
+            k: jax.ShapeDtypeStruct((rows, length), v.dtype, sharding=rows_sharding)
+            for k, v in example.items()
+            if k in _batch_keys(arch)
+        }
+        optimizer = optimizers.make_optimizer(config)
+        small = {k: v[:, :8] for k, v in example.items()}  # shapes for init only
+        state = sharding.sharded_state(
+            lambda: model_inputs.init_variables(model, arch, small), optimizer.init, mesh, rules
+        )
+        fn = train_steps.make_train_step(  # the trainer's step, with its non-finite gate
+            train_steps.make_loss_fn(model, arch, config.label_smoothing),
+            optimizer,
+            jax.random.key(0),
+            layer_grad_norms=bool(config.diagnostics.every),
+            halt_after=train_actions.halt_after(config),
+            state_shardings=sharding.state_shardings(state),
+        )
+        return cls(mesh, rules, state, batch, fn)
+
+    def args(self) -> tuple[Any, ...]:
+        scalar = jax.ShapeDtypeStruct((), np.int32)
+        lr = jax.ShapeDtypeStruct((), np.float32)
+        abstract = self.state.abstract
+        return abstract["params"], abstract["opt_state"], self.batch, scalar, lr, scalar
+
+
+def _compile(step: _Step, target: targets.Target) -> tuple[Any, Any, float]:
+    """(lowered, compiled, seconds to lower and compile); :class:`DoesNotFitError` when XLA runs out
+    of memory."""
+    start = time.perf_counter()
+    # a compile-only (deviceless) compiler cannot read or write jax's persistent compilation
+    # cache (it has no client to load an executable with): leave the cache out of it
+    cache = jax_config.enable_compilation_cache(target.platform == "cpu")
+    with jax.set_mesh(step.mesh), nn.logical_axis_rules(step.rules), cache:
+        lowered = step.fn.lower(*step.args())
+        try:
+            compiled = lowered.compile()
+        except Exception as e:  # XLA's runtime error type is not public
+            message = " ".join(str(e).split())
+            if "RESOURCE_EXHAUSTED" not in message:
+                raise
+            raise DoesNotFitError(_does_not_fit(message, target)) from None
+    return lowered, compiled, time.perf_counter() - start
+
+
+def _does_not_fit(message: str, target: targets.Target) -> str:
+    """One line from XLA's RESOURCE_EXHAUSTED message ("… required for HLO temporaries (291.12G)
+    exceeds available HBM (15.75G)"): what the step needs and what a device has."""
+    sizes = re.findall(r"\(([\d.]+\s*[KMGT]i?B?)\)", message)
+    if len(sizes) >= 2:
+        return (
+            f"does not fit on {target.name}: the train step needs {sizes[0]} per device, "
+            f"a {target.chip.name} has {sizes[1]} available to it (XLA: RESOURCE_EXHAUSTED)"
+        )
+    return (
+        f"does not fit on {target.name}: a {target.chip.name} has "
+        f"{target.chip.memory_bytes / GIB:.1f} GiB (XLA: {message[:200]})"
+    )
+
+
+def does_not_fit_line(plan: Plan) -> str:
+    """The one line for a plan that compiled but whose peak exceeds the chip's memory."""
+    return (
+        f"does not fit on {plan.target}: the train step needs {plan.peak / GIB:.2f} GiB per "
+        f"device at its peak, a {plan.device_kind} has {plan.device_memory / GIB:.1f} GiB"
+    )
+
+
+def _memory(compiled: Any) -> dict[str, int]:
+    analysis = compiled.memory_analysis()
+    names = (
+        "argument_size_in_bytes",
+        "output_size_in_bytes",
+        "alias_size_in_bytes",
+        "temp_size_in_bytes",
+        "generated_code_size_in_bytes",
+    )
+    return {name: int(getattr(analysis, name)) for name in names}
+
+
+def _plan(
+    config: ml_collections.ConfigDict,
+    target: targets.Target,
+    device: jax.Device,
+    step: _Step,
+    lowered: Any,
+    compiled: Any,
+    compile_s: float,
+) -> Plan:
+    memory = _memory(compiled)
     not_aliased = memory["output_size_in_bytes"] - memory["alias_size_in_bytes"]
+    peak = memory["argument_size_in_bytes"] + memory["temp_size_in_bytes"] + not_aliased
+    n = step.mesh.size
+    program_flops = float(hlo_census.matmul_flops(lowered.as_text(dialect="hlo")))
+    shapes = {k: v.shape for k, v in step.batch.items()}
+    model_flops = flops.train_flops_per_step(config.model, shapes)
+    cost = compiled.cost_analysis() or {}
+    compiled_text = compiled.as_text()
+    moved = hlo_census.collectives(compiled_text, n)
+    parameters = hlo_census.entry_parameters(compiled_text)
+    logical = sum(hlo_census.nbytes(t) for t in parameters)
+    hbm = max(
+        float(cost.get("bytes accessed", 0.0)),
+        memory["argument_size_in_bytes"] + memory["output_size_in_bytes"],
+    )
+    chip = target.chip
+    roof = None
+    if chip.peak_flops:
+        sent = sum(c.bytes for c in moved.values())
+        roof = roofline.bound(chip, program_flops / n, model_flops / n, hbm, sent)
+    abstract = step.state.abstract
     return Plan(
-        mesh=dict(mesh.shape),
-        batch_shape=(rows, length),
-        num_params=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.abstract["params"])),
-        params=params_b,
-        opt_state=opt_b,
-        batch=batch_b,
+        target=target.name,
+        device_kind=device.device_kind,
+        mesh=dict(step.mesh.shape),
+        batch_shape=next(iter(shapes.values())),
+        num_params=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract["params"])),
+        params=device_bytes(abstract["params"]),
+        opt_state=device_bytes(abstract["opt_state"]),
+        batch=device_bytes(step.batch),
+        layout_padding=memory["argument_size_in_bytes"] - logical,
         temporaries=memory["temp_size_in_bytes"],
         outputs_not_aliased=not_aliased,
-        peak=memory["argument_size_in_bytes"] + memory["temp_size_in_bytes"] + not_aliased,
+        peak=peak,
         compile_s=compile_s,
         memory_analysis=memory,
+        device_memory=chip.memory_bytes,
+        fits=peak <= chip.memory_bytes if chip.memory_bytes else None,
+        model_flops=model_flops,
+        program_flops=program_flops,
+        xla_flops=float(cost.get("flops", 0.0)),
+        xla_bytes_accessed=float(cost.get("bytes accessed", 0.0)),
+        expected_recompute=flops.remat_flops_ratio(config.model, shapes),
+        collectives={k: dataclasses.asdict(v) for k, v in moved.items()},
+        roofline=dataclasses.asdict(roof) if roof else None,
+        warnings=_warnings(not_aliased),
     )
+
+
+def _warnings(not_aliased: int) -> list[str]:
+    if not_aliased <= NOT_ALIASED_LIMIT:
+        return []
+    return [
+        f"{not_aliased / 2**20:.1f} MiB of the step's outputs are not written over its donated "
+        "inputs: the new state is a second copy (its output shardings differ from the state's)"
+    ]
 
 
 def _batch_keys(arch: str) -> tuple[str, ...]:

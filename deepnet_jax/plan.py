@@ -1,13 +1,17 @@
 """The memory planner's command line (:mod:`deepnet_jax.memory_plan`): will this config's train
-step fit on that many devices?
+step fit on that target, and what does it compute and communicate?
 
-    python -m deepnet_jax.plan --config=configs/deepnet_1000l.py --num_devices=256 \\
-        --config.mesh.data=8 --config.mesh.fsdp=32
+    python -m deepnet_jax.plan --config=configs/deepnet_1000l.py --target=v5p-64 \\
+        --config.mesh.data=1 --config.mesh.fsdp=32
 
-Compiles the train step for ``--num_devices`` simulated CPU devices on abstract inputs and
-prints the per-device figures (a table, then the same as JSON). With
+Compiles the train step for ``--target`` (:mod:`deepnet_jax.targets`: a Cloud TPU slice such as
+``v5p-64`` or ``v5p:4x4x4``, a GPU node such as ``h100-8``, or ``cpu:N`` simulated CPU devices;
+``--num_devices=N`` is ``cpu:N``) on abstract inputs, deviceless, and prints the per-device
+figures, the fit against the chip's memory, FLOPs, collectives and a roofline bound (a table,
+then the same as JSON). A step that XLA cannot fit: one ``does not fit`` line, exit 2. With
 ``--config.model.remat_policy=auto --config.memory_budget_gb=<GiB>`` it plans each candidate
-policy and group size in turn (:mod:`deepnet_jax.remat_auto`), prints the line naming the first
+policy and group size in turn (:mod:`deepnet_jax.remat_auto`; on a TPU or GPU target the budget
+defaults to the chip's memory less ``remat_auto.HEADROOM``), prints the line naming the first
 that fits, then that candidate's figures. A bad config or flag: one ``error:`` line, exit 1.
 """
 
@@ -21,39 +25,65 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from deepnet_jax import log_setup, memory_plan, remat_auto, train
+from deepnet_jax import log_setup, memory_plan, remat_auto, targets, train
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file.", lock_config=True)
-_NUM_DEVICES = flags.DEFINE_integer("num_devices", 8, "Simulated CPU devices to plan for.")
+_TARGET = flags.DEFINE_string(
+    "target", None, "v4-8 … v6e-256, v5p:4x4x4, h100-8, a100-8, h200-8, b200-8, cpu:N"
+)
+_NUM_DEVICES = flags.DEFINE_integer("num_devices", None, "Shorthand for --target=cpu:N.")
+
+
+def _target() -> targets.Target:
+    if _TARGET.value is not None and _NUM_DEVICES.value is not None:
+        raise ValueError("give --target or --num_devices (= --target=cpu:N), not both")
+    if _NUM_DEVICES.value is not None and _NUM_DEVICES.value < 1:
+        raise ValueError(f"--num_devices={_NUM_DEVICES.value} must be >= 1")
+    name = _TARGET.value or f"cpu:{_NUM_DEVICES.value or 8}"
+    return targets.parse(name)
+
+
+def _devices(target: targets.Target) -> list[jax.Device]:
+    """The target's devices; simulated CPU devices are set up here, before any backend starts."""
+    if target.platform != "cpu":
+        return targets.compile_devices(target)
+    jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_num_cpu_devices", target.num_devices)
+    return jax.devices()
+
+
+def _plan(target: targets.Target) -> memory_plan.Plan:
+    config = _CONFIG.value
+    devices = _devices(target)
+    if remat_auto.is_auto(config):  # the chosen candidate's plan
+        _, result = remat_auto.choose(
+            config, devices, lambda c: train.validate(c, len(devices)), print, target
+        )
+        return result
+    config = remat_auto.resolve(config, devices)  # unchanged; checks memory_budget_gb
+    train.validate(config, len(devices))
+    return memory_plan.plan(config, devices, target)
 
 
 def main(argv: list[str]) -> None:
-    """Plan ``--config`` on ``--num_devices`` simulated CPU devices and print the figures. The
-    devices are set up here, so this must run before anything starts a JAX backend."""
+    """Plan ``--config`` on ``--target`` and print the figures (exit 1 on a bad config or flag,
+    2 when the step does not fit)."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    n = _NUM_DEVICES.value
-    if n < 1:
-        print(f"error: --num_devices={n} must be >= 1", file=sys.stderr)
-        sys.exit(1)
     log_setup.configure(log_setup.requested_verbosity())
-    jax.config.update("jax_platforms", "cpu")  # before any backend starts
-    jax.config.update("jax_num_cpu_devices", n)
-    config, devices = _CONFIG.value, jax.devices()
     try:
-        if remat_auto.is_auto(config):  # the chosen candidate's plan
-            config, result = remat_auto.choose(
-                config, devices, lambda c: train.validate(c, len(devices)), print
-            )
-        else:
-            config = remat_auto.resolve(config, devices)  # unchanged; checks memory_budget_gb
-            train.validate(config, len(devices))
-            result = memory_plan.plan(config, devices)
+        result = _plan(_target())
+    except memory_plan.DoesNotFitError as e:
+        print(str(e), file=sys.stderr)
+        sys.exit(2)
     except ValueError as e:
         print("error: " + " ".join(str(e).split()), file=sys.stderr)
         sys.exit(1)
     print(result.report())
     print(json.dumps(dataclasses.asdict(result)))
+    if result.fits is False:
+        print(memory_plan.does_not_fit_line(result), file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

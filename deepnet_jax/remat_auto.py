@@ -5,10 +5,11 @@ calls :func:`choose`) replaces ``auto`` with a concrete ``model.remat_policy`` a
 ``model.scan_group_size`` (the nested scan: ``deepnet_jax/stacks.py``): it compiles the run's
 train step for each candidate with the AOT planner (:func:`deepnet_jax.memory_plan.plan`, abstract
 inputs, nothing allocated), cheapest first, and takes the first whose planned peak per device
-fits the budget — ``memory_budget_gb`` when it is set, else the device's own limit
-(``memory_stats()["bytes_limit"]``, reported by GPU and TPU backends; CPU reports none, so
-there the budget is required). It prints one line with the choice and its planned peak, or
-raises one ``ValueError`` naming the smallest peak found and what to change.
+fits the budget — ``memory_budget_gb`` when it is set; else, planning for a TPU or GPU target
+(``python -m deepnet_jax.plan --target=…``), the chip's memory less ``HEADROOM``; else the
+device's own limit (``memory_stats()["bytes_limit"]``, reported by GPU and TPU backends; CPU
+reports none, so there the budget is required). It prints one line with the choice and its
+planned peak, or raises one ``ValueError`` naming the smallest peak found and what to change.
 
 Candidates, in order of recomputation in the backward pass (forward passes of every layer
 recomputed; "+" marks a cheaper partial recomputation):
@@ -42,8 +43,13 @@ from deepnet_jax.train_progress import say
 
 if TYPE_CHECKING:
     from deepnet_jax.memory_plan import Plan
+    from deepnet_jax.targets import Target
 
 # (model.remat_policy, model.scan_group_size), least recomputation first (module docstring)
+# Share of a target chip's memory that ``auto`` leaves free when planning deviceless: on TPUs
+# for the runtime's own buffers and fragmentation; on GPUs jax's client preallocates 75% of the
+# memory by default (XLA_PYTHON_CLIENT_MEM_FRACTION), and that is what a run can use.
+HEADROOM = {"tpu": 0.10, "cuda": 0.25}
 CANDIDATES = (("none", 0), ("dots", 0), ("qkv_fc1", 0), ("full", 0), ("dots", -1), ("full", -1))
 GIB = 2**30
 
@@ -73,12 +79,18 @@ def candidate(config: ml_collections.ConfigDict, policy: str, group: int):
 
 
 def budget_bytes(
-    config: ml_collections.ConfigDict, devices: Sequence[jax.Device]
+    config: ml_collections.ConfigDict,
+    devices: Sequence[jax.Device],
+    target: Target | None = None,
 ) -> tuple[int, str]:
     """(bytes per device, where the figure comes from) for ``auto``; a ``ValueError`` when
-    ``memory_budget_gb`` is 0 and the backend reports no device memory limit."""
+    ``memory_budget_gb`` is 0 and neither the target nor the backend gives a memory size."""
     if config.memory_budget_gb:
         return int(config.memory_budget_gb * GIB), f"memory_budget_gb={config.memory_budget_gb}"
+    if target is not None and target.chip.memory_bytes:
+        headroom = HEADROOM[target.platform]
+        budget = int(target.chip.memory_bytes * (1 - headroom))
+        return budget, f"{target.chip.name} memory less {headroom:.0%} headroom"
     stats = devices[0].memory_stats() or {}  # None where the backend does not report
     if stats.get("bytes_limit"):
         return int(stats["bytes_limit"]), f"the {devices[0].platform} device's bytes_limit"
@@ -102,6 +114,7 @@ def choose(
     devices: Sequence[jax.Device],
     validate: Callable[[ml_collections.ConfigDict], None],
     report: Callable[[str], None] = say,
+    target: Target | None = None,
 ) -> tuple[ml_collections.ConfigDict, Plan]:
     """The first candidate of ``config`` (``remat_policy='auto'``) whose planned peak fits,
     and its plan. ``validate(candidate)`` checks each candidate config before it is compiled
@@ -111,10 +124,13 @@ def choose(
     configs = {pair: candidate(config, *pair) for pair in candidates(config)}
     validate(next(iter(configs.values())))  # the config's own errors first (they differ only
     _check(config)  # in the two fields auto sets), then the budget, before any compile
-    budget, source = budget_bytes(config, devices)
+    budget, source = budget_bytes(config, devices, target)
     tried = []
     for (policy, group), c in configs.items():
-        result = planner.plan(c, list(devices))
+        try:
+            result = planner.plan(c, list(devices), target)
+        except planner.DoesNotFitError:  # XLA itself refused it: more than the chip has
+            continue
         tried.append((policy, group, result.peak))
         if result.peak <= budget:
             report(
@@ -123,6 +139,11 @@ def choose(
                 + (f"; did not fit: {_tried(tried[:-1])}" if len(tried) > 1 else "")
             )
             return c, result
+    if not tried:
+        raise ValueError(
+            "model.remat_policy='auto': XLA refused every candidate for lack of device "
+            "memory; shard over more devices (mesh.fsdp) or shrink the batch"
+        )
     policy, group, peak = min(tried, key=lambda t: t[2])
     raise ValueError(
         f"model.remat_policy='auto': no candidate fits {budget / GIB:.2f} GiB per device "

@@ -271,3 +271,10 @@ def _strip_metadata(boxed: Any) -> Any:
         boxed,
         is_leaf=lambda x: isinstance(x, nn.meta.AxisMetadata),
     )
+
+
+def state_shardings(state: ShardedState) -> tuple[Any, Any]:
+    """(params, opt_state) shardings of a planned state: where the train step writes them."""
+    return tuple(
+        jax.tree.map(lambda a: a.sharding, state.abstract[key]) for key in ("params", "opt_state")
+    )

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import NamedSharding, PartitionSpec
 
 from deepnet_jax import diagnostics, losses, model_inputs, preemption, source_sensitivity
 
@@ -60,6 +61,7 @@ def make_train_step(
     base_key: jax.Array,
     layer_grad_norms: bool = False,
     halt_after: int = 0,
+    state_shardings: tuple[Any, Any] | None = None,
 ) -> Callable:
     """Jitted ``(params, opt_state, batch, step, learning_rate[, bad_in_a_row]) -> (params,
     opt_state, metrics)``, donating the state; ``learning_rate`` (a float32 scalar: the update's
@@ -80,6 +82,11 @@ def make_train_step(
     previous step's ``metrics["bad_in_a_row"]``) and returns it updated. Once it reaches n the
     step changes nothing, so the state still is the one the host halts on when it reads that
     step's metrics a step late (the trainer saves it as the diagnostic state).
+
+    ``state_shardings`` (``sharding.state_shardings`` of the planned state): the new params and
+    optimizer state are written with exactly these shardings (metrics replicated), so each
+    output reuses its donated input's buffer. Without it the compiler picks the outputs'
+    shardings, and XLA:GPU can pick replicated ones: a second, whole copy of the state.
     """
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
@@ -101,7 +108,12 @@ def make_train_step(
             metrics[preemption.STOP_KEY] = jnp.max(stop)
         return params, opt_state, metrics
 
-    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    jit_options = {}
+    if state_shardings is not None:
+        mesh = jax.tree.leaves(state_shardings[0])[0].mesh
+        jit_options["out_shardings"] = (*state_shardings, NamedSharding(mesh, PartitionSpec()))
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1), **jit_options)
     def train_step(params, opt_state, batch: Batch, step, learning_rate, bad_in_a_row=None):
         args = (params, opt_state, dict(batch), step, learning_rate)
         if not halt_after:

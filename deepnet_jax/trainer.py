@@ -132,6 +132,7 @@ def build_run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> R
         jax.random.key(config.seed + 2),  # the dropout keys' base
         layer_grad_norms=bool(config.diagnostics.every),
         halt_after=halt_after(config),
+        state_shardings=sharding.state_shardings(plan),
     )
     writer = metrics_lib.MetricsWriter(workdir) if workdir else None
     lrs = optimizers.learning_rates(config)

@@ -9,6 +9,10 @@ import os
 import shutil
 import tempfile
 
+# isort: off
+import deepnet_jax  # noqa: F401 (first: it imports jax with the CPU hosts' plugin noise dropped)
+
+# isort: on
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -18,6 +22,10 @@ import pytest
 
 from deepnet_jax import models
 from deepnet_jax.model_config import ARCHS, SCHEMES
+
+# The tests run on the CPU; the tpu and gpu-plan extras (installed for the TPU/GPU compile tests,
+# which use compile-only devices) must not try to start a TPU or a CUDA backend.
+jax.config.update("jax_platforms", "cpu")
 
 # The "rbg" generator compiles several times faster than threefry on CPU; tests only need
 # well-distributed bits, not threefry's exact stream.

@@ -35,10 +35,10 @@ def planned():
     once in this module (the plans are deterministic)."""
     real, cache = memory_plan.plan, {}
 
-    def memo(config, devices=None):
+    def memo(config, devices=None, target=None):
         key = (config.model.remat_policy, config.model.scan_group_size)
         if key not in cache:
-            cache[key] = real(config, devices)
+            cache[key] = real(config, devices, target)
         return cache[key]
 
     return memo

@@ -1,0 +1,79 @@
+"""hlo_census against XLA's own counts: loop-free matmuls equal XLA's cost analysis, scanned ones
+count every trip (XLA counts the body once), and collectives are found and sized."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec
+
+from deepnet_jax import hlo_census
+
+
+def _matmuls(w, x):
+    return jnp.tanh(x @ w[0]) @ w[1]
+
+
+def _scanned(w, x):
+    def body(c, wi):
+        return jnp.tanh(c @ wi), None
+
+    return jax.lax.scan(body, x, w)[0]
+
+
+def test_loop_free_matmul_flops_equal_xla_cost_analysis():
+    w, x = jnp.ones((2, 64, 64)), jnp.ones((16, 64))
+    lowered = jax.jit(_matmuls).lower(w, x)
+    census = hlo_census.matmul_flops(lowered.as_text(dialect="hlo"))
+    assert census == 2 * (2 * 16 * 64 * 64)  # two [16,64]x[64,64] matmuls
+    assert lowered.compile().cost_analysis()["flops"] == census  # tanh: a transcendental
+
+
+@pytest.mark.parametrize("layers", [3, 7])
+def test_scan_bodies_count_once_per_trip(layers):
+    w, x = jnp.ones((layers, 32, 32)), jnp.ones((8, 32))
+    text = jax.jit(_scanned).lower(w, x).as_text(dialect="hlo")
+    assert hlo_census.matmul_flops(text) == layers * 2 * 8 * 32 * 32
+    module = hlo_census.parse(text)
+    assert layers in hlo_census.execution_counts(module).values()
+
+
+def test_gradient_of_a_scan_counts_forward_and_backward_trips():
+    layers, w, x = 5, jnp.ones((5, 32, 32)), jnp.ones((8, 32))
+    grad = jax.jit(jax.grad(lambda w, x: _scanned(w, x).sum()))
+    flops = hlo_census.matmul_flops(grad.lower(w, x).as_text(dialect="hlo"))
+    assert flops == 3 * layers * 2 * 8 * 32 * 32  # forward, input grad, weight grad
+
+
+def test_collectives_of_a_sharded_sum_on_simulated_devices():
+    devices = jax.devices()  # one unless the run simulates several (XLA_FLAGS)
+    mesh = jax.sharding.Mesh(np.array(devices), ("x",))
+    x = jax.ShapeDtypeStruct(
+        (len(devices) * 4, 256), jnp.float32, sharding=NamedSharding(mesh, PartitionSpec("x"))
+    )
+    out = NamedSharding(mesh, PartitionSpec())
+    compiled = jax.jit(lambda a: a.sum(0), out_shardings=out).lower(x).compile()
+    moved = hlo_census.collectives(compiled.as_text(), len(devices))
+    if len(devices) == 1:
+        assert all(c.count == 0 for c in moved.values())
+        return
+    n = len(devices)
+    assert moved["all-reduce"].count == 1
+    assert moved["all-reduce"].bytes == 2 * 256 * 4 * (n - 1) // n  # ring: 2(n-1)/n of 1 KiB
+
+
+def test_group_sizes_in_each_replica_group_syntax():
+    def ins(rest):
+        return hlo_census.Instruction("a", "f32[8]", "all-reduce", rest)
+
+    assert hlo_census.group_size(ins("x), replica_groups={{0,1,2,3},{4,5,6,7}}, to"), 8) == 4
+    assert hlo_census.group_size(ins("x), replica_groups=[2,4]<=[8], to"), 8) == 4
+    mesh = "x), replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_1'}, use"
+    assert hlo_census.group_size(ins(mesh), 8) == 4
+    assert hlo_census.group_size(ins("x), to_apply=%add"), 8) == 8
+
+
+def test_bytes_of_result_types():
+    assert hlo_census.nbytes("bf16[4,8]{1,0:T(8,128)(2,1)}") == 64
+    assert hlo_census.nbytes("(f32[2]{0}, s8[3]{0}, pred[5]{0})") == 8 + 3 + 5
+    assert hlo_census.nbytes("s4[3]{0}") == 2

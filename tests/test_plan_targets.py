@@ -1,0 +1,172 @@
+"""The planner on the accelerators' own compilers, deviceless: TPU topologies through libtpu (the
+``tpu`` extra) and GPU nodes through jax's CUDA plugin (the ``gpu-plan`` extra)."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from configs import default, magneto_lm
+from deepnet_jax import flops, memory_plan, targets, train_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+needs_libtpu = pytest.mark.skipif(
+    importlib.util.find_spec("libtpu") is None,
+    reason='libtpu is not installed (pip install -e ".[tpu]"): no TPU compiler to plan with',
+)
+needs_cuda_plugin = pytest.mark.skipif(
+    importlib.util.find_spec("jax_plugins.xla_cuda12") is None,
+    reason='jax-cuda12-plugin is not installed (pip install -e ".[gpu-plan]")',
+)
+
+
+def _plan(config, target: str) -> memory_plan.Plan:
+    return memory_plan.plan(config, target=targets.parse(target))
+
+
+def _decoder(layers: int, remat: str = "full"):
+    c = magneto_lm.get_config()
+    c.model.num_decoder_layers = layers
+    c.model.d_model, c.model.num_heads, c.model.ffn_dim = 128, 4, 512
+    c.model.remat_policy = remat
+    c.data.vocab_size, c.data.max_len, c.data.batch_size = 1000, 64, 8
+    return c
+
+
+def _argument_bytes_are_the_plan(plan: memory_plan.Plan) -> None:
+    """arguments = params + optimizer state + batch + step, learning rate, gate (4 B each), and
+    the padding of XLA:TPU's tiled layouts (hlo_census.padded_nbytes of each parameter)."""
+    args = plan.memory_analysis["argument_size_in_bytes"]
+    assert args == plan.params + plan.opt_state + plan.batch + 12 + plan.layout_padding
+
+
+@needs_libtpu
+def test_default_config_on_v5e_4():
+    plan = _plan(default.get_config(), "v5e-4")
+    assert plan.device_kind == "TPU v5 lite" and plan.mesh == {"data": 4, "fsdp": 1, "tensor": 1}
+    _argument_bytes_are_the_plan(plan)
+    assert plan.fits and plan.device_memory == 16 * 2**30 and plan.warnings == []
+    assert plan.outputs_not_aliased <= memory_plan.NOT_ALIASED_LIMIT
+    r = plan.roofline
+    assert r["bound_s"] == max(r["compute_s"], r["memory_s"], r["collective_s"]) > 0
+    assert 0 < r["mfu_upper_bound"] <= 1
+
+
+@needs_libtpu
+@pytest.mark.parametrize(
+    "scheme, remat, group",
+    [
+        ("subln", "none", 0),
+        ("subln", "dots", 0),
+        ("subln", "full", 0),
+        ("deepnorm", "full", 0),
+        ("deepnorm", "full", -1),
+        ("pre_ln", "dots", -1),
+    ],
+)
+def test_compiled_flops_are_the_analytic_count_with_remat_recompute(scheme, remat, group):
+    """The lowered step's matmul FLOPs (every scan trip) equal flops.py's 3 × forward plus the
+    policy's recomputation (flops.remat_flops_ratio): both count the same matmuls on the same
+    padded shapes, so they agree exactly, not within a tolerance."""
+    config = _decoder(6, remat)
+    config.model.scheme, config.model.scan_group_size = scheme, group
+    plan = _plan(config, "v5e-4")
+    model = train_config.resolve(config).model
+    shapes = {"inputs": plan.batch_shape}
+    assert plan.model_flops == flops.train_flops_per_step(model, shapes)
+    assert plan.program_flops / plan.model_flops == pytest.approx(plan.expected_recompute, rel=1e-9)
+    # XLA's cost analysis counts the scanned layer once: far below the program's count
+    assert plan.xla_flops * 4 < 0.5 * plan.program_flops
+
+
+@needs_libtpu
+def test_200_layers_compile_like_6_and_count_every_layer(capsys):
+    shallow, deep = _plan(_decoder(6), "v5e-4"), _plan(_decoder(200), "v5e-4")
+    for plan in (shallow, deep):
+        assert plan.program_flops / plan.model_flops == pytest.approx(
+            plan.expected_recompute, rel=1e-9
+        )
+    # one scanned layer body, not 200: an unrolled program would grow with depth (200/6 = 33×);
+    # the scanned one stays well under a quarter of that
+    code = [p.memory_analysis["generated_code_size_in_bytes"] for p in (shallow, deep)]
+    assert code[1] < (200 / 6) / 4 * code[0]
+    with capsys.disabled():
+        print(f"\nTPU compile 200 vs 6 layers: {deep.compile_s / shallow.compile_s:.2f}x")
+
+
+@needs_libtpu
+def test_fsdp_gathers_and_scatters_data_parallel_all_reduces():
+    fsdp_config, dp_config = default.get_config(), default.get_config()
+    fsdp_config.mesh.data, fsdp_config.mesh.fsdp = 1, 4
+    fsdp, dp = _plan(fsdp_config, "v5e-4"), _plan(dp_config, "v5e-4")
+    c = fsdp.collectives
+    assert c["all-gather"]["count"] > 0 and c["reduce-scatter"]["count"] > 0
+    assert fsdp.params < dp.params / 3  # a quarter of each matrix; norms and biases replicated
+    c = dp.collectives
+    assert c["all-gather"]["count"] == 0 and c["reduce-scatter"]["count"] == 0
+    # every f32 gradient is all-reduced once: ring volume 2·(n-1)/n of the parameters' bytes
+    assert c["all-reduce"]["bytes"] >= 1.5 * dp.params
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    return subprocess.run(
+        [sys.executable, "-m", "deepnet_jax.plan", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
+
+
+@needs_libtpu
+def test_a_step_too_big_for_the_chip_is_one_line():
+    """2M tokens a step on one v5e: XLA:TPU refuses to compile (its temporaries exceed HBM)."""
+    proc = _cli(
+        "--config=configs/default.py",
+        "--target=v5e-1",
+        "--config.mesh.data=1",
+        "--config.data.max_tokens=2097152",
+    )
+    assert proc.returncode == 2, proc.stdout[:1500] + proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("does not fit on v5e-1: the train step"), lines
+    assert "RESOURCE_EXHAUSTED" in lines[0] and proc.stdout == ""
+
+
+def test_an_unknown_target_is_one_line():
+    proc = _cli("--config=configs/default.py", "--target=v5p-6")
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --target='v5p-6' is not a known")
+
+
+@needs_cuda_plugin
+def test_default_config_on_h100_8_deviceless():
+    plan = _plan(default.get_config(), "h100-8")
+    assert "H100" in plan.device_kind and plan.mesh == {"data": 8, "fsdp": 1, "tensor": 1}
+    _argument_bytes_are_the_plan(plan)
+    assert plan.fits and plan.warnings == []
+
+
+@needs_cuda_plugin
+def test_fsdp_state_stays_sharded_and_in_place_on_gpu():
+    """XLA:GPU chose replicated outputs for the step's new state (the whole state per GPU)
+    until the step pinned its output shardings to the state's."""
+    config = default.get_config()
+    config.mesh.data, config.mesh.fsdp = 1, 8
+    plan = _plan(config, "h100-8")
+    assert plan.outputs_not_aliased <= memory_plan.NOT_ALIASED_LIMIT, plan.outputs_not_aliased
+    assert plan.warnings == []
+
+
+def test_cli_json_has_the_target_figures():
+    proc = _cli("--config=configs/default.py", "--target=cpu:2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    plan = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert plan["target"] == "cpu:2" and plan["fits"] is None and plan["roofline"] is None
+    assert plan["program_flops"] == plan["model_flops"]  # the default config: no remat
