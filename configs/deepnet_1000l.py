@@ -1,5 +1,7 @@
 """The 1,000-layer DeepNet (Table 2): 500-layer encoder, 500-layer decoder, d 512, 8 heads,
-FFN 2048 — 3.8B parameters, scanned over depth and rematerialized.
+FFN 2048 — 3.71B parameters (3,710,976,000: 3,678,208,000 in the layers and one 64,000 × 512
+token table, shared and tied; the paper's 3.8B has its own multilingual vocabulary), scanned
+over depth and rematerialized.
 
 Run (on a pod slice; see the planner in the scale work for what fits where):
 

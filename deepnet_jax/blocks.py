@@ -21,7 +21,7 @@ from collections.abc import Callable
 import flax.linen as nn
 import jax
 
-from deepnet_jax.initializers import torchscale_gain
+from deepnet_jax.initializers import TORCHSCALE_INITS, torchscale_gain
 from deepnet_jax.layers import (
     FeedForward,
     MultiHeadAttention,
@@ -46,7 +46,7 @@ class TransformerLayer(nn.Module):
     Attributes:
       config: model hyper-parameters.
       side: "encoder" or "decoder"; selects DeepNorm's (α, β) or Sub-LN's γ for that side
-        (β of an encoder-decoder's encoder is torchscale's under ``init="torchscale"``).
+        (β of an encoder-decoder's encoder is torchscale's under the torchscale inits).
       has_cross: add cross-attention over ``enc_out`` (decoder of an encoder-decoder).
       deterministic: disable dropout.
       carry_output: return ``(x, None)`` instead of ``x`` (the ``nn.scan`` convention).
@@ -85,7 +85,7 @@ class TransformerLayer(nn.Module):
         c = self.config
         scheme = residual_scheme(c.scheme)
         alpha, gain = c.side_constants(self.side)
-        if c.init == "torchscale":  # torchscale's own DeepNorm encoder-decoder encoder gain
+        if c.init in TORCHSCALE_INITS:  # torchscale's own DeepNorm encoder-decoder encoder gain
             ts_gain = torchscale_gain(
                 c.scheme, c.arch, self.side, c.num_encoder_layers, c.num_decoder_layers
             )

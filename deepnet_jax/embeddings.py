@@ -14,7 +14,9 @@ from deepnet_jax.tokens import PAD_ID
 
 class TokenEmbedding(nn.Module):
     """Token table E [vocab, d_model] (logical axes ``vocab``, ``embed``), init N(0, d^-1/2)
-    (``init="torchscale"``: with the padding row zeroed, as torchscale's embeddings).
+    (``init="torchscale"``: with the padding row zeroed, as torchscale's embeddings;
+    ``"torchscale_bert"``: N(0, 0.02²), padding row zeroed unless ``tied_output``, see
+    :func:`~deepnet_jax.initializers.token_embedding_init`).
 
     ``__call__`` maps tokens [B, T] to E[tokens]·√d_model [B, T, D] (E[tokens] without
     ``scale_embedding``); ``attend`` maps hidden states [B, T, D] to float32 logits x·Eᵀ
@@ -22,13 +24,15 @@ class TokenEmbedding(nn.Module):
     """
 
     config: TransformerConfig
+    tied_output: bool = False  # this table is also the output projection (its init only)
 
     def setup(self) -> None:
         c = self.config
         self.embedding = self.param(
             "embedding",
             nn.with_logical_partitioning(
-                token_embedding_init(c.d_model, c.init, PAD_ID), ("vocab", "embed")
+                token_embedding_init(c.d_model, c.init, PAD_ID, self.tied_output),
+                ("vocab", "embed"),
             ),
             (c.vocab_size, c.d_model),
             c.storage_dtype,
@@ -52,7 +56,8 @@ class TokenEmbedding(nn.Module):
 
 
 class OutputProjection(nn.Module):
-    """Untied vocabulary projection: x [B, T, D] → float32 x·W [B, T, vocab], W ~ N(0, d^-1/2)."""
+    """Untied vocabulary projection: x [B, T, D] → float32 x·W [B, T, vocab], W ~ N(0, d^-1/2)
+    (N(0, 0.02²) under ``init="torchscale_bert"``)."""
 
     config: TransformerConfig
 
@@ -61,7 +66,7 @@ class OutputProjection(nn.Module):
         c = self.config
         kernel = self.param(
             "kernel",
-            nn.with_logical_partitioning(embedding_normal(c.d_model), ("embed", "vocab")),
+            nn.with_logical_partitioning(embedding_normal(c.d_model, c.init), ("embed", "vocab")),
             (c.d_model, c.vocab_size),
             c.storage_dtype,
         )
@@ -97,7 +102,9 @@ class PositionEmbedding(nn.Module):
         else:
             table = self.param(
                 "embedding",
-                nn.with_logical_partitioning(embedding_normal(c.d_model), ("positions", "embed")),
+                nn.with_logical_partitioning(
+                    embedding_normal(c.d_model, c.init), ("positions", "embed")
+                ),
                 (c.max_len + offset, c.d_model),
                 c.storage_dtype,
             )

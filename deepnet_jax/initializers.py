@@ -8,7 +8,10 @@ are those of the equivalent 2-D matrix [d_model, heads·head_dim].
 ``model.init="torchscale"`` reproduces torchscale 0.3.0 instead: its projections keep PyTorch's
 ``nn.Linear`` default, weight and bias both U(−g/√fan_in, g/√fan_in) once torchscale has
 multiplied them by the gain g (:func:`torchscale_uniform`), and DeepNorm's encoder-decoder
-encoder gain is 1.15·(N⁴M)^(-1/16) (:func:`torchscale_gain`).
+encoder gain is 1.15·(N⁴M)^(-1/16) (:func:`torchscale_gain`). ``model.init="torchscale_bert"``
+reproduces torchscale's ``bert_init=True``: every ``nn.Linear`` and ``nn.Embedding`` weight
+N(0, 0.02²) (:data:`BERT_STD`), biases zero, padding rows zeroed, and then the same gains
+(torchscale multiplies or divides the re-drawn weights by them afterwards).
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ import jax
 import jax.numpy as jnp
 
 Initializer = jax.nn.initializers.Initializer
+
+TORCHSCALE_INITS = ("torchscale", "torchscale_bert")  # model.init values that follow torchscale
+BERT_STD = 0.02  # torchscale's init_bert_params: N(0, 0.02²) for Linear and Embedding weights
 
 
 def xavier_normal(
@@ -65,17 +71,25 @@ def stacked_slices(inits: Sequence[Initializer], slice_axis: int) -> Initializer
     return init
 
 
-def embedding_normal(d_model: int) -> Initializer:
-    """N(0, d_model^-1/2) for token embeddings and output projections (fairseq's choice)."""
-    return jax.nn.initializers.normal(stddev=d_model**-0.5)
+def embedding_normal(d_model: int, init: str = "paper") -> Initializer:
+    """N(0, d_model^-1/2) for token embeddings, learned positions and output projections
+    (fairseq's choice); N(0, 0.02²) under ``init="torchscale_bert"``."""
+    return jax.nn.initializers.normal(
+        stddev=BERT_STD if init == "torchscale_bert" else d_model**-0.5
+    )
 
 
-def token_embedding_init(d_model: int, init: str, pad_id: int) -> Initializer:
-    """A token table [vocab, d_model]: N(0, d_model^-1/2), and for ``init="torchscale"`` with
-    row ``pad_id`` zeroed (torchscale's ``TextEmbedding`` and fairseq's ``Embedding`` zero
-    their padding row)."""
-    normal = embedding_normal(d_model)
-    if init == "paper":
+def token_embedding_init(
+    d_model: int, init: str, pad_id: int, tied_output: bool = False
+) -> Initializer:
+    """A token table [vocab, d_model]: :func:`embedding_normal`, and under a torchscale init
+    with row ``pad_id`` zeroed (torchscale's ``TextEmbedding`` and fairseq's ``Embedding`` zero
+    their padding row, as does ``bert_init``) — except under ``"torchscale_bert"`` for a table
+    that is also the output projection (``tied_output``): ``bert_init`` visits the output
+    ``nn.Linear`` after the ``nn.Embedding`` and draws the shared weight again, padding row
+    included."""
+    normal = embedding_normal(d_model, init)
+    if init not in TORCHSCALE_INITS or (init == "torchscale_bert" and tied_output):
         return normal
 
     def zero_padding_row(key: jax.Array, shape: Sequence[int], dtype=jnp.float32) -> jax.Array:
@@ -95,6 +109,13 @@ def torchscale_uniform(gain: float, fan_in: int) -> Initializer:
         return jax.random.uniform(key, tuple(shape), dtype, -bound, bound)
 
     return init
+
+
+def torchscale_bert_normal(gain: float) -> Initializer:
+    """N(0, (0.02·gain)²): torchscale's ``bert_init`` weight, then scaled by its gain."""
+    if not gain > 0:
+        raise ValueError(f"gain={gain!r} must be > 0")
+    return jax.nn.initializers.normal(stddev=BERT_STD * gain)
 
 
 def torchscale_gain(

@@ -21,6 +21,7 @@ from deepnet_jax.initializers import (
     Initializer,
     sliced_xavier_normal,
     stacked_slices,
+    torchscale_bert_normal,
     torchscale_uniform,
     xavier_normal,
 )
@@ -149,7 +150,8 @@ class Projection(nn.Module):
     the bias zero. With ``slice_gains``, the first output axis stacks ``len(slice_gains)``
     projections (a fused kernel): slice i has gain ``slice_gains[i]`` and the fans of one slice.
     Under ``config.init="torchscale"`` kernel and bias are both U(±gain/√fan_in) instead
-    (:func:`~deepnet_jax.initializers.torchscale_uniform`, per slice).
+    (:func:`~deepnet_jax.initializers.torchscale_uniform`, per slice); under
+    ``"torchscale_bert"`` the kernel is N(0, (0.02·gain)²) per slice, the bias zero.
     ``tag`` names the output for ``checkpoint_name``-based remat policies.
     """
 
@@ -196,6 +198,11 @@ class Projection(nn.Module):
                 return init, init
             inits = [torchscale_uniform(g, fan_in) for g in self.slice_gains]
             return stacked_slices(inits, n_in), stacked_slices(inits, 0)
+        if self.config.init == "torchscale_bert":
+            if self.slice_gains is None:
+                return torchscale_bert_normal(self.gain), nn.initializers.zeros
+            inits = [torchscale_bert_normal(g) for g in self.slice_gains]
+            return stacked_slices(inits, n_in), nn.initializers.zeros
         if self.slice_gains is None:
             init = xavier_normal(
                 self.gain, in_axis=tuple(range(n_in)), out_axis=tuple(range(n_in, n_in + n_out))

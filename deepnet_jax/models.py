@@ -200,7 +200,7 @@ class EncoderOnly(nn.Module):
 
     def setup(self) -> None:
         c = self.config
-        self.embed_tokens = TokenEmbedding(c)
+        self.embed_tokens = TokenEmbedding(c, c.tie_embeddings)
         self.encoder = Encoder(c, self.embed_tokens)
         self.output_projection = None if c.tie_embeddings else OutputProjection(c)
 
@@ -223,7 +223,7 @@ class DecoderOnly(nn.Module):
 
     def setup(self) -> None:
         c = self.config
-        self.embed_tokens = TokenEmbedding(c)
+        self.embed_tokens = TokenEmbedding(c, c.tie_embeddings)
         self.decoder = Decoder(c, self.embed_tokens)
         self.output_projection = None if c.tie_embeddings else OutputProjection(c)
 
@@ -262,11 +262,11 @@ class EncoderDecoder(nn.Module):
     def setup(self) -> None:
         c = self.config
         if c.share_embeddings:
-            self.embed_tokens = TokenEmbedding(c)
+            self.embed_tokens = TokenEmbedding(c, c.tie_embeddings)
             src_table = tgt_table = self.embed_tokens
         else:
             self.encoder_embed_tokens = TokenEmbedding(c)
-            self.decoder_embed_tokens = TokenEmbedding(c)
+            self.decoder_embed_tokens = TokenEmbedding(c, c.tie_embeddings)
             src_table, tgt_table = self.encoder_embed_tokens, self.decoder_embed_tokens
         self.target_table = tgt_table
         self.encoder = Encoder(c, src_table)

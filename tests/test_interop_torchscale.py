@@ -4,6 +4,7 @@ logits, bitwise round trips, the import/export command and its fine-tuning run, 
 
 import glob
 import json
+import logging
 import os
 import re
 import shutil
@@ -17,7 +18,7 @@ from conftest import init_params, jit_apply, tiny_config
 from deepnet_jax import models, run_loading, train
 from deepnet_jax.interop import torchscale as ts
 from deepnet_jax.interop.torchscale import __main__ as cli
-from deepnet_jax.interop.torchscale import files, runs
+from deepnet_jax.interop.torchscale import configs, files, runs
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "torchscale")
 CASES = [
@@ -117,7 +118,11 @@ def test_scheme_from_torchscale_flags(flags_, scheme):
         ({"moe_freq": 2, "moe_expert_count": 4}, "option moe_freq=2 is not supported"),
         ({"rel_pos_buckets": 32, "max_rel_pos": 128}, "option rel_pos_buckets=32"),
         ({"layernorm_embedding": True}, "option layernorm_embedding=True"),
-        ({"activation_fn": "swish"}, "option activation_fn='swish'"),
+        ({"activation_fn": "swish"}, "option activation_fn='swish'.*allowed: relu, gelu"),
+        (
+            {"drop_path_rate": 0.1},
+            "option drop_path_rate=0.1 is not supported: stochastic depth .*allowed: 0",
+        ),
         (
             {"subln": True, "decoder_normalize_before": False},
             "decoder_normalize_before=False are no",
@@ -128,6 +133,46 @@ def test_scheme_from_torchscale_flags(flags_, scheme):
 def test_unsupported_torchscale_options_are_refused(extra, message):
     with pytest.raises(ValueError, match=message):
         ts.model_config_from_torchscale({"decoder_layers": 2, "vocab_size": 50, **extra})
+
+
+def test_every_torchscale_field_is_mapped_refused_ignored_or_inert():
+    """The fixtures' configs hold every attribute of torchscale 0.3.0's EncoderConfig,
+    DecoderConfig and EncoderDecoderConfig (``vars(config)``): each is in a table of
+    ``configs``; ignored and inert fields are neither read nor refused."""
+    fields = set()
+    for arch, scheme in CASES:
+        fields |= set(load_case(arch, scheme)[1]) - {"encoder_learned_pos", "decoder_learned_pos"}
+    assert len(fields) == 48 and {"bert_init", "drop_path_rate", "fsdp"} <= fields
+    read = configs.MAPPED.keys() | configs.UNSUPPORTED.keys()
+    unread = configs.IGNORED.keys() | configs.INERT.keys()
+    assert fields <= read | unread, sorted(fields - read - unread)
+    assert not read & unread and not configs.IGNORED.keys() & configs.INERT.keys()
+
+
+def test_ignored_options_are_listed_in_one_warning(caplog):
+    args = {"decoder_layers": 2, "vocab_size": 50}
+    with caplog.at_level(logging.WARNING):
+        ts.model_config_from_torchscale({**args, "checkpoint_activations": False, "fsdp": False})
+    assert not caplog.records  # at their defaults: nothing to say
+    with caplog.at_level(logging.WARNING):
+        config = ts.model_config_from_torchscale(
+            {**args, "checkpoint_activations": True, "fsdp": True}
+        )
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]
+    message = caplog.records[0].getMessage()
+    assert message.startswith("torchscale options not read: checkpoint_activations=True, fsdp=True")
+    assert "model.remat_policy" in message and "\n" not in message
+    assert config.to_dict() == ts.model_config_from_torchscale(args).to_dict()
+
+
+def test_bert_init_maps_to_the_torchscale_bert_init_and_back():
+    args = {"decoder_layers": 2, "vocab_size": 50}
+    assert ts.model_config_from_torchscale(args).init == "torchscale"
+    config = ts.model_config_from_torchscale({**args, "bert_init": True})
+    assert config.init == "torchscale_bert"
+    back = ts.torchscale_args_from_config(config)
+    assert back["bert_init"] is True and back["drop_path_rate"] == 0.0
+    assert ts.model_config_from_torchscale(back).to_dict() == config.to_dict()
 
 
 def test_state_dict_problems_name_the_tensor():

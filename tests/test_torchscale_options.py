@@ -1,7 +1,11 @@
-"""The model options torchscale interop needs: init="torchscale" (torchscale 0.3.0's
-initialization), scale_embedding, position_offset and zero_padding_embeddings."""
+"""The model options torchscale interop needs: init="torchscale" and "torchscale_bert"
+(torchscale 0.3.0's initialization, without and with bert_init), scale_embedding,
+position_offset and zero_padding_embeddings."""
 
+import json
 import math
+import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -13,9 +17,14 @@ from flax.traverse_util import flatten_dict
 from deepnet_jax import constants, models
 from deepnet_jax.embeddings import PositionEmbedding, TokenEmbedding
 from deepnet_jax.initializers import sinusoidal_table
+from deepnet_jax.interop import torchscale as ts
 from deepnet_jax.model_config import TransformerConfig
 
 D, F, N, M = 128, 512, 4, 3  # unequal depths: the two sides' gains differ
+# torchscale 0.3.0's bert_init statistics (tests/fixtures/make_torchscale_init_stats.py)
+BERT_STATS = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "fixtures", "torchscale", "bert_init_stats.json"
+)
 
 
 def side_gains(scheme: str, init: str) -> dict[str, float]:
@@ -24,7 +33,7 @@ def side_gains(scheme: str, init: str) -> dict[str, float]:
     if scheme == "subln":
         return {s: v["gamma"] for s, v in constants.subln("encdec", N, M).items()}
     gains = {s: v["beta"] for s, v in constants.deepnorm("encdec", N, M).items()}
-    if init == "torchscale":  # torchscale divides the encoder by (N⁴M)^(1/16)/1.15
+    if init != "paper":  # torchscale divides the encoder by (N⁴M)^(1/16)/1.15
         gains["encoder"] = 1.15 * (N**4 * M) ** (-1 / 16)
     return gains
 
@@ -49,11 +58,19 @@ def pooled(flat: dict, key: str, leaf: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize(
-    "scheme, init", [("deepnorm", "paper"), ("deepnorm", "torchscale"), ("subln", "torchscale")]
+    "scheme, init",
+    [
+        ("deepnorm", "paper"),
+        ("deepnorm", "torchscale"),
+        ("subln", "torchscale"),
+        ("deepnorm", "torchscale_bert"),
+        ("subln", "torchscale_bert"),
+    ],
 )
-def test_per_kernel_std_of_both_inits(scheme, init):
+def test_per_kernel_std_of_the_inits(scheme, init):
     """paper: kernels N(0, g²·2/(fan_in+fan_out)), biases 0. torchscale: kernels and biases
     U(±g/√fan_in) (std g/√(3·fan_in)), the encoder-decoder encoder's DeepNorm gain 1.15·(N⁴M)^-1/16.
+    torchscale_bert: kernels N(0, (0.02·g)²) with torchscale's gains, biases 0.
     Each kernel pools L·fan_in·fan_out ≥ 49,152 draws: 1σ of its std is ≤ 0.4%, so 3% is > 7σ;
     each bias pools L·fan_out ≥ 384 draws (1σ of a uniform's std ≈ 2.3%): 10%, > 4σ."""
     cfg = tiny_config(
@@ -76,6 +93,9 @@ def test_per_kernel_std_of_both_inits(scheme, init):
         if init == "paper":
             want = gain * math.sqrt(2.0 / (fan_in + fan_out))
             assert not bias.any(), key
+        elif init == "torchscale_bert":
+            want = 0.02 * gain
+            assert not bias.any(), key
         else:
             bound = gain / math.sqrt(fan_in) * (1 + 1e-6)  # float32 rounding of the bound
             want = bound / math.sqrt(3)
@@ -83,9 +103,50 @@ def test_per_kernel_std_of_both_inits(scheme, init):
             assert np.abs(kernel).max() > 0.99 * bound, key  # uniform: the bound is reached
             assert np.std(bias) == pytest.approx(want, rel=0.10), key
         assert np.std(kernel) == pytest.approx(want, rel=0.03), (key, np.std(kernel), want)
-    table = np.asarray(flat["decoder_embed_tokens/embedding"])
-    assert np.std(table[1:]) == pytest.approx(D**-0.5, rel=0.03)
-    assert (not table[0].any()) == (init == "torchscale")  # torchscale zeroes the padding row
+    for side in ("encoder", "decoder"):  # untied tables: torchscale zeroes the padding row
+        table = np.asarray(flat[f"{side}_embed_tokens/embedding"])
+        std = 0.02 if init == "torchscale_bert" else D**-0.5
+        assert np.std(table[1:]) == pytest.approx(std, rel=0.03)
+        assert (not table[0].any()) == (init != "paper")
+
+
+def pooled_statistics(state: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:
+    """torchscale name with the layer index as ``*`` → (mean, std) over every such tensor."""
+    pooled: dict[str, list[np.ndarray]] = {}
+    for name, value in state.items():
+        key = re.sub(r"(^|\.)layers\.\d+\.", r"\1layers.*.", name)
+        pooled.setdefault(key, []).append(np.asarray(value, np.float64).ravel())
+    return {k: (np.concatenate(v).mean(), np.concatenate(v).std()) for k, v in pooled.items()}
+
+
+@pytest.mark.parametrize(
+    "case", ["encdec_deepnorm", "encdec_subln", "decoder_deepnorm", "encoder_subln"]
+)
+def test_bert_init_draws_as_torchscale_does(case):
+    """A torchscale config with bert_init=True imports as init="torchscale_bert", whose draws
+    match torchscale 0.3.0's own (d 128, FFN 512, 4L-3L, vocabulary 512, 256 positions): per
+    tensor name, layers pooled, constants (biases, LayerNorms) equal and every std within 3% of
+    torchscale's (≥ 33,024 draws a side: 1σ ≤ 0.4% each, so 3% is > 5σ), the mean within 5% of
+    the std (1σ ≤ 0.6%); the padding row zero where torchscale's is (not for the table tied to
+    the output projection: bert_init draws it again as the Linear's weight)."""
+    with open(BERT_STATS) as f:
+        want = json.load(f)["cases"][case]
+    config = ts.model_config_from_torchscale(want["args"])
+    assert config.init == "torchscale_bert"
+    tokens = jnp.ones((1, 4), jnp.int32)
+    params = init_params(models.build(config), config.arch, tokens)
+    state = ts.params_to_torchscale(jax.device_get(params), config)
+    got = pooled_statistics(state)
+    assert sorted(got) == sorted(want["stats"])
+    for key, stats in want["stats"].items():
+        mean, std = got[key]
+        if stats["std"] == 0:  # a constant: zero biases, LayerNorm scales 1 and offsets 0
+            assert std == 0 and mean == stats["mean"], key
+        else:
+            assert std == pytest.approx(stats["std"], rel=0.03), (key, std, stats["std"])
+            assert abs(mean) <= 0.05 * stats["std"], (key, mean)
+    for name, zero in want["pad_row_zero"].items():
+        assert (not state[name][0].any()) == zero, name
 
 
 def _embed(cfg, module_cls, *args):

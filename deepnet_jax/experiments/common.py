@@ -1,7 +1,9 @@
 """What the depth experiments share: the model, data and optimizer settings, one training run
 and its verdict, and the output files.
 
-The settings (fixed before any result was looked at, the same for every scheme):
+The tiny-model settings of model_update and lr_tolerance, the same for every scheme (fixed before
+the first quick run; the length buckets changed after the first model_update run, which was then
+repeated: docs/reproduction.md, "Settings"):
 
 * **Model**: the DeepNet paper's tiny 64-128-2 encoder-decoder (d_model 64, FFN 128, 2 heads;
   its Figure 5), N encoder and N decoder layers, dropout 0.1, sinusoidal positions.

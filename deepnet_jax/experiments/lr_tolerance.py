@@ -7,7 +7,8 @@ DeepNet paper's 5e-4) for a fixed budget, with an inverse-square-root schedule w
 ``trained`` (``common.verdict``: not diverged, not stuck at the unigram entropy) and the
 validation NLL at each learning rate.
 
-Settings (fixed before any result was seen):
+Settings (fixed before any lr_tolerance result; the quick grid after the first model_update
+run, see below):
 
 =========  ============  ==========================  =======  =============================
 setting    depth         peak learning rates         updates  cost on 2 CPU cores

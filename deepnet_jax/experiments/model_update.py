@@ -6,7 +6,7 @@ first update) and with the paper's warm-up (4,000 updates from 1e-7, inverse squ
 measuring the model update (``deepnet_jax.diagnostics``: the decoder's output on the first
 validation batch, L2 over the hidden axis, mean over non-padding tokens) every few updates.
 
-Settings (fixed before any result was seen):
+Settings (fixed before any model_update result):
 
 =========  ================  =======  ==============  ======================================
 setting    depths (N L-N L)  updates  measured every  cost on 2 CPU cores
