@@ -15,14 +15,9 @@ import numpy as np
 from tqdm import tqdm
 
 from deepnet_jax import metrics as metrics_lib
+from deepnet_jax.console import say
 
 SOURCE_BLIND_NATS = 0.1  # source sensitivity below this after the warm-up: a warning
-
-
-def say(message: str) -> None:
-    """Print on process 0 only (above the progress bar); other processes stay quiet."""
-    if jax.process_index() == 0:
-        tqdm.write(message)
 
 
 class Interval:
