@@ -88,6 +88,18 @@ def source_blind_warning(result: dict[str, Any], updates: int, warmup_steps: int
     )
 
 
+def scored_set(result: dict[str, Any], translates: bool, max_len: int) -> str:
+    """What a loss figure was computed on, from :meth:`Validator.loss`'s counts: ``1,943
+    pairs (116 cut to 64 tokens)``; records left out (empty texts) are named too."""
+    text = f"{result['loss_examples']:,} {'pairs' if translates else 'examples'}"
+    notes = []
+    if result.get("loss_truncated"):
+        notes.append(f"{result['loss_truncated']:,} cut to {max_len} tokens")
+    if result.get("loss_dropped"):
+        notes.append(f"{result['loss_dropped']:,} empty left out")
+    return text + (f" ({', '.join(notes)})" if notes else "")
+
+
 class Progress:
     """The progress bar over micro-batches and the interval behind each log line.
 
