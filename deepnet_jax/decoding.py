@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
+from tqdm import tqdm
 
 from deepnet_jax import models
 from deepnet_jax.tokens import BOS_ID, EOS_ID, PAD_ID
@@ -332,12 +333,14 @@ def translate_ids(
     options: SearchOptions = SearchOptions(),
     batch_size: int = 64,
     bucket: int = 16,
+    progress: str = "",
 ) -> list[list[int]]:
     """Translate source id sequences (EOS-terminated, as in training) in fixed-shape batches.
 
     Sentences are sorted by length, padded to a multiple of ``bucket`` tokens and grouped in
     batches of exactly ``batch_size`` rows (the last one filled with empty rows), so the search
     compiles once per length bucket. Returns the output ids (EOS removed) in input order.
+    With ``progress`` (its label) a tqdm bar on process 0 shows the sentences done and the rate.
     """
     options.validate()
     if not sources:
@@ -350,6 +353,13 @@ def translate_ids(
         )
     order = np.argsort(lengths, kind="stable")
     results: list[list[int]] = [[] for _ in sources]
+    bar = tqdm(
+        total=len(sources),
+        desc=progress,
+        unit="sent",
+        leave=False,
+        disable=not progress or jax.process_index() != 0,
+    )
     for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
         width = min(-(-int(lengths[rows].max()) // bucket) * bucket, model.config.max_len)
@@ -359,6 +369,8 @@ def translate_ids(
         tokens, _ = search(model, params, _like_params(params, src), options)
         for r, ids in zip(rows, strip(_fetch(tokens), options.eos_id), strict=False):
             results[r] = ids
+        bar.update(len(rows))
+    bar.close()
     return results
 
 

@@ -5,9 +5,13 @@
 Prints, for every run, the split's token-level loss (NLL), perplexity = exp(NLL) and accuracy
 (next-token for LMs and translation targets, masked tokens for MLM); for a translation run also
 BLEU and chrF of beam-search translations against the raw references (sacrebleu, with its
-signature and the n-gram precisions / brevity penalty). The run's own ``tokenizer.model`` and
-config (data set, lengths, decoding options) are used, so the figures match the run's final
-evaluation. The last line is the results as JSON (also written to ``--output`` if given).
+signature and the n-gram precisions / brevity penalty), on every sentence and on those whose
+source is not in the training split. Each figure names its set: the loss covers every pair of
+the split, the long ones cut to ``data.max_len`` (``loss_examples``, ``loss_truncated``); BLEU
+the ``sentences`` decoded (``unseen_sentences`` for the unseen figure). The run's own
+``tokenizer.model`` and config (data set, lengths, decoding options) are used, so the figures
+match the run's final evaluation. The last line is the results as JSON (also written to
+``--output`` if given).
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ def evaluate_run(
         result.update(
             train_steps.split_loss(eval_step, run.params, map(place, data.eval_batches(split)))
         )
+        result.update(data.eval_counts(split))
         if data.task == "translation":
             _, scores = scoring.translate_split(
                 run.model,
@@ -71,6 +76,7 @@ def evaluate_run(
                 options,
                 batch_size,
                 limit,
+                progress=f"{split}, beam {options.beam_size}",
             )
             result.update(scores, beam_size=options.beam_size)
     return result
@@ -78,20 +84,32 @@ def evaluate_run(
 
 def report(result: dict[str, Any]) -> str:
     """Human-readable lines for :func:`evaluate_run`'s result."""
+    examples = f"{result['loss_examples']:,} {'pairs' if 'bleu' in result else 'examples'}"
+    if result["loss_truncated"]:
+        examples += f", {result['loss_truncated']:,} of them cut to data.max_len"
+    if result["loss_dropped"]:
+        examples += f", {result['loss_dropped']:,} empty records left out"
     lines = [
         f"{result['split']} ({result['parameters']}): loss {result['loss']:.4f}, "
-        f"perplexity {result['perplexity']:.2f}, accuracy {result['accuracy']:.4f}"
+        f"perplexity {result['perplexity']:.2f}, accuracy {result['accuracy']:.4f} "
+        f"on {examples}"
     ]
     if "bleu" in result:
         lines.append(
-            f"{result['sentences']} sentences, beam {result['beam_size']}"
+            f"{result['sentences']:,} sentences, beam {result['beam_size']}"
             + (
-                f", {result['truncated_sources']} sources cut to data.max_len"
+                f", {result['truncated_sources']:,} sources cut to data.max_len"
                 if result["truncated_sources"]
                 else ""
             )
         )
         lines += [result["bleu_report"], result["chrf_report"]]
+        if "unseen_bleu" in result:
+            lines.append(
+                f"the {result['unseen_sentences']:,} sentences whose source is not in the "
+                f"training split: BLEU {result['unseen_bleu']:.2f}, "
+                f"chrF {result['unseen_chrf']:.2f}"
+            )
     return "\n".join(lines)
 
 

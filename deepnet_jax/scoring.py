@@ -3,6 +3,11 @@
 Hypotheses are detokenized with the run's SentencePiece model and scored against the raw
 reference sentences with sacrebleu's defaults (13a tokenization, BLEU-4; chrF with β = 2), the
 scores the papers and WMT report. The returned signature strings say exactly how.
+
+Beside the whole set, BLEU and chrF are reported on its **unseen** subset: the sentences whose
+source does not occur verbatim in the training split (``TranslationSet.seen``). Corpora of
+documentation repeat short strings (menu names, "Note") across pages, and a model can recall
+their training translation; the unseen figure measures translation alone.
 """
 
 from __future__ import annotations
@@ -47,17 +52,35 @@ def translate_split(
     options: decoding.SearchOptions,
     batch_size: int = 64,
     limit: int = 0,
+    progress: str = "",
 ) -> tuple[list[str], dict[str, Any]]:
-    """Translate the first ``limit`` pairs (0: all) and score them.
+    """Translate the first ``limit`` pairs (0: all) and score them (``progress``: the label of
+    a progress bar over the sentences; empty: none).
 
     Returns ``(hypotheses, scores)`` where scores holds ``bleu``, ``chrf``, their signatures,
     ``sentences`` and ``truncated_sources`` (sources cut to ``data.max_len``, see
-    ``DataPipeline.translation_set``).
+    ``DataPipeline.translation_set``), and :func:`unseen_scores`.
     """
     n = len(pairs.source_ids) if limit <= 0 else min(limit, len(pairs.source_ids))
-    ids = decoding.translate_ids(model, params, pairs.source_ids[:n], options, batch_size)
+    ids = decoding.translate_ids(
+        model, params, pairs.source_ids[:n], options, batch_size, progress=progress
+    )
     hypotheses = [tokenizer.decode(h) for h in ids]
     scores = corpus_scores(hypotheses, pairs.references[:n])
     scores["sentences"] = n
     scores["truncated_sources"] = sum(pairs.truncated[:n])
+    scores.update(unseen_scores(hypotheses, pairs.references[:n], pairs.seen[:n]))
     return hypotheses, scores
+
+
+def unseen_scores(
+    hypotheses: list[str], references: list[str], seen: list[bool]
+) -> dict[str, float | int]:
+    """``unseen_sentences``: how many sources are not in the training split, and
+    ``unseen_bleu``/``unseen_chrf`` on those sentences alone (absent when there are none)."""
+    unseen = [i for i, s in enumerate(seen) if not s]
+    out: dict[str, float | int] = {"unseen_sentences": len(unseen)}
+    if unseen:
+        scores = corpus_scores([hypotheses[i] for i in unseen], [references[i] for i in unseen])
+        out.update(unseen_bleu=scores["bleu"], unseen_chrf=scores["chrf"])
+    return out

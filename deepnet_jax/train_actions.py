@@ -22,7 +22,7 @@ import orbax.checkpoint as ocp
 
 from deepnet_jax import checkpoint, diagnostics, preemption, run_loading, scoring, train_steps
 from deepnet_jax import metrics as metrics_lib
-from deepnet_jax.train_progress import Interval, say, source_blind_warning
+from deepnet_jax.train_progress import Interval, say, scored_set, source_blind_warning
 
 PROBE_DIR = "stability_probe"  # <workdir>/stability_probe: F(x; θ₀) on the probe batch
 
@@ -148,17 +148,29 @@ class Validator:
         self.with_bleu = ctx.translates and ctx.config.decode.eval_sentences > 0
 
     def loss(self, params: Any, split: str = "validation") -> dict[str, float]:
-        """Token-weighted NLL, perplexity, accuracy (and source sensitivity) of ``split``."""
+        """Token-weighted NLL, perplexity, accuracy (and source sensitivity) of ``split``, with
+        the set they cover: ``loss_examples`` scored, ``loss_truncated`` of them cut to
+        ``data.max_len``, ``loss_dropped`` records left out."""
         batches = map(self.ctx.place, self.ctx.data.eval_batches(split))
-        return train_steps.split_loss(self.eval_step, params, batches)
+        result = train_steps.split_loss(self.eval_step, params, batches)
+        return {**result, **self.ctx.data.eval_counts(split)}
 
     def translation_scores(self, params: Any, split: str, beam: int, limit: int) -> dict:
-        """BLEU/chrF of ``split`` (first ``limit`` sentences; 0: all), printing the samples."""
+        """BLEU/chrF of ``split`` (first ``limit`` sentences; 0: all) behind a progress bar,
+        printing the samples."""
         c, pipeline = self.ctx.config, self.ctx.data.pipeline
         pairs = pipeline.translation_set(split)
         options = run_loading.search_options(c, beam)
+        label = f"{split}, " + ("greedy" if beam == 1 else f"beam {beam}")
         hyps, scores = scoring.translate_split(
-            self.ctx.model, params, pipeline.tokenizer, pairs, options, c.decode.batch_size, limit
+            self.ctx.model,
+            params,
+            pipeline.tokenizer,
+            pairs,
+            options,
+            c.decode.batch_size,
+            limit,
+            progress=label,
         )
         shown = range(min(c.decode.num_samples, len(hyps)))
         for i in shown:
@@ -177,6 +189,7 @@ class Validator:
         line += f"ppl {result['perplexity']:.1f}"
         if "source_sensitivity" in result:
             line += f", source sensitivity {result['source_sensitivity']:.2f} nats"
+        line += f" on {scored_set(result, self.ctx.translates, c.data.max_len)}"
         if self.with_bleu:
             s = self.translation_scores(params, "validation", 1, c.decode.eval_sentences)
             result.update(
@@ -184,10 +197,13 @@ class Validator:
                 chrf=s["chrf"],
                 bleu_sentences=s["sentences"],
                 distinct_hypotheses=s["distinct_hypotheses"],
+                unseen_sentences=s["unseen_sentences"],
             )
+            if "unseen_bleu" in s:
+                result["unseen_bleu"] = s["unseen_bleu"]
             line += (
-                f", greedy BLEU {s['bleu']:.2f} ({s['sentences']} sentences, "
-                f"{s['distinct_hypotheses']:.0%} distinct)"
+                f"; greedy BLEU {s['bleu']:.2f} on the first {s['sentences']:,} sentences "
+                f"({s['distinct_hypotheses']:.0%} distinct)"
             )
         say(line)
         warning = source_blind_warning(result, updates, c.schedule.warmup_steps)

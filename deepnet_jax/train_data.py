@@ -40,6 +40,10 @@ class CorpusData:
     def eval_batches(self, split: str = "validation") -> Iterator[dict[str, np.ndarray]]:
         return self.pipeline.eval_batches(split)
 
+    def eval_counts(self, split: str) -> dict[str, int]:
+        """Examples of ``split`` cut to ``data.max_len`` / records left out by evaluation."""
+        return self.pipeline.eval_counts(split)
+
 
 Data = SyntheticData | CorpusData  # what make_data returns
 

@@ -15,14 +15,9 @@ import numpy as np
 from tqdm import tqdm
 
 from deepnet_jax import metrics as metrics_lib
+from deepnet_jax.console import say
 
 SOURCE_BLIND_NATS = 0.1  # source sensitivity below this after the warm-up: a warning
-
-
-def say(message: str) -> None:
-    """Print on process 0 only (above the progress bar); other processes stay quiet."""
-    if jax.process_index() == 0:
-        tqdm.write(message)
 
 
 class Interval:
@@ -91,6 +86,18 @@ def source_blind_warning(result: dict[str, Any], updates: int, warmup_steps: int
         f"{SOURCE_BLIND_NATS} after the warm-up): the decoder is ignoring its source, "
         "predicting targets from the target prefix alone"
     )
+
+
+def scored_set(result: dict[str, Any], translates: bool, max_len: int) -> str:
+    """What a loss figure was computed on, from :meth:`Validator.loss`'s counts: ``1,943
+    pairs (116 cut to 64 tokens)``; records left out (empty texts) are named too."""
+    text = f"{result['loss_examples']:,} {'pairs' if translates else 'examples'}"
+    notes = []
+    if result.get("loss_truncated"):
+        notes.append(f"{result['loss_truncated']:,} cut to {max_len} tokens")
+    if result.get("loss_dropped"):
+        notes.append(f"{result['loss_dropped']:,} empty left out")
+    return text + (f" ({', '.join(notes)})" if notes else "")
 
 
 class Progress:

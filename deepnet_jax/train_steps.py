@@ -136,7 +136,8 @@ def make_train_step(
 
 
 def make_eval_step(model: nn.Module, arch: str) -> Callable:
-    """Jitted ``(params, batch) -> sums`` of the plain (unsmoothed) NLL, without dropout.
+    """Jitted ``(params, batch) -> sums`` of the plain (unsmoothed) NLL, without dropout, and
+    ``examples``: the rows holding target tokens (the examples scored; empty rows fill batches).
 
     For an encoder-decoder the sums also hold ``shifted_nll_sum``: the NLL of the same targets
     with each row's source swapped for another row's (:mod:`deepnet_jax.source_sensitivity`).
@@ -146,6 +147,7 @@ def make_eval_step(model: nn.Module, arch: str) -> Callable:
     @jax.jit
     def eval_step(params, batch: Batch):
         sums = loss_fn(params, batch, jax.random.key(0), True)[1]
+        sums["examples"] = jnp.sum(jnp.any(batch["weights"] > 0, axis=1))
         if arch == "encdec":
             shifted = source_sensitivity.with_shifted_sources(batch)
             sums["shifted_nll_sum"] = loss_fn(params, shifted, jax.random.key(0), True)[1][
@@ -160,11 +162,11 @@ def split_loss(eval_step: Callable, params: Any, batches: Iterator[Batch]) -> di
     """Token-weighted NLL (``loss``), ``perplexity`` = exp(loss) and ``accuracy`` over all
     ``batches`` (placed on the devices) of a split; for an encoder-decoder also
     ``source_sensitivity`` (nats per target token the NLL rises by when sources are swapped
-    between rows)."""
+    between rows); ``loss_examples``: how many examples (rows with targets) these cover."""
     sums: dict[str, float] = {}
     for batch in batches:
         out = jax.device_get(eval_step(params, batch))
-        for key in ("nll_sum", "weight", "correct", "shifted_nll_sum"):
+        for key in ("nll_sum", "weight", "correct", "shifted_nll_sum", "examples"):
             if key in out:
                 sums[key] = sums.get(key, 0.0) + float(out[key])
     if not sums.get("weight"):
@@ -174,6 +176,7 @@ def split_loss(eval_step: Callable, params: Any, batches: Iterator[Batch]) -> di
         "loss": nll,
         "perplexity": float(np.exp(min(nll, 50.0))),
         "accuracy": sums["correct"] / sums["weight"],
+        "loss_examples": int(sums["examples"]),
     }
     if "shifted_nll_sum" in sums:
         result["source_sensitivity"] = source_sensitivity.per_token(

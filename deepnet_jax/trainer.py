@@ -48,7 +48,7 @@ from deepnet_jax.train_actions import (
     halt_after,
     replicated,
 )
-from deepnet_jax.train_progress import Progress, say
+from deepnet_jax.train_progress import Progress, say, scored_set
 
 
 @dataclasses.dataclass
@@ -256,7 +256,9 @@ def final_evaluation(
     run: Run, validator: Validator, params: Any, progress: Progress
 ) -> dict[str, Any]:
     """The last validation, then the ``final_split`` (loss; beam-search BLEU/chrF and samples
-    for translation): the run's results, as ``eval.json`` holds them."""
+    for translation): the run's results, as ``eval.json`` holds them, each figure with the
+    size of its set (``*_loss_examples`` behind loss, perplexity, accuracy and source
+    sensitivity; ``*_sentences`` / ``*_unseen_sentences`` behind BLEU and chrF)."""
     c = run.config
     result = validator(params, c.total_steps)
     out: dict[str, Any] = {
@@ -267,36 +269,64 @@ def final_evaluation(
         "train_loss": progress.last_record.get("loss"),
         "steps": c.total_steps,
     }
-    if "source_sensitivity" in result:
-        out["eval_source_sensitivity"] = result["source_sensitivity"]
+    for name in ("source_sensitivity", "loss_examples", "loss_truncated", "loss_dropped"):
+        if name in result:
+            out[f"eval_{name}"] = result[name]
     if validator.with_bleu:
         out["eval_bleu_greedy"] = result["bleu"]
+        out["eval_bleu_sentences"] = result["bleu_sentences"]
         out["eval_distinct_hypotheses"] = result["distinct_hypotheses"]
+        out["eval_unseen_sentences"] = result["unseen_sentences"]
+        if "unseen_bleu" in result:
+            out["eval_unseen_bleu_greedy"] = result["unseen_bleu"]
     if isinstance(run.data, train_data.CorpusData) and c.final_split:
         out.update(_final_split(run, validator, params))
     return out
 
 
 def _final_split(run: Run, validator: Validator, params: Any) -> dict[str, Any]:
-    """``<split>_*`` results of ``final_split``, with the line that reports them."""
-    split, beam = run.config.final_split, run.config.decode.beam_size
+    """``<split>_*`` results of ``final_split``, with the lines that report them (the loss
+    line, then for translation the BLEU line), each naming the set behind its figures."""
+    c = run.config
+    split, beam = c.final_split, c.decode.beam_size
     final = validator.loss(params, split)
     out = {f"{split}_{name}": v for name, v in final.items()}
     line = f"{split}: loss {final['loss']:.3f}, perplexity {final['perplexity']:.2f}"
     if validator.ctx.translates:
+        line += f", source sensitivity {final['source_sensitivity']:.2f} nats"
+    say(f"{line} on {scored_set(final, validator.ctx.translates, c.data.max_len)}")
+    if validator.ctx.translates:
         scores = validator.translation_scores(params, split, beam, 0)
         out.update({f"{split}_{name}": v for name, v in scores.items()})
         if run.writer:
-            record = {"bleu": scores["bleu"], "chrf": scores["chrf"]}
-            run.writer.write(split, run.config.total_steps, record)
-        line += (
-            f", source sensitivity {final['source_sensitivity']:.2f} nats, "
-            f"BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f}, "
-            f"{scores['distinct_hypotheses']:.0%} distinct hypotheses (beam {beam}; "
-            f"{scores['bleu_signature']})"
-        )
-    say(line)
+            names = ("bleu", "chrf", "sentences", "unseen_bleu", "unseen_chrf", "unseen_sentences")
+            record = {k: scores[k] for k in names if k in scores}
+            run.writer.write(split, c.total_steps, record)
+        say(f"{split}: {_bleu_sets(scores, beam, c.data.max_len)}")
     return out
+
+
+def _bleu_sets(scores: dict[str, Any], beam: int, max_len: int) -> str:
+    """The BLEU/chrF part of the final line, each figure with its set: all sentences (sources
+    cut to ``max_len − 1`` pieces counted) and those whose source is unseen in training."""
+    text = f"beam {beam} on all {scores['sentences']:,} sentences"
+    cut = scores["truncated_sources"]
+    if cut:
+        text += f" ({cut:,} source{'s' if cut > 1 else ''} cut to {max_len - 1} pieces)"
+    text += (
+        f": BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f}, "
+        f"{scores['distinct_hypotheses']:.0%} distinct hypotheses"
+    )
+    if scores["unseen_sentences"] == scores["sentences"]:
+        text += "; no source occurs in the training split"
+    elif "unseen_bleu" in scores:
+        text += (
+            f"; on the {scores['unseen_sentences']:,} whose source is not in the training "
+            f"split: BLEU {scores['unseen_bleu']:.2f}, chrF {scores['unseen_chrf']:.2f}"
+        )
+    else:
+        text += "; every source occurs in the training split"
+    return text + f" ({scores['bleu_signature']})"
 
 
 def finish(run: Run, results: dict[str, Any]) -> None:

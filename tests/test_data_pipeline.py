@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -180,12 +181,17 @@ def test_process_shards_are_disjoint_and_cover(corpus, mode):
 
 
 def test_eval_batches_cover_validation_once(corpus):
+    """Every pair once: the long ones cut to data.max_len, not dropped as in training."""
     data = pipeline.DataPipeline(_options(corpus, max_tokens=192), "encdec")
     rows = [
         tuple(r[r != 0]) for b in data.eval_batches("validation") for r in b["targets"] if r.any()
     ]
-    assert sorted(rows) == sorted(tuple(e["targets"]) for e in data.examples("validation").examples)
-    assert len(rows) + data.examples("validation").dropped["too_long"] == SPLIT_SIZES["valid"]
+    scored = data.eval_examples("validation")
+    assert sorted(rows) == sorted(tuple(e["targets"]) for e in scored.examples)
+    assert len(rows) == SPLIT_SIZES["valid"]
+    too_long = data.examples("validation").dropped["too_long"]
+    assert too_long > 0 and scored.truncated == too_long
+    assert data.eval_counts("validation") == {"loss_truncated": too_long, "loss_dropped": 0}
 
 
 def test_mlm_batches_mask_only_weighted_positions(corpus):
@@ -332,6 +338,12 @@ def test_prepare_cli_trains_the_tokenizer_a_run_reuses(corpus, tmp_path):
     cmd += ["--tgt_ext=en", "--tokenizer=bpe", "--vocab_size=300"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    progress = proc.stderr.splitlines()  # preparation's own messages: plain lines, no log prefix
+    assert any(line.startswith("Preparing local_parallel in ") for line in progress), progress
+    assert any(line.startswith("trained local_parallel/") for line in progress), progress
+    assert not [
+        line for line in progress if re.search(r"(sources|tokenizer|builders)\.py:\d+\]", line)
+    ]
     line = proc.stdout.splitlines()[-1]
     assert line.startswith("tokenizer: ") and line.endswith("(300 pieces)")
     options = _options(corpus, data_dir=str(data_dir))

@@ -8,7 +8,6 @@ through the same manual-folder fetch and extraction as the real packages.
 
 from __future__ import annotations
 
-import logging
 import os
 
 import pytest
@@ -272,18 +271,18 @@ def test_split_help_pairs_by_page_and_deterministic():
 # ------------------------------------------------------------------------------------------
 
 
-def test_fetch_uses_manual_debs_and_logs_sha_mismatch(tmp_path, no_apt, caplog):
+def test_fetch_uses_manual_debs_and_warns_of_a_sha_mismatch(tmp_path, no_apt, capsys):
     manual = tmp_path / "manual"
     manual.mkdir()
     pages = corpus_pages(generated=1)
     deb = make_help_deb(str(manual), "de", pages["de"])
     make_help_deb(str(manual), "en", pages["en"])
-    with caplog.at_level(logging.WARNING):
-        debs = fetch.fetch_libreoffice_debs(
-            str(tmp_path / "dl"), ("de", "en"), manual_dir=str(manual)
-        )
+    debs = fetch.fetch_libreoffice_debs(str(tmp_path / "dl"), ("de", "en"), manual_dir=str(manual))
     assert debs == {"de": deb, "en": str(manual / fetch.libreoffice_deb("en"))}
-    assert "not the 00490b63" in caplog.text  # the fixture is not the real package
+    printed = capsys.readouterr().out.splitlines()  # plain lines, no log-record prefix
+    assert f"LibreOffice help: using {deb}" in printed
+    warning = [line for line in printed if line.startswith(f"warning: {deb} has sha256 ")]
+    assert len(warning) == 1 and "not the 00490b63" in warning[0]  # not the real package
     read = dict(fetch.iter_libreoffice_pages(deb, "de"))
     assert read == pages["de"]
     with pytest.raises(DataPreparationError, match=r"no \./usr/share/libreoffice/help/fr/\*\.html"):
@@ -341,7 +340,7 @@ def test_fetch_runs_apt_get_with_the_pinned_version(tmp_path, monkeypatch):
         fetch.fetch_libreoffice_debs(str(tmp_path / "dl"), ("fr", "en"))
 
 
-def test_fetch_takes_the_mirrors_version_when_the_pinned_one_is_gone(tmp_path, monkeypatch, caplog):
+def test_fetch_takes_the_mirrors_version_when_the_pinned_one_is_gone(tmp_path, monkeypatch, capsys):
     """A fake apt-get that refuses every pinned ``<package>=<version>`` (a Debian point release
     replaced it) and serves the packages asked for by name."""
     body = (
@@ -349,11 +348,12 @@ def test_fetch_takes_the_mirrors_version_when_the_pinned_one_is_gone(tmp_path, m
         '  cp "$STORE"/"$spec"_*.deb . || exit 100\n'
     )
     log = _fake_apt_get(tmp_path, monkeypatch, body)
-    with caplog.at_level(logging.WARNING):
-        debs = fetch.fetch_libreoffice_debs(str(tmp_path / "dl"), ("de", "en"))
+    debs = fetch.fetch_libreoffice_debs(str(tmp_path / "dl"), ("de", "en"))
     assert sorted(debs) == ["de", "en"]
     assert log.read_text().splitlines()[-1] == "download libreoffice-help-de libreoffice-help-en-us"
-    assert "4:7.4.7-1+deb12u14 is not on the package mirror" in caplog.text
+    printed = capsys.readouterr().out.splitlines()
+    start = "warning: LibreOffice help: 4:7.4.7-1+deb12u14 is not on the package mirror"
+    assert any(line.startswith(start) for line in printed), printed
 
 
 # ------------------------------------------------------------------------------------------

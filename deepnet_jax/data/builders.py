@@ -16,13 +16,13 @@ Importing this module registers five ``tfds.core.GeneratorBasedBuilder`` dataset
 
 All five store examples in generation order (``disable_shuffling=True``, integer keys), so the
 stored order is the documented order of :mod:`deepnet_jax.data.corpora`; shuffling is the
-input pipeline's job. What the readers dropped (comment lines, empty lines …) is logged with
-absl logging when a split is generated and kept in the dataset's ``metadata.json`` under
-``"counts"``.
+input pipeline's job. What the readers dropped (comment lines, empty lines …) is printed
+(:mod:`deepnet_jax.console`) when a split is generated and kept in the dataset's
+``metadata.json`` under ``"counts"``.
 
 Local datasets also store ``"input_fingerprint"`` (name -> size and sha256 of every input
 file) in ``metadata.json``; :func:`deepnet_jax.data.sources.prepare` compares it with the
-files on disk and REBUILDS the dataset when they differ (logging a warning), so editing the
+files on disk and REBUILDS the dataset when they differ (printing a warning), so editing the
 source files never leaves a stale dataset in use.
 
 Prepare with ``builder.download_and_prepare(file_format="array_record")`` (or pass
@@ -40,8 +40,8 @@ import re
 from collections.abc import Iterator, Mapping
 
 import tensorflow_datasets as tfds
-from absl import logging
 
+from deepnet_jax import console
 from deepnet_jax.data import corpora, fetch
 
 VERSION = tfds.core.Version("1.0.0")
@@ -61,7 +61,7 @@ def _manual_dir_or_none(dl_manager: tfds.download.DownloadManager) -> str | None
 
 
 def _log_counts(dataset: str, what: str, counts: Mapping[str, int]) -> None:
-    logging.info("%s: %s: %s", dataset, what, ", ".join(f"{k}={v}" for k, v in counts.items()))
+    console.say(f"{dataset}: {what}: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
 
 
 def _numbered(examples: list[dict[str, str]]) -> Iterator[Example]:
@@ -508,11 +508,9 @@ class LocalParallel(tfds.core.GeneratorBasedBuilder):
             )
             _log_counts(self.name, f"{paths[0]} + {paths[1]}", counts[split])
             if counts[split]["empty"]:
-                logging.warning(
-                    "%s: dropped %d line pairs with an empty side from %s / %s",
-                    self.name,
-                    counts[split]["empty"],
-                    *paths,
+                console.warn(
+                    f"{self.name}: dropped {counts[split]['empty']} line pairs with an empty "
+                    f"side from {paths[0]} / {paths[1]}"
                 )
             splits[split] = [{"source": s, "target": t} for s, t in pairs]
         _require_train(self.name, list(splits), f"{c.source_dir}/train.{c.src_ext}")

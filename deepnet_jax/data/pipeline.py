@@ -38,10 +38,9 @@ import grain
 import jax
 import ml_collections
 import numpy as np
-from absl import logging
 from jax.experimental import multihost_utils
 
-from deepnet_jax import config_schema
+from deepnet_jax import config_schema, console
 from deepnet_jax.data import batching, examples, registry, sources
 from deepnet_jax.data.fetch import DataPreparationError
 from deepnet_jax.data.tokenizer import (
@@ -111,7 +110,9 @@ class DataOptions:
         1.0, "SentencePiece character coverage", low=0.9, high=1
     )
     max_len: int = config_schema.field(
-        128, "longest example in tokens (longer ones are dropped and counted)", low=1
+        128,
+        "longest example in tokens (longer ones: dropped from training, cut in evaluation)",
+        low=1,
     )
     batch_size: int = config_schema.field(
         32, "global rows per step (fixed batching and packing)", low=1
@@ -326,6 +327,7 @@ class TranslationSet:
     sources: list[str]
     references: list[str]
     truncated: list[bool]
+    seen: list[bool]  # the source occurs verbatim among the training split's sources
 
 
 class DataPipeline:
@@ -396,26 +398,44 @@ class DataPipeline:
 
     @functools.lru_cache(maxsize=3)  # noqa: B019 (one pipeline per run; splits are few)
     def examples(self, split: str) -> examples.TokenizedExamples:
-        """The tokenized, length-filtered examples of ``split`` (cached)."""
+        """The tokenized training examples of ``split``: longer than ``data.max_len``
+        dropped (cached)."""
+        result = self._tokenize(split, truncate=False)
+        dropped = ", ".join(f"{k}={v:,}" for k, v in result.dropped.items() if v)
+        console.say(
+            f"{self.options.dataset}/{split}: {result.num_records:,} records -> "
+            f"{len(result):,} training examples" + (f" (dropped: {dropped})" if dropped else "")
+        )
+        return result
+
+    @functools.lru_cache(maxsize=3)  # noqa: B019
+    def eval_examples(self, split: str) -> examples.TokenizedExamples:
+        """The examples of ``split`` that evaluation scores: every pair (every document),
+        the long ones cut to ``data.max_len`` (see :mod:`deepnet_jax.data.examples`; LM
+        stream windows as in training) (cached)."""
+        return self._tokenize(split, truncate=True)
+
+    def _tokenize(self, split: str, truncate: bool) -> examples.TokenizedExamples:
+        o = self.options
         records = list(iter_records(self._records(split)))
         result = examples.tokenize(
-            records, self.tokenizer, self.task, self.options.max_len, self.options.lm_chunking
-        )
-        logging.info(
-            "%s/%s: %d records -> %d examples; dropped %s",
-            self.options.dataset,
-            split,
-            len(records),
-            len(result),
-            result.dropped,
+            records, self.tokenizer, self.task, o.max_len, o.lm_chunking, truncate
         )
         if len(result) == 0:
             raise ValueError(
-                f"{self.options.dataset} {split} split: no example of at most "
-                f"data.max_len={self.options.max_len} tokens ({len(records)} records; "
-                f"dropped {result.dropped})"
+                f"{o.dataset} {split} split: no example of at most data.max_len={o.max_len} "
+                f"tokens ({len(records)} records; dropped {result.dropped})"
             )
         return result
+
+    def eval_counts(self, split: str) -> dict[str, int]:
+        """What :meth:`eval_batches` covers: ``loss_truncated`` examples cut to
+        ``data.max_len`` and ``loss_dropped`` records not scored (empty texts)."""
+        split_examples = self.eval_examples(split)
+        return {
+            "loss_truncated": split_examples.truncated,
+            "loss_dropped": split_examples.dropped["too_long"] + split_examples.dropped["empty"],
+        }
 
     @functools.lru_cache(maxsize=3)  # noqa: B019
     def translation_set(self, split: str) -> TranslationSet:
@@ -424,6 +444,8 @@ class DataPipeline:
 
         Unlike training examples nothing is dropped: a source longer than ``data.max_len``
         tokens is cut to its first ``max_len − 1`` pieces + EOS and flagged in ``truncated``.
+        ``seen`` flags the sources that occur verbatim in the training split (short strings
+        repeated across documents): BLEU on the others is translation, not recall.
         """
         if self.task != "translation":
             raise ValueError(f"data.dataset={self.options.dataset!r} is not parallel data")
@@ -432,11 +454,18 @@ class DataPipeline:
         ids, truncated = source_ids(self.tokenizer, texts, self.options.max_len)
         if not records:
             raise ValueError(f"{self.options.dataset} {split} split is empty")
-        return TranslationSet(ids, texts, [r["target"] for r in records], truncated)
+        training = self.training_sources()
+        seen = [text in training for text in texts]
+        return TranslationSet(ids, texts, [r["target"] for r in records], truncated, seen)
+
+    @functools.lru_cache(maxsize=1)  # noqa: B019
+    def training_sources(self) -> frozenset[str]:
+        """The raw source sentences of the training split (cached)."""
+        return frozenset(r["source"] for r in iter_records(self._records("train")))
 
     def check_split(self, split: str) -> None:
         """Tokenize and plan ``split`` now, so a missing or empty split fails before training."""
-        batching.BatchPlan(self.examples(split).lengths, self.buckets, shuffle=False)
+        batching.BatchPlan(self.eval_examples(split).lengths, self.buckets, shuffle=False)
 
     def _example(self, split_examples, j: int, epoch: int) -> dict[str, np.ndarray]:
         ex = split_examples.examples[j]
@@ -498,8 +527,9 @@ class DataPipeline:
         )
 
     def eval_batches(self, split: str = "validation") -> Iterator[dict[str, np.ndarray]]:
-        """One ordered pass over ``split`` (every example exactly once, no packing)."""
-        split_examples = self.examples(split)
+        """One ordered pass over ``split``'s :meth:`eval_examples` (each exactly once, no
+        packing)."""
+        split_examples = self.eval_examples(split)
         plan = batching.BatchPlan(split_examples.lengths, self.buckets, shuffle=False)
         for k in range(plan.batches_per_epoch):
             yield self._collate(split_examples, plan, 0, k)

@@ -21,8 +21,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import tensorflow_datasets as tfds
-from absl import logging
 
+from deepnet_jax import console
 from deepnet_jax.data import builders, registry
 from deepnet_jax.data.fetch import DataPreparationError
 
@@ -161,21 +161,17 @@ def prepare(
     elif _is_local(dataset):
         config_dir = builder.builder_config.source_dir
         if not os.path.isdir(config_dir):
-            logging.warning(
-                "%s: %s does not exist; using the dataset prepared in %s without checking it",
-                dataset,
-                config_dir,
-                builder.data_path,
+            console.warn(
+                f"{dataset}: {config_dir} does not exist; using the dataset prepared in "
+                f"{builder.data_path} without checking it"
             )
             return builder
         stale = _stale_inputs(builder)
         if not stale:
             return builder
-        logging.warning(
-            "%s: input files changed since the dataset was prepared (%s); rebuilding %s",
-            dataset,
-            ", ".join(stale),
-            builder.data_path,
+        console.warn(
+            f"{dataset}: input files changed since the dataset was prepared "
+            f"({', '.join(stale)}); rebuilding {builder.data_path}"
         )
         _rebuild(dataset, data_dir, source_dir, src_ext, tgt_ext, builder.data_path)
     else:
@@ -185,7 +181,7 @@ def prepare(
 
 
 def _download_and_prepare(builder: tfds.core.DatasetBuilder, dataset: str, data_dir: str) -> None:
-    logging.info("Preparing %s in %s", dataset, builder.data_path)
+    console.say(f"Preparing {dataset} in {builder.data_path}")
     try:
         builder.download_and_prepare()
     except (DataPreparationError, ValueError):

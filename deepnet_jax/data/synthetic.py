@@ -125,6 +125,10 @@ class SyntheticData:
     def train_iterator(self) -> SyntheticIterator:
         return SyntheticIterator(self._make, self._seed)
 
+    def eval_counts(self, split: str) -> dict[str, int]:
+        """Generated examples are never cut nor left out."""
+        return {"loss_truncated": 0, "loss_dropped": 0}
+
     def eval_batches(self, split: str = "validation") -> Iterator[dict[str, np.ndarray]]:
         """The held-out batches (the task has one held-out set, whatever ``split`` says)."""
         rng = np.random.default_rng(self._seed + 10_000)

@@ -30,9 +30,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import sentencepiece as spm
-from absl import logging
 
-from deepnet_jax import tokens
+from deepnet_jax import console, tokens
 
 MODEL_TYPES = ("bpe", "unigram", "char")
 
@@ -163,10 +162,9 @@ def train(options: TokenizerOptions, sentences: Iterable[str]) -> Tokenizer:
                 f"{needed} that data.tokenizer='char' needs"
             )
         if tokenizer.vocab_size < needed:  # character_coverage < 1 or sentence sampling
-            logging.warning(
-                "char tokenizer: %d of %d training characters have no piece and encode as <unk>",
-                needed - tokenizer.vocab_size,
-                len(reader.chars),
+            console.warn(
+                f"char tokenizer: {needed - tokenizer.vocab_size} of {len(reader.chars)} "
+                "training characters have no piece and encode as <unk>"
             )
     return tokenizer
 
@@ -249,8 +247,8 @@ def load_or_train(
         try:
             return Tokenizer.load(path), path
         except (OSError, RuntimeError, ValueError) as e:
-            logging.warning("cached tokenizer %s is unreadable (%s); retraining it", path, e)
+            console.warn(f"cached tokenizer {path} is unreadable ({e}); retraining it")
     tokenizer = train(options, sentences())
     save(tokenizer, path)
-    logging.info("trained %s tokenizer (%d pieces) -> %s", dataset, tokenizer.vocab_size, path)
+    console.say(f"trained {dataset} tokenizer ({tokenizer.vocab_size} pieces) -> {path}")
     return tokenizer, path
