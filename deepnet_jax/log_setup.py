@@ -19,6 +19,11 @@ installed) follow ``TF_CPP_MIN_LOG_LEVEL``: quiet mode sets it to 1 (warnings an
 it is unset, for native libraries loaded from then on (jax's GPU plugins load when the backend
 starts); jaxlib itself reads it at import, and its own default already hides C++ INFO (set
 ``TF_CPP_MIN_LOG_LEVEL=0`` to see it).
+
+On a host with no TPU or GPU device files, quiet mode also runs JAX on the CPU unless
+``JAX_PLATFORMS`` says otherwise, so an installed libtpu or CUDA plugin (the planner's ``tpu`` and
+``gpu-plan`` extras) is not started only to fail with a page of messages; their native start-up
+lines are dropped (:mod:`deepnet_jax.native_stderr`).
 """
 
 from __future__ import annotations

@@ -1,22 +1,26 @@
-"""AOT memory planner: will this config's train step fit on that many devices? (The command
-line is :mod:`deepnet_jax.plan`.)
+"""AOT memory planner: will this config's train step fit on that target, and what does it
+compute and communicate? (The command line is :mod:`deepnet_jax.plan`.)
 
 :func:`plan` lowers and compiles the real train step (``train_steps.make_train_step``: forward,
-backward, AdamW, donated state) for the given (e.g. simulated CPU) devices on abstract inputs —
-``jax.ShapeDtypeStruct``s carrying the mesh shardings, so nothing the size of the model is ever
-allocated — and prints per device:
+backward, AdamW, donated state) for a target's devices — a TPU slice or GPU node through the
+accelerator's own compiler, deviceless (:mod:`deepnet_jax.targets`), or simulated CPU devices —
+on abstract inputs: ``jax.ShapeDtypeStruct``s carrying the mesh shardings, so nothing the size of
+the model is ever allocated. Per device it gives:
 
 * ``params`` and ``opt_state``: bytes of this device's shards, from the shardings;
 * ``batch``: the batch's shards (the bucket with the longest rows, ``data.max_len``);
+* ``layout_padding``: what the compiled program's arguments take beyond their elements
+  (XLA:TPU pads arrays to its tiles; 0 on CPU);
 * ``temporaries``: XLA's ``memory_analysis().temp_size_in_bytes`` of the compiled step
   (activations kept for the backward pass, rematerialized recomputation buffers, gradients
   before the update);
-* ``peak`` = arguments + temporaries + outputs not aliased with donated inputs, and the
-  compile time.
+* ``peak`` = arguments + temporaries + outputs not aliased with donated inputs, ``fits``
+  against the target chip's memory, and the compile time;
+* FLOPs (flops.py's, the program's matmuls with loop trips, XLA's cost analysis), collectives
+  (:mod:`deepnet_jax.hlo_census`) and a roofline bound (:mod:`deepnet_jax.roofline`).
 
-The figures are for the compiled CPU program: XLA's TPU and GPU compilers schedule and fuse
-differently, so their temporaries differ (usually downward, from better fusion); parameter,
-optimizer and batch bytes are exact for any backend.
+Temporaries are the target compiler's own: the CPU compiler's for ``cpu:N``, whose scheduling
+and fusion differ from a TPU's or GPU's (docs/scaling.md compares them).
 """
 
 from __future__ import annotations

@@ -77,3 +77,51 @@ def test_bytes_of_result_types():
     assert hlo_census.nbytes("bf16[4,8]{1,0:T(8,128)(2,1)}") == 64
     assert hlo_census.nbytes("(f32[2]{0}, s8[3]{0}, pred[5]{0})") == 8 + 3 + 5
     assert hlo_census.nbytes("s4[3]{0}") == 2
+
+
+def test_tiled_layouts_pad_the_minor_dimensions():
+    assert hlo_census.padded_nbytes("f32[6,32]{1,0:T(8,128)}") == 8 * 128 * 4
+    assert hlo_census.padded_nbytes("s32[]{:T(128)}") == 128 * 4
+    # minor-to-major {0,1}: the physical minor dimension is the first one
+    assert hlo_census.padded_nbytes("f32[100,3]{0,1:T(8,128)}") == 8 * 128 * 4
+    assert hlo_census.padded_nbytes("f32[16,256]{1,0}") == 16 * 256 * 4  # no tile, no padding
+
+
+def test_async_collectives_count_their_results_and_known_trip_counts():
+    text = """HloModule m
+
+%body (p: (s32[], f32[64])) -> (s32[], f32[64]) {
+  %p = (s32[], f32[64]) parameter(0)
+  %x = f32[64]{0} get-tuple-element(%p), index=1
+  %ag = ((f32[8]{0}, f32[8]{0}), (f32[64]{0}, f32[64]{0})) all-gather-start(%x, %x), GROUPS
+  ROOT %t = (s32[], f32[64]) tuple(%p)
+}
+
+%cond (p: (s32[], f32[64])) -> pred[] {
+  %p = (s32[], f32[64]) parameter(0)
+  ROOT %c = pred[] fusion(%p), kind=kLoop, calls=%cmp
+}
+
+%cmp (p: (s32[], f32[64])) -> pred[] {
+  %p = (s32[], f32[64]) parameter(0)
+  %n = s32[] constant(5)
+  ROOT %lt = pred[] compare(%p, %n), direction=LT
+}
+
+ENTRY %main (a: f32[64]) -> (s32[], f32[64]) {
+  %a = f32[64]{0} parameter(0)
+  %i = (s32[], f32[64]) tuple(%a)
+  ROOT %w = (s32[], f32[64]) while(%i), condition=%cond, body=%body, TRIPS
+}
+"""
+    text = text.replace("GROUPS", "replica_groups=[1,8]<=[8], dimensions={0}")
+    text = text.replace("TRIPS", 'backend_config={"known_trip_count":{"n":"3"}}')
+    moved = hlo_census.collectives(text, 8)["all-gather"]
+    # XLA's annotation (3) wins over the condition's constant (5); 2 × 256 B results, 7/8 sent
+    assert moved.count == 3 and moved.bytes == 3 * (2 * 256 * 7 // 8)
+    module = hlo_census.parse(text)
+    assert hlo_census.trip_count(module, "cond") == 5  # found through the fusion it calls
+    assert hlo_census.tuple_elements("((f32[1], f32[2]), /*index=5*/s8[3])") == [
+        "(f32[1], f32[2])",
+        "s8[3]",
+    ]

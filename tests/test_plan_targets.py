@@ -44,6 +44,45 @@ def _argument_bytes_are_the_plan(plan: memory_plan.Plan) -> None:
 
 
 @needs_libtpu
+@pytest.mark.parametrize(
+    "name, kind, hosts",
+    [
+        ("v4-8", "TPU v4", 1),  # megacore: 4 devices, not libtpu's default 8 TensorCores
+        ("v5e-1", "TPU v5 lite", 1),
+        ("v5p-64", "TPU v5", 8),
+        ("v6e-8", "TPU v6 lite", 1),
+        ("v5e-256", "TPU v5 lite", 64),
+    ],
+)
+def test_every_tpu_generation_gives_its_devices(name, kind, hosts):
+    target = targets.parse(name)
+    devices = targets.compile_devices(target)
+    assert len(devices) == target.num_devices and {d.device_kind for d in devices} == {kind}
+    assert len({d.process_index for d in devices}) == hosts == target.num_hosts
+
+
+@needs_cuda_plugin
+@pytest.mark.parametrize(
+    "name, kind",
+    [
+        ("a100-8", "NVIDIA A100-SXM4-80GB"),
+        ("h100-64", "NVIDIA H100 80GB HBM3"),
+        ("h200-8", "NVIDIA H200 141GB HBM3e"),
+        ("b200-8", "NVIDIA B200"),
+    ],
+)
+def test_every_gpu_gives_its_devices(name, kind):
+    target = targets.parse(name)
+    devices = targets.compile_devices(target)
+    assert len(devices) == target.num_devices and {d.device_kind for d in devices} == {kind}
+    assert len({d.process_index for d in devices}) == target.num_hosts
+    # the chip table's memory and bandwidth are the shipped device description's
+    spec = targets.gpu_spec(target.chip)
+    assert f"device_memory_size: {target.chip.memory_bytes}" in spec
+    assert f"memory_bandwidth: {round(target.chip.memory_bytes_per_s)}" in spec
+
+
+@needs_libtpu
 def test_default_config_on_v5e_4():
     plan = _plan(default.get_config(), "v5e-4")
     assert plan.device_kind == "TPU v5 lite" and plan.mesh == {"data": 4, "fsdp": 1, "tensor": 1}
