@@ -9,7 +9,9 @@ three items:
 * ``data`` — the training iterator's ``get_state()`` as JSON (grain's position and packer
   state, or the synthetic stream's step), so a resumed run sees exactly the batches an
   uninterrupted run would have;
-* ``config`` — the run's config as JSON, for evaluation tools and for the record.
+* ``config`` — the run's config as JSON, for evaluation tools and for the record;
+* ``fingerprint`` — the tokenizer's sha256 (``deepnet_jax.fingerprint``): with ``config``, what
+  a resumed run is compared with before any state is read.
 
 The parameters with the best validation score so far (greedy BLEU for translation when
 ``decode.eval_sentences`` > 0, else −loss; higher is better) are kept apart in
@@ -19,9 +21,11 @@ never deletes them.
 Orbax writes each step into a temporary folder and renames it when complete (saves are
 asynchronous; :meth:`Checkpointer.close` waits for them), so a crash never leaves a step that
 looks complete. A step damaged afterwards (a truncated or deleted file, a step folder copied
-half-way) is caught when it is read: :meth:`Checkpointer.restore_newest` warns, moves the
-damaged step to ``<workdir>/corrupt_checkpoints/<s>`` (kept for inspection, never deleted) and
-falls back to the next older step.
+half-way) is caught when it is read (a run whose config differs from the checkpoints' has
+stopped before that, ``deepnet_jax.fingerprint``, so a failed restore is damage):
+:meth:`Checkpointer.restore_newest` warns, moves the damaged step to
+``<workdir>/corrupt_checkpoints/<s>`` (kept for inspection, never deleted) and falls back to
+the next older step.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ from jax.experimental import multihost_utils
 
 from deepnet_jax import train_config
 
+FINGERPRINT = "fingerprint"  # the item holding deepnet_jax.fingerprint.record(...)
+
 
 class CheckpointError(RuntimeError):
     """No checkpoint of a run can be restored."""
@@ -54,6 +60,7 @@ class Checkpointer:
         self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
         self.best_directory = os.path.join(os.path.abspath(workdir), "best")
         self.every = every
+        self._closed = False
         self.manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(
@@ -101,17 +108,18 @@ class Checkpointer:
         state: dict[str, Any],
         data_state: dict[str, Any],
         config: ml_collections.ConfigDict,
+        fingerprint: dict[str, Any] | None = None,
     ) -> None:
-        """Start an asynchronous save of ``state`` at ``step`` (overwrites nothing)."""
-        self.manager.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state),
-                data=ocp.args.JsonSave(data_state),
-                config=ocp.args.JsonSave(config.to_dict()),
-            ),
-            force=True,
-        )
+        """Start an asynchronous save of ``state`` at ``step`` (overwrites nothing), with the
+        run's ``fingerprint`` item (``deepnet_jax.fingerprint.record``) when given."""
+        items = {
+            "state": ocp.args.StandardSave(state),
+            "data": ocp.args.JsonSave(data_state),
+            "config": ocp.args.JsonSave(config.to_dict()),
+        }
+        if fingerprint is not None:
+            items[FINGERPRINT] = ocp.args.JsonSave(fingerprint)
+        self.manager.save(step, args=ocp.args.Composite(**items), force=True)
 
     def restore(self, step: int, target: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """(state restored onto ``target``'s structure, the data iterator's saved state)."""
@@ -192,6 +200,16 @@ class Checkpointer:
         )
         return train_config.upgrade_saved(ml_collections.ConfigDict(restored["config"]))
 
+    def read_fingerprint(self, step: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """(the saved config as written, the ``fingerprint`` item or None when the checkpoint
+        predates it) of checkpoint ``step``: JSON items only, no array is read."""
+        items = {"config": ocp.args.JsonRestore()}
+        has_item = os.path.isdir(os.path.join(self.directory, str(step), FINGERPRINT))
+        if has_item:
+            items[FINGERPRINT] = ocp.args.JsonRestore()
+        restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+        return dict(restored["config"]), dict(restored[FINGERPRINT]) if has_item else None
+
     def restore_params(self, step: int, abstract_params: Any) -> Any:
         """Only the parameters of checkpoint ``step`` (the optimizer state is not read),
         placed as ``abstract_params``' shardings say."""
@@ -241,11 +259,34 @@ class Checkpointer:
         )(total)
 
     def close(self) -> None:
-        """Wait for pending asynchronous saves, then release the manager."""
+        """Wait for pending asynchronous saves, then release the managers (once: later calls
+        do nothing)."""
+        if self._closed:
+            return
+        self._closed = True
         for manager in (self.manager, self.best_manager):
             if manager is not None:
                 manager.wait_until_finished()
                 manager.close()
+
+
+def read_fingerprints(workdir: str) -> list[tuple[int, dict[str, Any], dict[str, Any] | None]]:
+    """(step, config, fingerprint item or None) of each checkpoint under ``workdir``, newest
+    first, read without creating anything; a step whose JSON items do not read (damaged) is
+    left out."""
+    if not os.path.isdir(os.path.join(os.path.abspath(workdir), "checkpoints")):
+        return []
+    reader = Checkpointer(workdir, every=1, max_to_keep=1, read_only=True)
+    found = []
+    try:
+        for step in reversed(reader.all_steps()):
+            try:
+                found.append((step, *reader.read_fingerprint(step)))
+            except Exception:  # any damage: restore_newest reports it
+                continue
+    finally:
+        reader.close()
+    return found
 
 
 def _first_words(error: Exception, limit: int = 160) -> str:

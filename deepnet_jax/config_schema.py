@@ -5,6 +5,10 @@ A group of fields is a frozen dataclass whose fields are made by :func:`field` (
 (:func:`config_dict`), the checks (:func:`check_group`: unknown and missing fields, then each
 field's type and range) and the reference docs (:func:`markdown_table`). Relations between
 fields (``num_heads`` divides ``d_model``, …) stay with the code that owns them.
+
+A field declared ``resumable=True`` may change when a run resumes from its checkpoints (a
+cadence, a path, the mesh: how the run is carried out); every other field defines what is
+trained, and a resumed run must keep it (:mod:`deepnet_jax.fingerprint`).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ KINDS = ("int", "float", "bool", "str", "choice", "increasing_ints")
 class Spec:
     """A field's kind (one of :data:`KINDS`), comment and allowed values: ``choices`` for
     ``choice``; an interval for numbers, ``low``/``high`` with ``low_open``/``high_open`` saying
-    the bound itself is excluded."""
+    the bound itself is excluded. ``resumable``: the field may change when a run resumes."""
 
     kind: str
     doc: str
@@ -32,6 +36,7 @@ class Spec:
     low_open: bool = False
     high_open: bool = False
     choices: tuple[Any, ...] = ()
+    resumable: bool = False
 
     def problem(self, value: Any) -> str | None:
         """Why ``value`` is not allowed ("must be an integer >= 1", …), or None."""
@@ -104,6 +109,11 @@ def specs(group: type) -> dict[str, Spec]:
     return {f.name: f.metadata["spec"] for f in _declared(group)}
 
 
+def resumable(group: type) -> list[str]:
+    """The group's fields declared ``resumable=True``, in declaration order."""
+    return [name for name, spec in specs(group).items() if spec.resumable]
+
+
 def defaults(group: type) -> dict[str, Any]:
     """Each config field's default, in declaration order."""
     return {
@@ -164,11 +174,13 @@ def message(path: str, value: Any, reason: str, spec: Spec, style: str = "plain"
 
 
 def markdown_table(group: type, prefix: str) -> str:
-    """| field | default | allowed | meaning | rows of the group, for docs/config.md."""
-    rows = ["| field | default | allowed | meaning |", "|---|---|---|---|"]
+    """| field | default | allowed | on resume | meaning | rows of the group, for
+    docs/config.md (on resume: "may change" for a resumable field, else "kept")."""
+    rows = ["| field | default | allowed | on resume | meaning |", "|---|---|---|---|---|"]
     for (name, spec), default in zip(specs(group).items(), defaults(group).values(), strict=True):
         shown = f"`{default!r}`".replace("|", "\\|")
-        rows.append(f"| `{prefix}{name}` | {shown} | {spec.allowed()} | {spec.doc} |")
+        resume = "may change" if spec.resumable else "kept"
+        rows.append(f"| `{prefix}{name}` | {shown} | {spec.allowed()} | {resume} | {spec.doc} |")
     return "\n".join(rows)
 
 

@@ -57,8 +57,11 @@ class DiagnosticsFields:
         0,
         "updates between measurements (model update, LN inputs, layer gradient norms); 0: off",
         low=0,
+        resumable=True,
     )
-    plot: bool = field(True, "with every > 0: render diagnostics_*.png in the workdir at the end")
+    plot: bool = field(
+        True, "with every > 0: render diagnostics_*.png in the workdir at the end", resumable=True
+    )
 
 
 def default_config() -> ml_collections.ConfigDict:

@@ -31,13 +31,22 @@ class DistributedFields:
     """``config.distributed``: how the processes of a multi-host run find each other."""
 
     auto: bool = field(
-        False, "jax.distributed.initialize() auto-detection (TPU pods, SLURM, MPI, env)"
+        False,
+        "jax.distributed.initialize() auto-detection (TPU pods, SLURM, MPI, env)",
+        resumable=True,
     )
-    coordinator_address: str = field("", "host:port of process 0 for an explicit launch")
-    num_processes: int = field(1, "processes in an explicit launch", low=1)
-    process_id: int = field(0, "this process's index in an explicit launch", low=0)
+    coordinator_address: str = field(
+        "", "host:port of process 0 for an explicit launch", resumable=True
+    )
+    num_processes: int = field(1, "processes in an explicit launch", low=1, resumable=True)
+    process_id: int = field(0, "this process's index in an explicit launch", low=0, resumable=True)
     initialization_timeout: float = field(
-        300, "seconds to wait for every process to connect", kind="float", low=0, low_open=True
+        300,
+        "seconds to wait for every process to connect",
+        kind="float",
+        low=0,
+        low_open=True,
+        resumable=True,
     )
 
 

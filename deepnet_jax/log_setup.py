@@ -11,6 +11,14 @@ asked for. Every CLI calls :func:`configure` once its flags are parsed:
 * ``-v 0`` / ``--verbosity=0`` (absl's standard flag; ``-v 1`` for DEBUG): nothing is dropped,
   every logger at that level.
 
+Library tracebacks that no caller can catch go the same way. When a checkpoint fails to
+restore (a damaged file), orbax abandons the array reads still in flight and closes its event
+loop: TensorStore then hands each finished read to that closed loop (``RuntimeError: Event loop
+is closed``) and each abandoned read coroutine raises again when it is collected (with the whole
+TensorStore spec), and Python prints all of them through ``sys.unraisablehook``: hundreds of
+lines after the run's own warning or ``error:`` line. Quiet mode drops these
+(:class:`QuietUnraisable`); with ``-v`` they print as before.
+
 The filter sits on absl's handler, which ``app.run`` puts on the root logger (and on Python's
 last-resort handler, which CLIs not started by ``app.run`` use, such as the experiments'
 ``main``), so it sees both absl-style logging (orbax, tensorflow_datasets, grain and this
@@ -32,6 +40,7 @@ import functools
 import logging
 import os
 import sys
+from typing import Any
 
 from absl import flags
 from absl import logging as absl_logging
@@ -53,6 +62,14 @@ NOISY_WARNINGS: tuple[tuple[str, str], ...] = (
     ("orbax", "CheckpointManagerOptions.read_only=True, setting"),
     ("orbax", "Given directory is read only"),
 )
+
+# Unraisable exceptions dropped in quiet mode, left by the reads a failed orbax restore abandons:
+# (exception type, message) of those delivered to its closed event loop, and the library whose
+# code raised the others (its abandoned read coroutines, when they are collected).
+NOISY_UNRAISABLE: tuple[tuple[type[BaseException], str], ...] = (
+    (RuntimeError, "Event loop is closed"),
+)
+NOISY_UNRAISABLE_LIBRARIES = ("orbax",)
 
 
 def requested_verbosity() -> int | None:
@@ -78,7 +95,9 @@ def configure(verbosity: int | None = None) -> None:
         for h in handlers:
             h.addFilter(quiet)
         _quiet_plugins_on_a_cpu_host()
+        sys.unraisablehook = QuietUnraisable()
         return
+    sys.unraisablehook = sys.__unraisablehook__
     if handler not in logging.root.handlers:  # not an absl app
         if not flags.FLAGS.is_parsed():  # absl's flags keep their defaults; no pre-parse notice
             flags.FLAGS.mark_as_parsed()
@@ -121,6 +140,32 @@ class QuietLibraries(logging.Filter):
     def _is_own(self, pathname: str) -> bool:
         path = _absolute(pathname)
         return path.startswith(_PACKAGE_DIR) or path == self._main_file
+
+
+class QuietUnraisable:
+    """``sys.unraisablehook`` of quiet mode: drops :data:`NOISY_UNRAISABLE` and exceptions
+    raised in :data:`NOISY_UNRAISABLE_LIBRARIES`; passes the rest to Python's own hook.
+
+    It holds everything it reads, since it also runs while the interpreter shuts down, when
+    module globals (this module's too) are already cleared."""
+
+    def __init__(self) -> None:
+        self._messages = NOISY_UNRAISABLE
+        self._folders = tuple(f"{os.sep}{lib}{os.sep}" for lib in NOISY_UNRAISABLE_LIBRARIES)
+        self._default = sys.__unraisablehook__
+
+    def __call__(self, unraisable: Any) -> None:
+        if not self.drops(unraisable.exc_value, unraisable.exc_traceback):
+            self._default(unraisable)
+
+    def drops(self, error: BaseException | None, tb: Any) -> bool:
+        """Whether an unraisable ``error`` (with its traceback ``tb``) is dropped."""
+        if any(isinstance(error, t) and str(error) == m for t, m in self._messages):
+            return True
+        while tb is not None and tb.tb_next is not None:  # the innermost frame raised it
+            tb = tb.tb_next
+        raised_in = tb.tb_frame.f_code.co_filename if tb is not None else ""
+        return any(folder in raised_in for folder in self._folders)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -104,6 +104,7 @@ class TransformerConfig:
         "rematerialized as one unit; -1: k ≈ sqrt(L), a divisor of L when one is near "
         "(stacks.group_size)",
         low=-1,
+        resumable=True,
     )
     remat_policy: str = field(
         "full",
@@ -111,6 +112,7 @@ class TransformerConfig:
         "auto: the least recomputation whose planned peak fits memory_budget_gb (or the "
         "device), chosen with scan_group_size (deepnet_jax/remat_auto.py)",
         choices=(*REMAT_POLICIES, AUTO),
+        resumable=True,
     )
     dtype: str = field("float32", "compute dtype", choices=DTYPES)
     param_dtype: str = field("float32", "parameter storage dtype", choices=PARAM_DTYPES)
@@ -131,6 +133,7 @@ class TransformerConfig:
         "cudnn (jax.nn.dot_product_attention; no attention dropout; "
         "cudnn: GPU, bfloat16/float16)",
         choices=ATTENTION_IMPLS,
+        resumable=True,
     )
     scale_embedding: bool = field(
         True, "token embeddings times sqrt(d_model) (torchscale: no_scale_embedding=False)"

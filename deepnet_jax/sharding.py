@@ -66,13 +66,22 @@ class MeshFields:
     (:data:`DEFAULT_RULES`, checked by :func:`logical_axis_rules`)."""
 
     data: int = field(
-        -1, "data-parallel replicas; -1 (one axis at most): the devices the others leave", low=-1
+        -1,
+        "data-parallel replicas; -1 (one axis at most): the devices the others leave",
+        low=-1,
+        resumable=True,
     )
     fsdp: int = field(
-        1, "parameter/optimizer-state shards, ZeRO-3 (data parallel too); >= 1 or -1", low=-1
+        1,
+        "parameter/optimizer-state shards, ZeRO-3 (data parallel too); >= 1 or -1",
+        low=-1,
+        resumable=True,
     )
     tensor: int = field(
-        1, "tensor-parallel shards of heads, FFN width and vocabulary; >= 1 or -1", low=-1
+        1,
+        "tensor-parallel shards of heads, FFN width and vocabulary; >= 1 or -1",
+        low=-1,
+        resumable=True,
     )
 
 

@@ -19,6 +19,7 @@ from deepnet_jax import (
     checkpoint,
     diagnostics,
     distributed,
+    fingerprint,
     models,
     optimizers,
     remat_auto,
@@ -95,6 +96,7 @@ USER_ERRORS = (
     DataPreparationError,
     NonFiniteError,
     checkpoint.CheckpointError,
+    fingerprint.FingerprintMismatchError,
 )
 
 
@@ -144,4 +146,9 @@ def run(
     mesh = sharding.make_mesh(config.mesh, devices)
     rules = sharding.logical_axis_rules(config.mesh)
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-        return trainer.train(trainer.build_run(config, workdir, mesh))
+        built = trainer.build_run(config, workdir, mesh)
+        try:
+            return trainer.train(built)
+        finally:  # on an error too: orbax's pending work ends before the interpreter does
+            if built.checkpointer:
+                built.checkpointer.close()

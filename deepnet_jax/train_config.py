@@ -64,18 +64,24 @@ class ScheduleFields:
 class DecodeFields:
     """``config.decode``: translation decoding (``deepnet_jax/decoding.py``)."""
 
-    beam_size: int = field(5, "beam of the final evaluation (validation is greedy)", low=1)
-    length_penalty: float = field(1.0, "α of the length penalty")
+    beam_size: int = field(
+        5, "beam of the final evaluation (validation is greedy)", low=1, resumable=True
+    )
+    length_penalty: float = field(1.0, "α of the length penalty", resumable=True)
     length_penalty_form: str = field(
-        "fairseq", "fairseq (n^α) or gnmt (((5 + n)/6)^α)", choices=LENGTH_PENALTIES
+        "fairseq", "fairseq (n^α) or gnmt (((5 + n)/6)^α)", choices=LENGTH_PENALTIES, resumable=True
     )
-    max_len_a: float = field(1.2, "at most ⌊a·source_length + b⌋ output tokens", low=0)
-    max_len_b: int = field(10, "(see max_len_a)", low=1)
-    batch_size: int = field(64, "sentences per decoding batch", low=1)
+    max_len_a: float = field(
+        1.2, "at most ⌊a·source_length + b⌋ output tokens", low=0, resumable=True
+    )
+    max_len_b: int = field(10, "(see max_len_a)", low=1, resumable=True)
+    batch_size: int = field(64, "sentences per decoding batch", low=1, resumable=True)
     eval_sentences: int = field(
-        500, "validation sentences greedy-translated for BLEU; 0: no BLEU", low=0
+        500, "validation sentences greedy-translated for BLEU; 0: no BLEU", low=0, resumable=True
     )
-    num_samples: int = field(3, "sample translations printed (and kept in eval.json)", low=0)
+    num_samples: int = field(
+        3, "sample translations printed (and kept in eval.json)", low=0, resumable=True
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,29 +90,40 @@ class RunFields:
 
     label_smoothing: float = field(0.1, "label-smoothed cross-entropy ε (0 disables)", **RATE)
     grad_accum_steps: int = field(1, "micro-batches per optimizer update (optax.MultiSteps)", low=1)
-    total_steps: int = field(400, "optimizer updates", low=1)
-    log_every: int = field(20, "micro-batches between log lines", low=1)
-    eval_every: int = field(0, "validation every this many updates (0: only at the end)", low=0)
-    checkpoint_every: int = field(
-        1000, "orbax checkpoint interval in updates (and at the end); 0: never", low=0
+    total_steps: int = field(400, "optimizer updates", low=1, resumable=True)
+    log_every: int = field(20, "micro-batches between log lines", low=1, resumable=True)
+    eval_every: int = field(
+        0, "validation every this many updates (0: only at the end)", low=0, resumable=True
     )
-    max_to_keep: int = field(3, "newest checkpoints kept", low=1)
+    checkpoint_every: int = field(
+        1000,
+        "orbax checkpoint interval in updates (and at the end); 0: never",
+        low=0,
+        resumable=True,
+    )
+    max_to_keep: int = field(3, "newest checkpoints kept", low=1, resumable=True)
     eval_batches: int = field(
-        8, "synthetic data only: held-out batches for the final evaluation", low=1
+        8, "synthetic data only: held-out batches for the final evaluation", low=1, resumable=True
     )
     final_split: str = field(
         "",
         "corpora: split evaluated after training (loss; BLEU by beam search); empty: none",
         choices=("", *SPLITS),
+        resumable=True,
     )
     nan_policy: str = field(
         "halt",
         "non-finite loss/gradient: halt (diagnostic save, exit 1) or skip the update",
         choices=NAN_POLICIES,
     )
-    nan_max_skips: int = field(10, "skip: halt after this many non-finite steps in a row", low=1)
+    nan_max_skips: int = field(
+        10, "skip: halt after this many non-finite steps in a row", low=1, resumable=True
+    )
     peak_flops: float = field(
-        0.0, "per-device peak FLOP/s for the MFU estimate; 0: table or measured", low=0
+        0.0,
+        "per-device peak FLOP/s for the MFU estimate; 0: table or measured",
+        low=0,
+        resumable=True,
     )
     seed: int = field(0, "parameters, dropout and data order", low=0)
     memory_budget_gb: float = field(
@@ -114,6 +131,7 @@ class RunFields:
         "model.remat_policy='auto': per-device memory budget in GiB; 0: the device's own "
         "limit (GPU/TPU; required on CPU)",
         low=0,
+        resumable=True,
     )
 
 
@@ -124,6 +142,34 @@ GROUPS: dict[str, type] = {  # config.<name> declared as dataclasses, checked by
     "decode": DecodeFields,
     "": RunFields,
 }
+
+
+SCHEMA: dict[str, type] = {  # every declared group of a training config
+    "": RunFields,
+    "model": TransformerConfig,
+    **{k: v for k, v in GROUPS.items() if k},
+    "diagnostics": DiagnosticsFields,
+    "mesh": MeshFields,
+    "distributed": DistributedFields,
+}
+# Undeclared groups that may change on resume too: mesh.rules only moves arrays between devices.
+RESUMABLE_GROUPS = ("mesh.rules",)
+
+
+def resumable_fields() -> frozenset[str]:
+    """The dotted names of the fields declared ``resumable=True`` (``total_steps``,
+    ``decode.beam_size``, ``mesh.data``, …): the fields a run may change when it resumes."""
+    return frozenset(
+        f"{name}.{field_name}" if name else field_name
+        for name, group in SCHEMA.items()
+        for field_name in config_schema.resumable(group)
+    )
+
+
+def may_change_on_resume(path: str) -> bool:
+    """Whether the field ``path`` (dotted) may differ between a run and the checkpoints it
+    resumes from: declared resumable, or inside one of :data:`RESUMABLE_GROUPS`."""
+    return path in resumable_fields() or any(path.startswith(g + ".") for g in RESUMABLE_GROUPS)
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -182,16 +228,12 @@ def reference() -> str:
         "(`data.vocab_size` for the synthetic task) and `data.max_len`. A value set explicitly",
         "is kept (at least the data's). Saved runs hold the values they trained with.",
         "",
+        "On resume: a run that resumes from the checkpoints in its workdir may change the",
+        'fields marked "may change" (and `mesh.rules`); every other field, the derived ones',
+        "included, must be what the checkpoints were written with (`deepnet_jax/fingerprint.py`).",
+        "",
     ]
-    tables = {
-        "": RunFields,
-        "model": TransformerConfig,
-        **{k: v for k, v in GROUPS.items() if k},
-        "diagnostics": DiagnosticsFields,
-        "mesh": MeshFields,
-        "distributed": DistributedFields,
-    }
-    for name, group in tables.items():
+    for name, group in SCHEMA.items():
         parts += [
             f"## {name or 'top level'}",
             "",

@@ -24,6 +24,7 @@ import numpy as np
 from deepnet_jax import (
     checkpoint,
     diagnostics,
+    fingerprint,
     flops,
     model_inputs,
     models,
@@ -67,6 +68,7 @@ class Run:
     learning_rates: np.ndarray
     checkpointer: checkpoint.Checkpointer | None
     writer: metrics_lib.MetricsWriter | None
+    fingerprint: dict[str, Any]  # saved with every checkpoint (fingerprint.record)
 
     def place(self, local_batch: dict[str, np.ndarray]) -> train_steps.Batch:
         """This process's rows → global arrays split over the data-parallel devices."""
@@ -100,11 +102,18 @@ def build_run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> R
     ``config`` as the user wrote it: the fields derived from the data (``model.vocab_size``,
     ``model.max_len``) are filled here (``train_config.resolve``), the model vocabulary from
     the tokenizer the data was prepared with; ``Run.config`` (what checkpoints keep) holds
-    the resolved values.
+    the resolved values. A workdir's checkpoints are compared with the run first
+    (:mod:`deepnet_jax.fingerprint`): the config before the data is prepared, the derived
+    fields and the tokenizer once it is; a mismatch stops the run with nothing touched.
     """
+    saved = fingerprint.read(workdir)
+    fingerprint.check_config(saved, config, workdir)  # before the data is prepared
     provisional = train_config.resolve(config)
     data = train_data.make_data(provisional, sharding.data_parallel_size(mesh))
     config = train_config.resolve(config, data.tokenizer_size)
+    tokenizer = fingerprint.tokenizer_sha256(data)
+    for line in fingerprint.check(saved, config, tokenizer, workdir):
+        say(line)
     model, arch = models.build(config.model), config.model.arch
     batches = data.train_iterator()
     start_state = batches.get_state()
@@ -137,7 +146,9 @@ def build_run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> R
     writer = metrics_lib.MetricsWriter(workdir) if workdir else None
     lrs = optimizers.learning_rates(config)
     return Run(
-        config, workdir, mesh, model, data, batches, plan, train_step, lrs, checkpointer, writer
+        *(config, workdir, mesh, model, data, batches, plan, train_step, lrs, checkpointer),
+        writer,
+        fingerprint.record(tokenizer),
     )
 
 
@@ -188,7 +199,7 @@ def advance(run: Run, state: TrainState, batch: dict) -> tuple[TrainState, dict[
 def save(run: Run, state: TrainState) -> None:
     """Start the checkpoint of ``state`` (its steps' metrics already read and checked)."""
     tree = {**state.tree(), "step": np.asarray(state.step, np.int64)}
-    run.checkpointer.save(state.step, tree, run.batches.get_state(), run.config)
+    run.checkpointer.save(state.step, tree, run.batches.get_state(), run.config, run.fingerprint)
 
 
 def train_loop(

@@ -134,3 +134,63 @@ def test_the_filter_keeps_own_records_and_library_warnings():
     tfds = LIBRARY.replace("orbax", "tensorflow_datasets")
     assert not quiet.filter(_record(tfds, logging.WARNING, "Using custom data configuration: %s"))
     assert quiet.filter(_record(tfds, logging.WARNING, "Given directory is read only=%s"))
+
+
+ABANDONED_READ = """
+import types
+
+
+@types.coroutine
+def _pause():
+    yield
+
+
+async def read():
+    try:
+        await _pause()
+    finally:
+        raise Exception("abandoned read")
+"""
+
+EXITS_WITH_AN_ABANDONED_READ = """
+import sys
+
+from deepnet_jax import log_setup
+
+log_setup.configure(None if sys.argv[1] == "quiet" else 0)
+sys.path.insert(0, sys.argv[2])
+from orbax import reader  # a stand-in: a coroutine of a library folder named orbax
+
+PENDING = reader.read()
+PENDING.send(None)  # started, never finished: closed when the interpreter shuts down
+print("error: the run's last line", file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("mode", ["quiet", "verbose"])
+def test_abandoned_library_reads_print_nothing_after_the_error_unless_verbose(mode, tmp_path):
+    """A failed orbax restore leaves read coroutines that raise again when collected, as late
+    as interpreter shutdown; quiet mode drops those tracebacks, ``-v`` shows them."""
+    (tmp_path / "orbax").mkdir()
+    (tmp_path / "orbax" / "__init__.py").write_text("")
+    (tmp_path / "orbax" / "reader.py").write_text(ABANDONED_READ)
+    script = tmp_path / "main.py"
+    script.write_text(EXITS_WITH_AN_ABANDONED_READ)
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    proc = subprocess.run(
+        [sys.executable, str(script), mode, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    tail = proc.stderr[proc.stderr.index("error: the run's last line") :]
+    if mode == "quiet":
+        assert tail == "error: the run's last line\n", tail
+    else:
+        assert "Exception: abandoned read" in tail, tail
+    unraisable = log_setup.QuietUnraisable()
+    closed = RuntimeError("Event loop is closed")
+    assert unraisable.drops(closed, None)
+    assert not unraisable.drops(RuntimeError("something else"), None)

@@ -86,10 +86,12 @@ class DataOptions:
         registry.SYNTHETIC, "a dataset of deepnet_jax/data/registry.py", choices=registry.NAMES
     )
     data_dir: str = config_schema.field(
-        "", "prepared corpora and tokenizers (default: $DEEPNET_JAX_DATA, else ~/deepnet_jax_data)"
+        "",
+        "prepared corpora and tokenizers (default: $DEEPNET_JAX_DATA, else ~/deepnet_jax_data)",
+        resumable=True,
     )
     source_dir: str = config_schema.field(
-        "", "local_parallel / local_text: folder with {train,valid,test}.<ext>"
+        "", "local_parallel / local_text: folder with {train,valid,test}.<ext>", resumable=True
     )
     src_ext: str = config_schema.field(
         "", "local_parallel: source file extension (e.g. de); local_text: the files' extension"

@@ -32,6 +32,7 @@ import numpy as np
 
 from deepnet_jax import (
     checkpoint,
+    fingerprint,
     optimizers,
     run_loading,
     sharding,
@@ -157,13 +158,14 @@ def import_checkpoint(
             f"--spm={spm} has more pieces than the model's vocab_size={config.model.vocab_size}"
         )
     mesh = run_loading.run_mesh(config)
-    data_state = train_data.make_data(config, sharding.data_parallel_size(mesh))
-    data_state = data_state.train_iterator().get_state()
+    data = train_data.make_data(config, sharding.data_parallel_size(mesh))
+    data_state = data.train_iterator().get_state()
+    tokenizer = fingerprint.file_sha256(spm) if spm else fingerprint.tokenizer_sha256(data)
     opt_state = optimizers.make_optimizer(config).init(params)
     writer = checkpoint.Checkpointer(workdir, every=1, max_to_keep=config.max_to_keep)
     try:
         state = {"params": params, "opt_state": opt_state, "step": np.asarray(0, np.int64)}
-        writer.save(0, state, data_state, config)
+        writer.save(0, state, data_state, config, fingerprint.record(tokenizer))
     finally:
         writer.close()
     _write_json(os.path.join(workdir, CONFIG_JSON), config.to_dict())
