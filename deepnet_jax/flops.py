@@ -212,8 +212,10 @@ def remat_flops_ratio(
     * ``qkv_fc1``, and the DLCL schemes (whose layer combination is a matmul flops.py leaves
       out): None, not tabulated.
 
-    The rules were read off the lowered programs of 4-layer decoders of every scheme and policy
-    (``hlo_census.matmul_flops``); ``tests/test_plan_targets.py`` checks them exactly.
+    The rules were read off the lowered programs (``hlo_census.matmul_flops``) of 4-layer
+    decoders of every non-DLCL scheme under each policy, flat and grouped;
+    ``tests/test_plan_targets.py`` checks them exactly on decoders, encoder-decoders and an
+    encoder.
     """
     if model_config.scheme.startswith("dlcl"):
         return None

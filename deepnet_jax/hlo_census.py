@@ -133,7 +133,11 @@ def trip_count(module: Module, condition: str) -> int | None:
         for ins in module.computations.get(names.pop(), []):
             found = _CONSTANT.search(f"{ins.result} {ins.opcode}({ins.rest}")
             constants |= {int(found.group(1))} if found else set()
-            names += [name for key, name in _CALLEES.findall(ins.rest) if key == "calls"]
+            names += [
+                name
+                for key, name in _CALLEES.findall(ins.rest)
+                if key == "calls" or (key == "to_apply" and ins.opcode == "call")
+            ]
     return constants.pop() if len(constants) == 1 else None
 
 
@@ -148,7 +152,10 @@ def _while_trips(module: Module, instruction: Instruction) -> int:
 
 
 def _callees(module: Module, instruction: Instruction) -> list[tuple[str, int]]:
-    """(computation, times it runs per execution of ``instruction``)."""
+    """(computation, times it runs per execution of ``instruction``). The ``-done`` and
+    ``-update`` halves of an asynchronous op name the start's computation again: not followed."""
+    if instruction.opcode.endswith(("-done", "-update")):
+        return []
     called = []
     for key, name in _CALLEES.findall(instruction.rest):
         times = _while_trips(module, instruction) if instruction.opcode == "while" else 1
@@ -159,7 +166,10 @@ def _callees(module: Module, instruction: Instruction) -> list[tuple[str, int]]:
 
 
 def execution_counts(module: Module) -> dict[str, int]:
-    """How many times each computation reachable from the entry runs in one execution."""
+    """How many times each computation reachable from the entry runs in one execution, as far as
+    matmuls and collectives go: a ``to_apply`` reducer (of a reduce, an all-reduce, a sort) runs
+    per element, not once, but holds neither. A ``while`` whose trips are unknown counts once
+    (:func:`unknown_loops` says how many there are)."""
     counts: dict[str, int] = defaultdict(int)
     stack = [(module.entry, 1)]
     while stack:
@@ -185,6 +195,20 @@ def tuple_elements(type_text: str) -> list[str]:
             elements.append(re.sub(r"/\*index=\d+\*/", "", text[start:i]).strip())
             start = i + 1
     return [e for e in elements if e]
+
+
+def unknown_loops(text: str) -> int:
+    """``while`` loops reachable from the entry whose trip count is neither annotated by XLA nor
+    one constant of their condition (each counted once in the figures)."""
+    module = parse(text)
+    unknown = 0
+    for name in execution_counts(module):
+        for ins in module.computations[name]:
+            if ins.opcode != "while" or '"known_trip_count"' in ins.rest:
+                continue
+            cond = re.search(r"\bcondition=%?([\w.\-]+)", ins.rest)
+            unknown += not (cond and trip_count(module, cond.group(1)))
+    return unknown
 
 
 def arrays(type_text: str) -> list[tuple[str, tuple[int, ...]]]:
@@ -280,7 +304,8 @@ def _sent_bytes(kind: str, ins: Instruction, n: int) -> int:
     """Bytes one device sends for this collective under the ring algorithm (module docstring)."""
     result = ins.result
     parts = tuple_elements(result)
-    if ins.opcode.endswith("-start") and kind != "all-reduce" and len(parts) >= 2:
+    paired = kind != "all-reduce" or parts[0].startswith("(")
+    if ins.opcode.endswith("-start") and paired and len(parts) >= 2:
         result = parts[1]  # ((operands…), (results…)[, context]): the results
     size = nbytes(result)
     if kind == "collective-permute":

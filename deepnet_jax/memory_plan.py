@@ -77,13 +77,13 @@ class Plan:
     params: int
     opt_state: int
     batch: int
-    layout_padding: int  # arguments' bytes beyond their elements' (XLA:TPU tiles arrays)
+    layout_padding: int  # the arguments' tile padding (hlo_census.padded_nbytes; XLA:TPU)
     temporaries: int
     outputs_not_aliased: int
     peak: int
     compile_s: float
     memory_analysis: dict[str, int]
-    device_memory: int  # bytes per device of the target's chip (0: unknown, simulated CPU)
+    device_memory: int  # bytes a device gives a run (targets.usable_bytes; 0: unknown, CPU)
     fits: bool | None
     model_flops: float  # flops.train_flops_per_step, global
     program_flops: float  # matmul FLOPs of the lowered step, loop trips counted, global
@@ -135,6 +135,11 @@ def plan(
     if devices is None:
         on_chip = target is not None and target.platform != "cpu"
         devices = targets.compile_devices(target) if on_chip else jax.devices()
+    if target is None and devices[0].platform != "cpu":
+        raise ValueError(
+            f"plan() on {devices[0].platform} devices needs their target "
+            "(target=targets.parse('v5p-8'), say): its chip's memory and peak judge the plan"
+        )
     target = target or targets.parse(f"cpu:{len(devices)}")
     config = train_config.resolve(config)  # model fields derived from the data
     step = _Step.build(config, devices)
@@ -228,7 +233,7 @@ def does_not_fit_line(plan: Plan) -> str:
     """The one line for a plan that compiled but whose peak exceeds the chip's memory."""
     return (
         f"does not fit on {plan.target}: the train step needs {plan.peak / GIB:.2f} GiB per "
-        f"device at its peak, a {plan.device_kind} has {plan.device_memory / GIB:.1f} GiB"
+        f"device at its peak, a {plan.device_kind} gives a run {plan.device_memory / GIB:.1f} GiB"
     )
 
 
@@ -264,7 +269,8 @@ def _plan(
     compiled_text = compiled.as_text()
     moved = hlo_census.collectives(compiled_text, n)
     parameters = hlo_census.entry_parameters(compiled_text)
-    logical = sum(hlo_census.nbytes(t) for t in parameters)
+    padding = sum(hlo_census.padded_nbytes(t) - hlo_census.nbytes(t) for t in parameters)
+    usable = targets.usable_bytes(target)
     hbm = max(
         float(cost.get("bytes accessed", 0.0)),
         memory["argument_size_in_bytes"] + memory["output_size_in_bytes"],
@@ -284,14 +290,14 @@ def _plan(
         params=device_bytes(abstract["params"]),
         opt_state=device_bytes(abstract["opt_state"]),
         batch=device_bytes(step.batch),
-        layout_padding=memory["argument_size_in_bytes"] - logical,
+        layout_padding=padding,
         temporaries=memory["temp_size_in_bytes"],
         outputs_not_aliased=not_aliased,
         peak=peak,
         compile_s=compile_s,
         memory_analysis=memory,
-        device_memory=chip.memory_bytes,
-        fits=peak <= chip.memory_bytes if chip.memory_bytes else None,
+        device_memory=usable,
+        fits=peak <= usable if usable else None,
         model_flops=model_flops,
         program_flops=program_flops,
         xla_flops=float(cost.get("flops", 0.0)),
@@ -299,17 +305,30 @@ def _plan(
         expected_recompute=flops.remat_flops_ratio(config.model, shapes),
         collectives={k: dataclasses.asdict(v) for k, v in moved.items()},
         roofline=dataclasses.asdict(roof) if roof else None,
-        warnings=_warnings(not_aliased),
+        warnings=_warnings(not_aliased, hlo_census.unknown_loops(compiled_text), target),
     )
 
 
-def _warnings(not_aliased: int) -> list[str]:
-    if not_aliased <= NOT_ALIASED_LIMIT:
-        return []
-    return [
-        f"{not_aliased / 2**20:.1f} MiB of the step's outputs are not written over its donated "
-        "inputs: the new state is a second copy (its output shardings differ from the state's)"
-    ]
+def _warnings(not_aliased: int, unknown_loops: int, target: targets.Target) -> list[str]:
+    """What makes a plan's figures doubtful, one sentence each."""
+    warnings = []
+    if not_aliased > NOT_ALIASED_LIMIT:
+        warnings.append(
+            f"{not_aliased / 2**20:.1f} MiB of the step's outputs are not written over its "
+            "donated inputs: the new state is a second copy (its output shardings differ from "
+            "the state's)"
+        )
+    if unknown_loops:
+        warnings.append(
+            f"{unknown_loops} loop(s) of the compiled step have no known trip count: their "
+            "FLOPs and collectives are counted once"
+        )
+    if target.platform == "cuda" and target.num_hosts > 1:
+        warnings.append(
+            "the roofline charges all collectives to NVLink; between the hosts of a GPU cluster "
+            "the network is several times slower, so the bound is optimistic"
+        )
+    return warnings
 
 
 def _batch_keys(arch: str) -> tuple[str, ...]:

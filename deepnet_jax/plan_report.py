@@ -27,8 +27,9 @@ def _memory_lines(plan: Plan) -> list[str]:
     lines = [f"  {name:<20} {size(value)}" for name, value in rows]
     if plan.fits is not None:
         verdict = "fits" if plan.fits else "does not fit"
+        usable = " usable" if "NVIDIA" in plan.device_kind else ""  # targets.usable_bytes
         lines[-1] += (
-            f"  of {plan.device_memory / 2**30:.1f} GiB: {verdict} "
+            f"  of {plan.device_memory / 2**30:.1f} GiB{usable}: {verdict} "
             f"({plan.peak / plan.device_memory:.1%})"
         )
     return lines

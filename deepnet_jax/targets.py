@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.resources
+import importlib.util
 import math
 import os
 import re
@@ -34,12 +35,12 @@ GB = 1e9
 
 @dataclasses.dataclass(frozen=True)
 class Chip:
-    """One accelerator chip's figures (per chip; for GPUs per GPU).
+    """One accelerator chip's figures (per chip; for GPUs per GPU; one JAX device each).
 
     ``memory_bytes``: HBM; ``peak_flops``: dense bf16 FLOP/s; ``memory_bytes_per_s``: HBM
     bandwidth; ``link_bytes_per_s``: the chip's interconnect bandwidth out of the chip, all links
-    together, one direction (TPU ICI, NVIDIA NVLink); ``devices_per_chip``: JAX devices a chip
-    shows (1: megacore chips, v4/v5p, show their two TensorCores as one device).
+    together, one direction (TPU ICI, NVIDIA NVLink within a host); ``chips_per_host``: chips of
+    one host (one JAX process) in multi-host slices and clusters.
     """
 
     name: str
@@ -53,8 +54,9 @@ class Chip:
 
 
 # TPU figures per chip, from the Cloud TPU system-architecture pages (cloud.google.com/tpu/docs/
-# v4, /v5e, /v5p, /v6e, "system specifications"): peak bf16 compute, HBM capacity (GiB; the TPU
-# compiler itself budgets a little less: 30.75, 15.75, 95.74 and 31.25 GiB) and bandwidth, and the
+# v4, /v5e, /v5p, /v6e, "system specifications"): peak bf16 compute, HBM capacity (GiB; what the
+# TPU compiler itself allows a program differs: 30.75, 15.75, 95.74 and 31.25 GiB) and bandwidth,
+# and the
 # per-chip bidirectional ICI bandwidth (v5e 400 GB/s, v5p 1,200 GB/s, v6e 800 GB/s), halved here
 # for one direction. The v4 page gives no ICI figure: 6 links × 45 GB/s one way, from "How to
 # Scale Your Model" (jax-ml.github.io/scaling-book/tpus, "TPU specs"). Hosts carry 4 chips
@@ -172,10 +174,11 @@ def parse(name: str) -> Target:
 def _tpu(name: str, generation: str, shape: str, chips: int) -> Target:
     chip = TPU_CHIPS[generation]
     hosts, bounds = max(1, chips // chip.chips_per_host), None
-    if generation in ("v5e", "v6e") and chips in (1, 8):
-        # single-host slices: 1 chip (ct5lp-hightpu-1t) and 8 chips (ct5lp-hightpu-8t,
-        # ct6e-standard-8t) on one host
-        hosts, bounds = 1, (1, 1, 1) if chips == 1 else (2, 4, 1)
+    if generation in ("v5e", "v6e") and chips <= 8 and chips != 4:
+        # single-host slices: 1 chip (ct5lp-hightpu-1t), 8 chips (ct5lp-hightpu-8t,
+        # ct6e-standard-8t) and raw shapes of up to 8 chips on one host
+        dims = [int(d) for d in shape.split("x")]
+        hosts, bounds = 1, (dims[0], dims[1], 1)
     megacore = generation in ("v4", "v5p")
     return Target(name, chip, f"{generation}:{shape}", chips, hosts, bounds, megacore)
 
@@ -187,6 +190,20 @@ def _tpu_options(target: Target) -> dict:
     if target.host_bounds:
         options["chips_per_host_bounds"] = target.host_bounds
     return options
+
+
+# jax's GPU client preallocates this share of each GPU's memory by default; a run can use no more
+GPU_MEMORY_FRACTION = 0.75
+
+
+def usable_bytes(target: Target) -> int:
+    """Memory one device of the target gives a run: the chip's HBM on TPUs (the compiler refuses
+    a program above what it allows), ``XLA_PYTHON_CLIENT_MEM_FRACTION`` of it on GPUs (0.75 by
+    default; jax preallocates that much and no more), 0 for simulated CPU devices (unknown)."""
+    if target.platform != "cuda":
+        return target.chip.memory_bytes
+    fraction = float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", GPU_MEMORY_FRACTION))
+    return int(target.chip.memory_bytes * fraction)
 
 
 def gpu_spec(chip: Chip) -> str:
@@ -222,9 +239,14 @@ def compile_devices(target: Target) -> list[jax.Device]:
                 ).devices
             )
     except (RuntimeError, NotImplementedError, ValueError) as e:
-        extra = "tpu" if target.platform == "tpu" else "gpu-plan"
+        reason = " ".join(str(e).split())[:300]
+        extra, module = (
+            ("tpu", "libtpu")
+            if target.platform == "tpu"
+            else ("gpu-plan", "jax_plugins.xla_cuda12")
+        )
+        if importlib.util.find_spec(module) is None:
+            reason += f'; install the {extra} extra: pip install -e ".[{extra}]"'
         raise ValueError(
-            f"--target={target.name}: cannot compile for {target.chip.name} here "
-            f"({' '.join(str(e).split())[:200]}); install the {extra} extra: "
-            f'pip install -e ".[{extra}]"'
+            f"--target={target.name}: cannot compile for {target.chip.name}: {reason}"
         ) from e

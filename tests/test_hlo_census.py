@@ -1,13 +1,15 @@
 """hlo_census against XLA's own counts: loop-free matmuls equal XLA's cost analysis, scanned ones
 count every trip (XLA counts the body once), and collectives are found and sized."""
 
+import importlib.util
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from deepnet_jax import hlo_census
+from deepnet_jax import hlo_census, targets
 
 
 def _matmuls(w, x):
@@ -45,21 +47,19 @@ def test_gradient_of_a_scan_counts_forward_and_backward_trips():
     assert flops == 3 * layers * 2 * 8 * 32 * 32  # forward, input grad, weight grad
 
 
-def test_collectives_of_a_sharded_sum_on_simulated_devices():
-    devices = jax.devices()  # one unless the run simulates several (XLA_FLAGS)
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="libtpu not installed")
+def test_collectives_of_a_sharded_sum_on_compile_only_tpus():
+    devices = targets.compile_devices(targets.parse("v5e-4"))
     mesh = jax.sharding.Mesh(np.array(devices), ("x",))
     x = jax.ShapeDtypeStruct(
-        (len(devices) * 4, 256), jnp.float32, sharding=NamedSharding(mesh, PartitionSpec("x"))
+        (16, 256), jnp.float32, sharding=NamedSharding(mesh, PartitionSpec("x"))
     )
     out = NamedSharding(mesh, PartitionSpec())
-    compiled = jax.jit(lambda a: a.sum(0), out_shardings=out).lower(x).compile()
-    moved = hlo_census.collectives(compiled.as_text(), len(devices))
-    if len(devices) == 1:
-        assert all(c.count == 0 for c in moved.values())
-        return
-    n = len(devices)
-    assert moved["all-reduce"].count == 1
-    assert moved["all-reduce"].bytes == 2 * 256 * 4 * (n - 1) // n  # ring: 2(n-1)/n of 1 KiB
+    text = jax.jit(lambda a: a.sum(0), out_shardings=out).lower(x).compile().as_text()
+    moved = hlo_census.collectives(text, 4)
+    assert moved["all-reduce"].count == 1 and moved["all-gather"].count == 0
+    assert moved["all-reduce"].bytes == 2 * 256 * 4 * 3 // 4  # ring: 2(n-1)/n of 1 KiB
+    assert hlo_census.unknown_loops(text) == 0
 
 
 def test_group_sizes_in_each_replica_group_syntax():
@@ -77,6 +77,13 @@ def test_bytes_of_result_types():
     assert hlo_census.nbytes("bf16[4,8]{1,0:T(8,128)(2,1)}") == 64
     assert hlo_census.nbytes("(f32[2]{0}, s8[3]{0}, pred[5]{0})") == 8 + 3 + 5
     assert hlo_census.nbytes("s4[3]{0}") == 2
+
+
+def test_entry_parameters_in_order():
+    text = "HloModule m\n\nENTRY %main (a: f32[2], b: s8[3]) -> f32[2] {\n"
+    text += "  %a = f32[2]{0} parameter(0)\n  %b = s8[3]{0} parameter(1)\n"
+    text += "  ROOT %c = f32[2]{0} add(%a, %a)\n}\n"
+    assert hlo_census.entry_parameters(text) == ["f32[2]{0}", "s8[3]{0}"]
 
 
 def test_tiled_layouts_pad_the_minor_dimensions():
@@ -121,6 +128,15 @@ ENTRY %main (a: f32[64]) -> (s32[], f32[64]) {
     assert moved.count == 3 and moved.bytes == 3 * (2 * 256 * 7 // 8)
     module = hlo_census.parse(text)
     assert hlo_census.trip_count(module, "cond") == 5  # found through the fusion it calls
+    assert hlo_census.unknown_loops(text) == 0
+    assert (
+        hlo_census.unknown_loops(
+            text.replace(', backend_config={"known_trip_count":{"n":"3"}}', "").replace(
+                "constant(5)", "parameter(1)"
+            )
+        )
+        == 1
+    )
     assert hlo_census.tuple_elements("((f32[1], f32[2]), /*index=5*/s8[3])") == [
         "(f32[1], f32[2])",
         "s8[3]",

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from configs import default, magneto_lm
+from configs import bert_mlm, default, magneto_lm
 from deepnet_jax import flops, memory_plan, targets, train_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -119,6 +119,20 @@ def test_compiled_flops_are_the_analytic_count_with_remat_recompute(scheme, rema
     assert plan.program_flops / plan.model_flops == pytest.approx(plan.expected_recompute, rel=1e-9)
     # XLA's cost analysis counts the scanned layer once: far below the program's count
     assert plan.xla_flops * 4 < 0.5 * plan.program_flops
+
+
+@pytest.mark.parametrize(
+    "config, scheme, remat",
+    [(default, "subln", "full"), (default, "deepnorm", "dots"), (bert_mlm, "pre_ln", "full")],
+)
+def test_remat_flops_of_the_encoder_decoder_and_the_encoder(config, scheme, remat):
+    """The lowered program is the same for any target: these plan on one CPU device."""
+    c = config.get_config()
+    c.model.scheme, c.model.remat_policy = scheme, remat
+    c.model.num_encoder_layers = min(c.model.num_encoder_layers, 3)
+    c.model.num_decoder_layers = min(c.model.num_decoder_layers, 3)
+    plan = _plan(c, "cpu:1")
+    assert plan.program_flops / plan.model_flops == pytest.approx(plan.expected_recompute, rel=1e-9)
 
 
 @needs_libtpu
