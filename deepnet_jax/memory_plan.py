@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
+import warnings
 from typing import Any
 
 import flax.linen as nn
@@ -199,10 +200,13 @@ def _compile(step: _Step, target: targets.Target) -> tuple[Any, Any, float]:
     """(lowered, compiled, seconds to lower and compile); :class:`DoesNotFitError` when XLA runs out
     of memory."""
     start = time.perf_counter()
-    # a compile-only (deviceless) compiler cannot read or write jax's persistent compilation
-    # cache (it has no client to load an executable with): leave the cache out of it
+    # a compile-only (deviceless) compiler cannot load an executable from jax's persistent
+    # compilation cache (it has no client): leave the cache out of it, and where the process
+    # has already decided to use one (jax decides once), drop the warning of the failed read
     cache = jax_config.enable_compilation_cache(target.platform == "cpu")
-    with jax.set_mesh(step.mesh), nn.logical_axis_rules(step.rules), cache:
+    quiet = warnings.catch_warnings()
+    with jax.set_mesh(step.mesh), nn.logical_axis_rules(step.rules), cache, quiet:
+        warnings.filterwarnings("ignore", "Error reading persistent compilation cache")
         lowered = step.fn.lower(*step.args())
         try:
             compiled = lowered.compile()
