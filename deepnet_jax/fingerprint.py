@@ -28,13 +28,13 @@ is known):
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 from typing import Any
 
 import ml_collections
 
 from deepnet_jax import checkpoint, run_loading, train_config, train_data
+from deepnet_jax.data import fetch
 from deepnet_jax.model_config import DERIVED
 
 TOKENIZER = "tokenizer"  # the tokenizer's entry in a list of differences
@@ -61,19 +61,10 @@ class Saved:
     recorded: bool
 
 
-def file_sha256(path: str) -> str:
-    """The hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def tokenizer_sha256(data: train_data.Data) -> str | None:
     """The sha256 of the run's tokenizer model file; None for the synthetic task."""
     if isinstance(data, train_data.CorpusData):
-        return file_sha256(data.pipeline.tokenizer_path)
+        return fetch.sha256_file(data.pipeline.tokenizer_path)
     return None
 
 
@@ -162,7 +153,7 @@ def check(
         return []
     directory = os.path.join(os.path.abspath(workdir), "checkpoints")
     path = run_loading.tokenizer_path(workdir)
-    in_workdir = file_sha256(path) if os.path.isfile(path) else None
+    in_workdir = fetch.sha256_file(path) if os.path.isfile(path) else None
     unrecorded: set[str] = set()
     for s in saved:
         found = differences(s, config, derived=True)

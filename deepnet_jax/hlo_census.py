@@ -124,6 +124,12 @@ def parse(text: str) -> Module:
     return Module(computations, entry, shapes)
 
 
+def as_module(text: str | Module) -> Module:
+    """``text`` parsed (:func:`parse`), or ``text`` itself when it already is a module: the
+    counting functions take either, so a caller reading several figures parses once."""
+    return text if isinstance(text, Module) else parse(text)
+
+
 def trip_count(module: Module, condition: str) -> int | None:
     """The loop count of a ``while`` whose condition computation is ``condition``: the one
     integer constant in it or in the fusions it calls (``i < n`` with i from 0), or None when
@@ -197,10 +203,10 @@ def tuple_elements(type_text: str) -> list[str]:
     return [e for e in elements if e]
 
 
-def unknown_loops(text: str) -> int:
+def unknown_loops(text: str | Module) -> int:
     """``while`` loops reachable from the entry whose trip count is neither annotated by XLA nor
     one constant of their condition (each counted once in the figures)."""
-    module = parse(text)
+    module = as_module(text)
     unknown = 0
     for name in execution_counts(module):
         for ins in module.computations[name]:
@@ -251,9 +257,9 @@ def padded_nbytes(type_text: str) -> int:
     return math.ceil(int(np.prod(dims, dtype=np.int64)) * _bits(dtype) / 8)
 
 
-def entry_parameters(text: str) -> list[str]:
+def entry_parameters(text: str | Module) -> list[str]:
     """The result types of the entry computation's parameters, in the module's order."""
-    module = parse(text)
+    module = as_module(text)
     return [i.result for i in module.computations[module.entry] if i.opcode == "parameter"]
 
 
@@ -266,9 +272,9 @@ def _dot_flops(module: Module, ins: Instruction) -> int:
     return 2 * int(np.prod(out, dtype=np.int64)) * int(np.prod(contracted, dtype=np.int64))
 
 
-def matmul_flops(text: str) -> int:
+def matmul_flops(text: str | Module) -> int:
     """FLOPs of every ``dot`` in one execution of the module, loop bodies counted per trip."""
-    module = parse(text)
+    module = as_module(text)
     total = 0
     for name, times in execution_counts(module).items():
         for ins in module.computations[name]:
@@ -316,9 +322,9 @@ def _sent_bytes(kind: str, ins: Instruction, n: int) -> int:
     return factor * size * (n - 1) // max(n, 1)
 
 
-def collectives(text: str, num_devices: int) -> dict[str, CollectiveCount]:
+def collectives(text: str | Module, num_devices: int) -> dict[str, CollectiveCount]:
     """Per collective kind: ops per step and bytes one device sends (loop bodies per trip)."""
-    module = parse(text)
+    module = as_module(text)
     count = dict.fromkeys(COLLECTIVE_KINDS, 0)
     sent = dict.fromkeys(COLLECTIVE_KINDS, 0)
     for name, times in execution_counts(module).items():

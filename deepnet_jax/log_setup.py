@@ -105,9 +105,6 @@ def configure(verbosity: int | None = None) -> None:
     absl_logging.set_verbosity(verbosity)
 
 
-has_accelerator = native_stderr.has_accelerator
-
-
 def _quiet_plugins_on_a_cpu_host() -> None:
     """On a host with no accelerator: JAX on the CPU unless ``JAX_PLATFORMS`` says otherwise
     (no attempt to start libtpu or CUDA, which fails after printing several lines), and jax's
@@ -116,7 +113,7 @@ def _quiet_plugins_on_a_cpu_host() -> None:
     import jax
     from jax._src import xla_bridge  # plugin discovery has no public entry point
 
-    if has_accelerator():
+    if native_stderr.has_accelerator():
         return
     if not jax.config.jax_platforms:
         jax.config.update("jax_platforms", "cpu")

@@ -43,7 +43,6 @@ from deepnet_jax import (
     model_inputs,
     models,
     optimizers,
-    plan_report,
     roofline,
     sharding,
     targets,
@@ -94,10 +93,6 @@ class Plan:
     collectives: dict[str, dict[str, int]]
     roofline: dict[str, Any] | None
     warnings: list[str]
-
-    def report(self) -> str:
-        """The plan as text for people (the JSON holds the same figures)."""
-        return plan_report.text(self)
 
 
 def device_bytes(tree: Any) -> int:
@@ -270,9 +265,9 @@ def _plan(
     shapes = {k: v.shape for k, v in step.batch.items()}
     model_flops = flops.train_flops_per_step(config.model, shapes)
     cost = compiled.cost_analysis() or {}
-    compiled_text = compiled.as_text()
-    moved = hlo_census.collectives(compiled_text, n)
-    parameters = hlo_census.entry_parameters(compiled_text)
+    compiled_hlo = hlo_census.parse(compiled.as_text())  # parsed once for the figures below
+    moved = hlo_census.collectives(compiled_hlo, n)
+    parameters = hlo_census.entry_parameters(compiled_hlo)
     padding = sum(hlo_census.padded_nbytes(t) - hlo_census.nbytes(t) for t in parameters)
     usable = targets.usable_bytes(target)
     hbm = max(
@@ -309,7 +304,7 @@ def _plan(
         expected_recompute=flops.remat_flops_ratio(config.model, shapes),
         collectives={k: dataclasses.asdict(v) for k, v in moved.items()},
         roofline=dataclasses.asdict(roof) if roof else None,
-        warnings=_warnings(not_aliased, hlo_census.unknown_loops(compiled_text), target),
+        warnings=_warnings(not_aliased, hlo_census.unknown_loops(compiled_hlo), target),
     )
 
 

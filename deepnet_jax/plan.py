@@ -25,7 +25,7 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from deepnet_jax import log_setup, memory_plan, remat_auto, targets, train
+from deepnet_jax import log_setup, memory_plan, plan_report, remat_auto, targets, train
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file.", lock_config=True)
 _TARGET = flags.DEFINE_string(
@@ -79,7 +79,7 @@ def main(argv: list[str]) -> None:
     except ValueError as e:
         print("error: " + " ".join(str(e).split()), file=sys.stderr)
         sys.exit(1)
-    print(result.report())
+    print(plan_report.text(result))
     print(json.dumps(dataclasses.asdict(result)))
     if result.fits is False:
         print(memory_plan.does_not_fit_line(result), file=sys.stderr)

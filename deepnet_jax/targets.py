@@ -218,9 +218,9 @@ def compile_devices(target: Target) -> list[jax.Device]:
     Raises ``ValueError`` (one line) when the extra that compiles for it is not installed."""
     from jax.experimental import topologies
 
-    from deepnet_jax import log_setup, native_stderr
+    from deepnet_jax import native_stderr
 
-    if not log_setup.has_accelerator():  # no TPU here to guard: let planners run side by side
+    if not native_stderr.has_accelerator():  # no TPU here to guard: let planners run side by side
         os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     try:
         with native_stderr.filtered():

@@ -40,6 +40,7 @@ from deepnet_jax import (
     train_config,
     train_data,
 )
+from deepnet_jax.data import fetch
 from deepnet_jax.data.registry import SYNTHETIC
 from deepnet_jax.data.tokenizer import Tokenizer
 from deepnet_jax.interop.torchscale import files
@@ -160,7 +161,7 @@ def import_checkpoint(
     mesh = run_loading.run_mesh(config)
     data = train_data.make_data(config, sharding.data_parallel_size(mesh))
     data_state = data.train_iterator().get_state()
-    tokenizer = fingerprint.file_sha256(spm) if spm else fingerprint.tokenizer_sha256(data)
+    tokenizer = fetch.sha256_file(spm) if spm else fingerprint.tokenizer_sha256(data)
     opt_state = optimizers.make_optimizer(config).init(params)
     writer = checkpoint.Checkpointer(workdir, every=1, max_to_keep=config.max_to_keep)
     try:
