@@ -134,6 +134,7 @@ def run_config(setup: Setup, row: Row) -> Any:
     c.label_smoothing = 0.0
     c.grad_accum_steps = 1
     c.seed = setup.seed
+    c.data.batch_size, c.data.max_len = setup.batch_size, setup.seq_len  # what auto plans for
     return c
 
 
@@ -143,10 +144,12 @@ class OursTrainer:
     def __init__(self, setup: Setup, row: Row, batches: list[dict[str, np.ndarray]]):
         import jax
 
-        from deepnet_jax import models, optimizers, train_actions, train_steps
+        from deepnet_jax import models, optimizers, remat_auto, train_actions, train_steps
 
         self._jax = jax
-        config = run_config(setup, row)
+        config = remat_auto.resolve(  # auto: the planned choice, named on stderr
+            run_config(setup, row), jax.devices()[:1], report=lambda m: print(m, file=sys.stderr)
+        )
         self.model_config = config.model
         model = models.build(config.model)
         self.params = train_steps.init_params(model, row.arch, batches[0], config.seed)
@@ -552,6 +555,8 @@ def measure_row(setup: Setup, row: Row, theirs: RemoteTheirs | LocalTheirs) -> d
         "dropout": setup.dropout,
         "activation": setup.activation,
         "remat_policy": setup.remat_policy,
+        "remat_policy_used": ours.model_config.remat_policy,
+        "scan_group_size_used": ours.model_config.scan_group_size,
         "fused_qkv": setup.fused_qkv,
         "dropout_rng": setup.dropout_rng,
         "scan_layers": setup.scan_layers,
@@ -581,7 +586,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--dropout", type=float, default=0.1, help="all three dropouts, both sides")
     p.add_argument("--activation", default="relu", choices=("relu", "gelu"))
     p.add_argument("--learning_rate", type=float, default=5e-4)
-    p.add_argument("--remat_policy", default="full", help="ours: none, full, dots, qkv_fc1")
+    p.add_argument(
+        "--remat_policy", default="auto", help="ours: auto (the default), none, full, dots, qkv_fc1"
+    )
     p.add_argument("--fused_qkv", action="store_true", help="ours: one q/k/v projection")
     p.add_argument("--dropout_rng", default="hash", choices=("hash", "jax"), help="ours: masks")
     p.add_argument(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ml_collections
@@ -173,11 +173,13 @@ def message(path: str, value: Any, reason: str, spec: Spec, style: str = "plain"
     return f"{path}={value!r} {reason}"
 
 
-def markdown_table(group: type, prefix: str) -> str:
+def markdown_table(group: type, prefix: str, overrides: Mapping[str, Any] | None = None) -> str:
     """| field | default | allowed | on resume | meaning | rows of the group, for
-    docs/config.md (on resume: "may change" for a resumable field, else "kept")."""
+    docs/config.md (on resume: "may change" for a resumable field, else "kept"). A default in
+    ``overrides`` (keyed by the dotted path) is shown instead of the declaration's."""
     rows = ["| field | default | allowed | on resume | meaning |", "|---|---|---|---|---|"]
     for (name, spec), default in zip(specs(group).items(), defaults(group).values(), strict=True):
+        default = (overrides or {}).get(prefix + name, default)
         shown = f"`{default!r}`".replace("|", "\\|")
         resume = "may change" if spec.resumable else "kept"
         rows.append(f"| `{prefix}{name}` | {shown} | {spec.allowed()} | {resume} | {spec.doc} |")

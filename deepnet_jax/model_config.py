@@ -110,7 +110,8 @@ class TransformerConfig:
         "full",
         "none, full (nothing saved), dots (matmul outputs), qkv_fc1 (the named projections); "
         "auto: the least recomputation whose planned peak fits memory_budget_gb (or the "
-        "device), chosen with scan_group_size (deepnet_jax/remat_auto.py)",
+        "device's or host's memory), chosen with scan_group_size (deepnet_jax/remat_auto.py); "
+        "a training config defaults to auto, a model built directly to full",
         choices=(*REMAT_POLICIES, AUTO),
         resumable=True,
     )
@@ -167,7 +168,7 @@ class TransformerConfig:
                 "remat_policy",
                 AUTO,
                 "it names no jax policy: deepnet_jax.remat_auto.resolve turns it into one "
-                "(train.run and the planner do) before a model is built",
+                "(the trainer and the planner do) before a model is built",
             )
         return cls(**{f.name: c[f.name] for f in dataclasses.fields(cls)})
 

@@ -55,13 +55,9 @@ def _devices(target: targets.Target) -> list[jax.Device]:
 def _plan(target: targets.Target) -> memory_plan.Plan:
     config = _CONFIG.value
     devices = _devices(target)
-    if remat_auto.is_auto(config):  # the chosen candidate's plan
-        _, result = remat_auto.choose(
-            config, devices, lambda c: train.validate(c, len(devices)), print, target
-        )
-        return result
-    config = remat_auto.resolve(config, devices)  # unchanged; checks memory_budget_gb
     train.validate(config, len(devices))
+    if remat_auto.is_auto(config):  # the chosen candidate's plan
+        return remat_auto.choose(config, devices, print, target)[1]
     return memory_plan.plan(config, devices, target)
 
 

@@ -1,15 +1,26 @@
 """``model.remat_policy='auto'``: the least recomputation whose planned peak fits the budget.
 
-Before a model is built, :func:`resolve` (called by ``train.run``; the planner's command line
-calls :func:`choose`) replaces ``auto`` with a concrete ``model.remat_policy`` and
-``model.scan_group_size`` (the nested scan: ``deepnet_jax/stacks.py``): it compiles the run's
-train step for each candidate with the AOT planner (:func:`deepnet_jax.memory_plan.plan`, abstract
-inputs, nothing allocated), cheapest first, and takes the first whose planned peak per device
-fits the budget — ``memory_budget_gb`` when it is set; else, planning for a TPU or GPU target
-(``python -m deepnet_jax.plan --target=…``), the chip's memory less ``HEADROOM``; else the
-device's own limit (``memory_stats()["bytes_limit"]``, reported by GPU and TPU backends; CPU
-reports none, so there the budget is required). It prints one line with the choice and its
-planned peak, or raises one ``ValueError`` naming the smallest peak found and what to change.
+Before a model is built, :func:`resolve` (called by ``trainer.build_run`` once the data has
+fixed the vocabulary; the planner's command line calls :func:`choose`) replaces ``auto`` with a
+concrete ``model.remat_policy`` and ``model.scan_group_size`` (the nested scan:
+``deepnet_jax/stacks.py``): it compiles the run's train step for each candidate with the AOT
+planner (:func:`deepnet_jax.memory_plan.plan`, abstract inputs, nothing allocated), cheapest
+first, and takes the first whose planned peak per device fits the budget:
+
+* ``memory_budget_gb`` when it is set;
+* planning for a TPU or GPU target (``python -m deepnet_jax.plan --target=…``), the chip's
+  memory less ``HEADROOM``;
+* the device's own limit (``memory_stats()["bytes_limit"]``, reported by GPU and TPU backends);
+* on CPU, the host's memory (its cgroup limit where lower) less ``HEADROOM["cpu"]``, shared by
+  the process's CPU devices.
+
+It prints one line with the choice and its planned peak, or raises one ``ValueError`` naming
+the smallest peak found and what to change.
+
+``auto`` is the training config's default (``train_config.TRAINING_DEFAULTS``): a model that
+fits trains without recomputation, at the cost of one planning compile before the first step
+(candidate 1 fits: one compile; each candidate that does not fit adds one). A model built
+directly (``models.build``) has no budget to plan against and defaults to ``full``.
 
 Candidates, in order of recomputation in the backward pass (forward passes of every layer
 recomputed; "+" marks a cheaper partial recomputation):
@@ -27,11 +38,12 @@ recomputed; "+" marks a cheaper partial recomputation):
 
 A stack that is not scanned (``model.scan_layers=False``, DLCL) has no groups: candidates 1–4.
 The planner's figures are those of the backend it compiles for (the run's devices in
-``train.run``; simulated CPU devices in ``python -m deepnet_jax.plan``).
+``trainer.build_run``; simulated CPU devices in ``python -m deepnet_jax.plan``).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -49,7 +61,8 @@ if TYPE_CHECKING:
 # Share of a target chip's memory that ``auto`` leaves free when planning deviceless: on TPUs
 # for the runtime's own buffers and fragmentation; on GPUs jax's client preallocates 75% of the
 # memory by default (XLA_PYTHON_CLIENT_MEM_FRACTION), and that is what a run can use.
-HEADROOM = {"tpu": 0.10, "cuda": 0.25}
+# On CPU the host's memory also holds the data pipeline, the checkpoint writer and Python.
+HEADROOM = {"tpu": 0.10, "cuda": 0.25, "cpu": 0.25}
 CANDIDATES = (("none", 0), ("dots", 0), ("qkv_fc1", 0), ("full", 0), ("dots", -1), ("full", -1))
 GIB = 2**30
 
@@ -94,6 +107,14 @@ def budget_bytes(
     stats = devices[0].memory_stats() or {}  # None where the backend does not report
     if stats.get("bytes_limit"):
         return int(stats["bytes_limit"]), f"the {devices[0].platform} device's bytes_limit"
+    host = host_memory_bytes()
+    if devices[0].platform == "cpu" and host:
+        local = sum(d.process_index == jax.process_index() for d in devices) or 1
+        budget = int(host * (1 - HEADROOM["cpu"]) / local)
+        return budget, (
+            f"host memory {host / GIB:.1f} GiB less {HEADROOM['cpu']:.0%} headroom"
+            + (f", shared by {local} CPU devices" if local > 1 else "")
+        )
     raise ValueError(
         f"model.remat_policy='auto' needs a memory budget: this backend "
         f"({devices[0].platform}) reports no device memory limit; set memory_budget_gb "
@@ -101,30 +122,69 @@ def budget_bytes(
     )
 
 
-def _check(config: ml_collections.ConfigDict) -> None:
-    if config.model.scan_group_size:
+def host_memory_bytes(
+    cgroup_files: Sequence[str] = (
+        "/sys/fs/cgroup/memory.max",  # cgroup v2
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",  # cgroup v1
+    ),
+) -> int:
+    """This host's physical memory in bytes, or the process's cgroup memory limit where that
+    is lower (a container's); 0 where neither can be read."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        physical = 0
+    limits = [physical] if physical > 0 else []
+    for path in cgroup_files:
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) > 0:  # "max": no limit
+            limits.append(int(text))
+    return min(limits) if limits else 0
+
+
+def check(config: ml_collections.ConfigDict) -> None:
+    """The errors of ``auto``'s own fields: a ``scan_group_size`` set beside ``auto`` (auto
+    chooses it), a ``memory_budget_gb`` set beside a concrete policy (nothing would read it)."""
+    if not is_auto(config):
+        budget = config.get("memory_budget_gb")
+        if isinstance(budget, (int, float)) and budget > 0:
+            raise ValueError(
+                f"memory_budget_gb={budget} is read only by model.remat_policy='auto' (this "
+                f"config has {_policy(config)!r}); set it to 0 or the policy to 'auto'"
+            )
+    elif config.model.scan_group_size:
         raise ValueError(
             f"model.scan_group_size={config.model.scan_group_size} with "
             "model.remat_policy='auto': auto chooses the group size too; set it to 0"
         )
 
 
+def stand_in(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """``config`` itself, or for ``auto`` a copy with ``remat_policy='none'``: what validation
+    builds (the candidates differ only in the two fields auto sets, which change no parameter's
+    shape; ``scan_group_size`` is kept, for the model's own check of it)."""
+    if not is_auto(config):
+        return config
+    return candidate(config, CANDIDATES[0][0], config.model.scan_group_size)
+
+
 def choose(
     config: ml_collections.ConfigDict,
     devices: Sequence[jax.Device],
-    validate: Callable[[ml_collections.ConfigDict], None],
     report: Callable[[str], None] = say,
     target: Target | None = None,
 ) -> tuple[ml_collections.ConfigDict, Plan]:
-    """The first candidate of ``config`` (``remat_policy='auto'``) whose planned peak fits,
-    and its plan. ``validate(candidate)`` checks each candidate config before it is compiled
-    (the first one's errors are the config's own)."""
-    from deepnet_jax import memory_plan as planner  # memory_plan → train → this module
+    """The first candidate of ``config`` (``remat_policy='auto'``, already validated: see
+    :func:`stand_in`) whose planned peak fits, and its plan."""
+    from deepnet_jax import memory_plan as planner  # memory_plan → trainer's modules → here
 
+    check(config)
     configs = {pair: candidate(config, *pair) for pair in candidates(config)}
-    validate(next(iter(configs.values())))  # the config's own errors first (they differ only
-    _check(config)  # in the two fields auto sets), then the budget, before any compile
-    budget, source = budget_bytes(config, devices, target)
+    budget, source = budget_bytes(config, devices, target)  # its errors before any compile
     tried = []
     for (policy, group), c in configs.items():
         try:
@@ -159,22 +219,9 @@ def resolve(
     report: Callable[[str], None] = say,
 ) -> ml_collections.ConfigDict:
     """``config`` itself unless ``model.remat_policy='auto'``; then a copy with the chosen
-    policy and group size (see :func:`choose`; candidates checked by ``train.validate``).
-
-    A ``memory_budget_gb`` set for a concrete policy is an error (nothing would read it)."""
-    if not is_auto(config):
-        budget = config.get("memory_budget_gb")
-        if isinstance(budget, (int, float)) and budget > 0:
-            raise ValueError(
-                f"memory_budget_gb={budget} is read only by model.remat_policy='auto' (this "
-                f"config has {_policy(config)!r}); set it to 0 or the policy "
-                "to 'auto'"
-            )
-        return config
-    from deepnet_jax import train  # train → this module
-
-    chosen, _ = choose(config, devices, lambda c: train.validate(c, len(devices)), report)
-    return chosen
+    policy and group size (see :func:`choose`). ``config`` is validated already."""
+    check(config)
+    return choose(config, devices, report)[0] if is_auto(config) else config
 
 
 def _name(policy: str, group: int) -> str:

@@ -43,8 +43,10 @@ def validate(config: ml_collections.ConfigDict, device_count: int | None = None)
     """
     train_config.check_fields(config)  # typos and missing fields first
     train_config.check_values(config)  # each declared field against its declaration
-    config = train_config.resolve(config)  # the fields derived from the data
-    models.build(config.model)  # the model's own checks, before any data is prepared
+    resolved = train_config.resolve(remat_auto.stand_in(config))  # fields derived from data
+    models.build(resolved.model)  # the model's own checks, before any data is prepared
+    remat_auto.check(config)  # memory_budget_gb and remat_policy='auto'
+    config = resolved
     if config.model.attention_impl == "cudnn" and jax.default_backend() != "gpu":
         raise ValueError(
             f"model.attention_impl='cudnn' needs a GPU; this backend is "
@@ -139,8 +141,7 @@ def run(
     """
     distributed.initialize(config.distributed)  # before anything touches a backend
     devices = jax.devices() if devices is None else list(devices)
-    config = remat_auto.resolve(config, devices)  # model.remat_policy='auto' → a policy
-    validate(config, len(devices))
+    validate(config, len(devices))  # model.remat_policy='auto' is resolved by build_run
     if workdir:
         workdir_lib.check_writable(workdir)
     mesh = sharding.make_mesh(config.mesh, devices)

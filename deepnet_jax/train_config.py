@@ -129,7 +129,7 @@ class RunFields:
     memory_budget_gb: float = field(
         0.0,
         "model.remat_policy='auto': per-device memory budget in GiB; 0: the device's own "
-        "limit (GPU/TPU; required on CPU)",
+        "limit (GPU/TPU), on CPU the host's memory less 25% shared by its devices",
         low=0,
         resumable=True,
     )
@@ -154,6 +154,12 @@ SCHEMA: dict[str, type] = {  # every declared group of a training config
 }
 # Undeclared groups that may change on resume too: mesh.rules only moves arrays between devices.
 RESUMABLE_GROUPS = ("mesh.rules",)
+
+# Where a training run's default differs from the declaration's (the declaration's default is
+# that of a model built directly, which has no memory budget to plan against):
+TRAINING_DEFAULTS: dict[str, Any] = {
+    "model.remat_policy": "auto",  # the least recomputation that fits (remat_auto.py)
+}
 
 
 def resumable_fields() -> frozenset[str]:
@@ -184,6 +190,9 @@ def default_config() -> ml_collections.ConfigDict:
     c.diagnostics = diagnostics_default()  # stability instruments: deepnet_jax/diagnostics.py
     c.mesh = mesh_default()  # devices per mesh axis and logical-axis rules: deepnet_jax/sharding.py
     c.distributed = distributed_default()  # multi-host start-up: deepnet_jax/distributed.py
+    for path, value in TRAINING_DEFAULTS.items():
+        group, name = path.rsplit(".", 1)
+        c[group][name] = value
     return c
 
 
@@ -237,7 +246,9 @@ def reference() -> str:
         parts += [
             f"## {name or 'top level'}",
             "",
-            config_schema.markdown_table(group, f"{name}." if name else ""),
+            config_schema.markdown_table(
+                group, f"{name}." if name else "", overrides=TRAINING_DEFAULTS
+            ),
             "",
         ]
     return "\n".join(parts)

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import optax
 
 from deepnet_jax import (
     checkpoint,
@@ -31,6 +32,7 @@ from deepnet_jax import (
     optimizers,
     plots,
     preemption,
+    remat_auto,
     run_loading,
     sharding,
     train_config,
@@ -114,29 +116,18 @@ def build_run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> R
     tokenizer = fingerprint.tokenizer_sha256(data)
     for line in fingerprint.check(saved, config, tokenizer, workdir):
         say(line)
-    model, arch = models.build(config.model), config.model.arch
     batches = data.train_iterator()
     start_state = batches.get_state()
     example = next(batches)  # shapes for init; the stream is rewound below
     batches.set_state(start_state)
     optimizer = optimizers.make_optimizer(config)
-    plan = sharding.sharded_state(
-        lambda: model_inputs.init_variables(model, arch, example, config.seed),
-        optimizer.init,
-        mesh,
-        sharding.logical_axis_rules(config.mesh),
-    )
-    checkpointer = None
-    if workdir and config.checkpoint_every:
-        needed = workdir_lib.checkpoint_bytes_needed(
-            train_steps.nbytes(plan.abstract),
-            train_steps.nbytes(plan.abstract["params"]),
-            config.max_to_keep,
-        )
-        workdir_lib.check_free_space(workdir, needed)
-        checkpointer = checkpoint.Checkpointer(workdir, config.checkpoint_every, config.max_to_keep)
+    model, plan = _model_and_state(remat_auto.stand_in(config), example, optimizer, mesh)
+    checkpointer = _checkpointer(config, workdir, plan)  # free space: before auto compiles
+    if remat_auto.is_auto(config):  # the least recomputation that fits, planned on the mesh
+        config = remat_auto.resolve(config, list(mesh.devices.flat))
+        model, plan = _model_and_state(config, example, optimizer, mesh)
     train_step = train_steps.make_train_step(
-        train_steps.make_loss_fn(model, arch, config.label_smoothing),
+        train_steps.make_loss_fn(model, config.model.arch, config.label_smoothing),
         optimizer,
         jax.random.key(config.seed + 2),  # the dropout keys' base
         layer_grad_norms=bool(config.diagnostics.every),
@@ -150,6 +141,39 @@ def build_run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> R
         writer,
         fingerprint.record(tokenizer),
     )
+
+
+def _model_and_state(
+    config: ml_collections.ConfigDict,
+    example: dict[str, np.ndarray],
+    optimizer: optax.GradientTransformation,
+    mesh: jax.sharding.Mesh,
+) -> tuple[nn.Module, sharding.ShardedState]:
+    """``config``'s model and the sharded plan of its state (abstract: nothing allocated)."""
+    model, arch = models.build(config.model), config.model.arch
+    plan = sharding.sharded_state(
+        lambda: model_inputs.init_variables(model, arch, example, config.seed),
+        optimizer.init,
+        mesh,
+        sharding.logical_axis_rules(config.mesh),
+    )
+    return model, plan
+
+
+def _checkpointer(
+    config: ml_collections.ConfigDict, workdir: str | None, plan: sharding.ShardedState
+) -> checkpoint.Checkpointer | None:
+    """The run's checkpointer (None without a workdir or checkpoints), once the workdir's
+    disk has room for ``max_to_keep`` checkpoints of ``plan``'s state."""
+    if not (workdir and config.checkpoint_every):
+        return None
+    needed = workdir_lib.checkpoint_bytes_needed(
+        train_steps.nbytes(plan.abstract),
+        train_steps.nbytes(plan.abstract["params"]),
+        config.max_to_keep,
+    )
+    workdir_lib.check_free_space(workdir, needed)
+    return checkpoint.Checkpointer(workdir, config.checkpoint_every, config.max_to_keep)
 
 
 def initial_state(run: Run) -> tuple[TrainState, float | None]:

@@ -101,16 +101,16 @@ BAD = [  # (id, change, what the one line must say)
         r"scan_group_size=2 is invalid: groups a scanned stack",
     ),
     (
-        "auto_without_budget",
-        _set("model.remat_policy", "auto"),
-        r"remat_policy='auto' needs a memory budget: this backend \(cpu\) reports no device",
-    ),
-    (
         "auto_with_group",
         _both(_set("model.remat_policy", "auto"), _set("model.scan_group_size", 4)),
         r"scan_group_size=4 with model\.remat_policy='auto': auto chooses the group size",
     ),
-    ("budget_without_auto", _set("memory_budget_gb", 4.0), r"memory_budget_gb=4\.0 is read only"),
+    (
+        "budget_without_auto",
+        _both(_set("model.remat_policy", "full"), _set("memory_budget_gb", 4.0)),
+        r"memory_budget_gb=4\.0 is read only by model\.remat_policy='auto' \(this config has "
+        r"'full'\)",
+    ),
 ]
 
 

@@ -96,9 +96,16 @@ def test_each_default_is_declared_once():
     """The ConfigDicts are built from the declarations: the defaults are theirs."""
     c = train_config.default_config()
     derived = dict.fromkeys(model_config.DERIVED, 0)  # filled from the data: train_config.resolve
+    training = {  # where a training run's default differs from a built model's
+        k.removeprefix("model."): v
+        for k, v in train_config.TRAINING_DEFAULTS.items()
+        if k.startswith("model.")
+    }
+    assert training == {"remat_policy": "auto"}
     assert c.model.to_dict() == {
         **config_schema.defaults(model_config.TransformerConfig),
         **derived,
+        **training,
     }
     assert c.optimizer.to_dict() == config_schema.defaults(train_config.OptimizerFields)
     assert c.schedule.to_dict() == config_schema.defaults(train_config.ScheduleFields)

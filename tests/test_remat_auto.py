@@ -12,7 +12,7 @@ import pytest
 from conftest import xla_flags
 from test_training import small_config
 
-from deepnet_jax import checkpoint, memory_plan, remat_auto, train
+from deepnet_jax import checkpoint, memory_plan, models, remat_auto, train, train_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GIB = 2**30
@@ -138,3 +138,54 @@ def test_planner_command_with_auto():
         "model.remat_policy='auto': remat_policy='none', scan_group_size=0, planned peak"
     ), proc.stdout
     assert json.loads(lines[-1])["peak"] <= 64 * GIB
+
+
+def test_the_training_default_is_auto_a_built_model_full():
+    assert train_config.default_config().model.remat_policy == "auto"
+    assert models.default_config().remat_policy == "full"  # no budget to plan against
+    with open(os.path.join(ROOT, "docs", "config.md")) as f:
+        assert "| `model.remat_policy` | `'auto'` |" in f.read()
+
+
+def test_on_cpu_the_budget_is_the_hosts_memory_shared_by_its_devices(monkeypatch):
+    monkeypatch.setattr(remat_auto, "host_memory_bytes", lambda: 16 * GIB)
+    devices = jax.devices()
+    budget, source = remat_auto.budget_bytes(_config(), devices)
+    assert budget == int(16 * GIB * (1 - remat_auto.HEADROOM["cpu"]) / len(devices))
+    assert source.startswith("host memory 16.0 GiB less 25% headroom"), source
+    c = _config()
+    c.memory_budget_gb = 2.5  # a budget set wins over the host's
+    assert remat_auto.budget_bytes(c, devices) == (int(2.5 * GIB), "memory_budget_gb=2.5")
+    monkeypatch.setattr(remat_auto, "host_memory_bytes", lambda: 0)
+    with pytest.raises(ValueError, match=r"reports no device memory limit; set memory_budget_gb"):
+        remat_auto.budget_bytes(_config(), devices)
+
+
+def test_host_memory_is_the_lower_of_physical_and_the_cgroup_limit(tmp_path):
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    v2, v1 = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes"
+    v2.write_text("max\n")  # cgroup v2 without a limit
+    v1.write_text("9223372036854771712\n")  # cgroup v1 without a limit
+    assert remat_auto.host_memory_bytes([str(v2), str(v1)]) == physical
+    v2.write_text(f"{physical // 4}\n")
+    assert remat_auto.host_memory_bytes([str(v2), str(v1)]) == physical // 4
+    assert remat_auto.host_memory_bytes([str(tmp_path / "absent")]) == physical
+
+
+def test_a_default_run_plans_once_and_trains_without_recomputation(capsys, monkeypatch):
+    """The training default (auto) on CPU: the first candidate (no remat) fits the host's
+    memory, so one planning compile, and the run's model recomputes nothing."""
+    calls = []
+    real = memory_plan.plan
+    monkeypatch.setattr(memory_plan, "plan", lambda c, *a: calls.append(c) or real(c, *a))
+    c = small_config("decoder", "deepnorm", steps=2)
+    c.eval_batches = 1
+    assert c.model.remat_policy == "auto"
+    assert train.run(c)["steps"] == 2
+    assert [(p.model.remat_policy, p.model.scan_group_size) for p in calls] == [("none", 0)]
+    out = capsys.readouterr().out
+    assert re.search(
+        r"model\.remat_policy='auto': remat_policy='none', scan_group_size=0, planned peak "
+        r"\d+\.\d\d GiB per device of \d+\.\d\d GiB \(host memory [\d.]+ GiB less 25% headroom",
+        out,
+    ), out

@@ -11,7 +11,7 @@ import numpy as np
 import optax
 import pytest
 
-from deepnet_jax import losses, models, optimizers, train, train_config, train_steps
+from deepnet_jax import losses, models, optimizers, remat_auto, train, train_config, train_steps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(
@@ -49,7 +49,7 @@ def test_config_validates_and_builds_its_model_abstractly(name):
     if c.data.dataset == "local_parallel" and not c.data.source_dir:
         c.data.source_dir = "/path/to/iwslt14"  # the one field the user must give
     train.validate(c)
-    c = train_config.resolve(c)
+    c = train_config.resolve(remat_auto.stand_in(c))  # auto: the trainer plans the policy
     assert c.model.vocab_size >= c.data.vocab_size
     assert c.data.max_len <= c.model.max_len
     model = models.build(c.model)
