@@ -13,7 +13,8 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from deepnet_jax import log_setup, train
+from deepnet_jax.cli import log_setup
+from deepnet_jax.training import train
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", lock_config=True)
 _WORKDIR = flags.DEFINE_string(

@@ -20,8 +20,8 @@ Summary of a saved, possibly partial, run::
     python -m benchmarks.compile_vs_depth --summarize=results.jsonl
 
 Each row builds a tiny-width decoder-only model, jits one train step (``value_and_grad`` of
-``deepnet_jax.train_steps.make_loss_fn`` followed by an Adam update taking the learning rate as an
-argument), lowers it on abstract inputs (``jax.eval_shape`` of the init,
+``deepnet_jax.training.steps.make_loss_fn`` followed by an Adam update taking the learning rate as
+an argument), lowers it on abstract inputs (``jax.eval_shape`` of the init,
 ``jax.ShapeDtypeStruct`` batch), times ``.lower()`` and ``.compile()`` separately, reads
 ``compiled.memory_analysis().temp_size_in_bytes`` and the HLO text size, then runs the
 compiled step on real arrays (one warm-up, then ``--steps`` timed runs). An unreported 1-layer
@@ -66,9 +66,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from deepnet_jax import models, optimizers, stacks, train_steps
 from deepnet_jax.data import synthetic
-from deepnet_jax.model_config import TransformerConfig
+from deepnet_jax.model import architectures, stacks
+from deepnet_jax.model.config import TransformerConfig
+from deepnet_jax.training import optimizers
+from deepnet_jax.training import steps as train_steps
 
 DEFAULT_ROWS = "scan:6,scan:100,scan:1000,unroll:6,unroll:12,unroll:24"
 DEFAULT_POLICIES = "none,dots,qkv_fc1"
@@ -127,7 +129,7 @@ def parse_rows(rows: str, policies: str, policy_depth: int) -> list[Row]:
 
 def model_config(setup: Setup, row: Row) -> Any:
     """The ``ml_collections`` model config of one row."""
-    c = models.default_config()
+    c = architectures.default_config()
     c.arch = ARCH
     c.scheme = setup.scheme
     c.num_encoder_layers = 0
@@ -155,7 +157,7 @@ def abstract(tree: Any) -> Any:
 
 
 def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation) -> Callable:
-    """The trainer's jitted step (``deepnet_jax.train_steps.make_train_step``) for ``model``."""
+    """The trainer's jitted step (``deepnet_jax.training.steps.make_train_step``) for ``model``."""
     return train_steps.make_train_step(
         train_steps.make_loss_fn(model, ARCH), optimizer, jax.random.key(0)
     )
@@ -217,7 +219,7 @@ def param_count(params: Any) -> int:
 def measure_row(setup: Setup, row: Row) -> dict[str, Any]:
     """All measurements of one row, as the JSON-ready dict printed for it."""
     config = model_config(setup, row)
-    model = models.build(config)
+    model = architectures.build(config)
     # Adam taking its learning rate as the step's argument, as the trainer's optimizer does
     optimizer = optax.chain(optax.scale_by_adam(), optimizers.scale_by_learning_rate_argument())
     batch = example_batch(setup)
@@ -248,7 +250,7 @@ def measure_row(setup: Setup, row: Row) -> dict[str, Any]:
 
 def one_layer_param_bytes(setup: Setup) -> int:
     """float32 bytes of one layer's parameters (= its gradient), from a 1-layer scanned model."""
-    model = models.build(model_config(setup, Row("scan", 1)))
+    model = architectures.build(model_config(setup, Row("scan", 1)))
     params = jax.eval_shape(
         functools.partial(train_steps.init_params, model, ARCH, example_batch(setup), setup.seed)
     )

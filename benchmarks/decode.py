@@ -22,7 +22,7 @@ Rows (one JSON line each):
   Each is compiled, then timed ``--repeats`` times (best kept); the encoder runs once per
   batch in all three. Reported: seconds per batch and ``speedup_vs_*`` = uncached / cached
   time (issue target ≥ 5× at length 64).
-* ``beam`` — ``decoding.translate_ids`` with beam 5 (length penalty 1.0, max length 1.2·s+10)
+* ``beam`` — ``search.translate_ids`` with beam 5 (length penalty 1.0, max length 1.2·s+10)
   on the first ``--sentences`` validation sources of a trained run (``--workdir``: its
   parameters and tokenizer; the corpus must be prepared) or, without one, on random sources
   of 8–40 tokens with random parameters (which rarely emit EOS, so every hypothesis runs to
@@ -42,8 +42,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from configs import default as default_config
-from deepnet_jax import decoding, models, run_loading, train_config, train_steps
-from deepnet_jax.tokens import BOS_ID, EOS_ID, FIRST_CONTENT_ID
+from deepnet_jax.common.tokens import BOS_ID, EOS_ID, FIRST_CONTENT_ID
+from deepnet_jax.decoding import search
+from deepnet_jax.model import architectures
+from deepnet_jax.runs import loading as run_loading
+from deepnet_jax.training import config as train_config
+from deepnet_jax.training import steps as train_steps
 
 
 def _model_config(smoke: bool):
@@ -65,7 +69,7 @@ def _best_time(fn, repeats: int) -> float:
 
 
 def generation_row(config, batch: int, src_len: int, length: int, repeats: int) -> dict:
-    model = models.build(config)
+    model = architectures.build(config)
     rng = np.random.default_rng(0)
     src = jnp.asarray(
         rng.integers(FIRST_CONTENT_ID, config.vocab_size, (batch, src_len)), jnp.int32
@@ -75,8 +79,8 @@ def generation_row(config, batch: int, src_len: int, length: int, repeats: int) 
 
     @jax.jit
     def cached(params, src):
-        enc = model.apply({"params": params}, src, method=models.EncoderDecoder.encode)
-        cache = models.init_cache(model.config, batch, length, src_len)
+        enc = model.apply({"params": params}, src, method=architectures.EncoderDecoder.encode)
+        cache = architectures.init_cache(model.config, batch, length, src_len)
         out = jnp.zeros((batch, length + 1), jnp.int32).at[:, 0].set(bos)
 
         def step(t, out, cache, enc_out=None):
@@ -88,7 +92,7 @@ def generation_row(config, batch: int, src_len: int, length: int, repeats: int) 
                 cache,
                 t,
                 enc_out,  # given on the first step only: fills the cross-attention cache
-                method=models.EncoderDecoder.decode_step,
+                method=architectures.EncoderDecoder.decode_step,
             )
             nxt = jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32)
             return jax.lax.dynamic_update_slice_in_dim(out, nxt[:, None], t + 1, axis=1), cache
@@ -98,12 +102,16 @@ def generation_row(config, batch: int, src_len: int, length: int, repeats: int) 
 
     @jax.jit
     def uncached_full(params, src):
-        enc = model.apply({"params": params}, src, method=models.EncoderDecoder.encode)
+        enc = model.apply({"params": params}, src, method=architectures.EncoderDecoder.encode)
         out = jnp.zeros((batch, length + 1), jnp.int32).at[:, 0].set(bos)
 
         def step(t, out):
             logits = model.apply(
-                {"params": params}, out[:, :length], enc, src, method=models.EncoderDecoder.decode
+                {"params": params},
+                out[:, :length],
+                enc,
+                src,
+                method=architectures.EncoderDecoder.decode,
             )
             nxt = jnp.argmax(jax.lax.dynamic_index_in_dim(logits, t, 1, False), axis=-1)
             return jax.lax.dynamic_update_slice_in_dim(
@@ -113,13 +121,13 @@ def generation_row(config, batch: int, src_len: int, length: int, repeats: int) 
         return jax.lax.fori_loop(0, length, step, out)
 
     encode = jax.jit(
-        lambda p, s: model.apply({"params": p}, s, method=models.EncoderDecoder.encode)
+        lambda p, s: model.apply({"params": p}, s, method=architectures.EncoderDecoder.encode)
     )
 
     @jax.jit
     def next_token(params, prefix, enc, src):
         logits = model.apply(
-            {"params": params}, prefix, enc, src, method=models.EncoderDecoder.decode
+            {"params": params}, prefix, enc, src, method=architectures.EncoderDecoder.decode
         )
         return jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32)
 
@@ -159,7 +167,7 @@ def generation_row(config, batch: int, src_len: int, length: int, repeats: int) 
 
 
 def beam_row(config, workdir: str | None, sentences: int, batch: int) -> dict:
-    options = decoding.SearchOptions(beam_size=5, length_penalty=1.0)
+    options = search.SearchOptions(beam_size=5, length_penalty=1.0)
     if workdir:
         run = run_loading.load_run(workdir)
         from deepnet_jax.data import pipeline
@@ -172,7 +180,7 @@ def beam_row(config, workdir: str | None, sentences: int, batch: int) -> dict:
         sources = data.translation_set("validation").source_ids[:sentences]
         model, params, what = run.model, run.params, f"validation sources of {workdir}"
     else:
-        model = models.build(config)
+        model = architectures.build(config)
         rng = np.random.default_rng(1)
         sources = [
             np.append(
@@ -183,9 +191,9 @@ def beam_row(config, workdir: str | None, sentences: int, batch: int) -> dict:
         example = {"src": np.ones((1, 8), np.int32), "inputs": np.ones((1, 8), np.int32)}
         params = train_steps.init_params(model, "encdec", example, seed=0)
         what = "random sources, random parameters"
-    decoding.translate_ids(model, params, sources, options, batch)  # compiles every bucket
+    search.translate_ids(model, params, sources, options, batch)  # compiles every bucket
     start = time.perf_counter()
-    out = decoding.translate_ids(model, params, sources, options, batch)
+    out = search.translate_ids(model, params, sources, options, batch)
     elapsed = time.perf_counter() - start
     return {
         "row": "beam",

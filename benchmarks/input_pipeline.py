@@ -31,8 +31,12 @@ import ml_collections
 import numpy as np
 
 from configs import default as default_config
-from deepnet_jax import models, optimizers, train_actions, train_data, train_steps
-from deepnet_jax.tokens import PAD_ID
+from deepnet_jax.common.tokens import PAD_ID
+from deepnet_jax.model import architectures
+from deepnet_jax.training import actions as train_actions
+from deepnet_jax.training import data as train_data
+from deepnet_jax.training import optimizers
+from deepnet_jax.training import steps as train_steps
 
 
 def _tokens(batch: dict[str, np.ndarray]) -> int:
@@ -69,7 +73,7 @@ def measure(config, batches: int, steps: int) -> dict:
     pipeline_s = time.perf_counter() - start
     pipeline_tps = sum(_tokens(b) for b in pulled) / pipeline_s
 
-    model = models.build(config.model)
+    model = architectures.build(config.model)
     params = train_steps.init_params(model, config.model.arch, first, config.seed)
     optimizer = optimizers.make_optimizer(config)
     opt_state = optimizer.init(params)

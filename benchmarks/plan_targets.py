@@ -4,7 +4,7 @@ docs/scaling.md ("Planned on TPU slices and GPU nodes").
     python -m benchmarks.plan_targets > /tmp/plan_targets.md          # every config × target
     python -m benchmarks.plan_targets --configs=default --targets=v5e-8,h100-8
 
-Each cell runs ``python -m deepnet_jax.plan`` (a fresh process) with the mesh rule below and
+Each cell runs ``python -m deepnet_jax.cli.plan`` (a fresh process) with the mesh rule below and
 reads its JSON line. Mesh: models of 1B parameters or more are sharded over every device
 (``fsdp`` = devices), smaller ones data-parallel (``data`` = devices). A config whose batch has
 fewer rows than the target has devices gets its batch scaled (``data.batch_size`` and
@@ -53,7 +53,7 @@ def run_plan(config: str, target: str, overrides: list[str]) -> tuple[dict | Non
         [
             sys.executable,
             "-m",
-            "deepnet_jax.plan",
+            "deepnet_jax.cli.plan",
             f"--config=configs/{config}.py",
             f"--target={target}",
             *NEEDS.get(config, []),
@@ -121,7 +121,7 @@ HEADER = (
 
 
 def table(configs: list[str], targets: list[str]) -> None:
-    from deepnet_jax import targets as target_table
+    from deepnet_jax.scale import targets as target_table
 
     print(HEADER, flush=True)
     for config in configs:
@@ -142,7 +142,7 @@ def depth(target: str) -> None:
     """The 1,000-layer model flat vs grouped scan, and its 6-layer sibling, on one target."""
     print(f"\n1,000-layer model on {target} (fsdp over every chip):\n")
     print("| model | scan | peak/chip | temporaries | compile |\n|---|---|---|---|---|")
-    devices = __import__("deepnet_jax.targets", fromlist=["parse"]).parse(target).num_devices
+    devices = __import__("deepnet_jax.scale.targets", fromlist=["parse"]).parse(target).num_devices
     mesh = ["--config.mesh.data=1", f"--config.mesh.fsdp={devices}"]
     for layers, group in ((500, 0), (500, -1), (3, 0)):
         shape = [
@@ -165,7 +165,7 @@ def depth(target: str) -> None:
 
 def cpu_vs_tpu(configs: list[str], target: str) -> None:
     """Temporaries per device: the CPU planner's (simulated devices) beside the TPU compiler's."""
-    from deepnet_jax import targets as target_table
+    from deepnet_jax.scale import targets as target_table
 
     devices = target_table.parse(target).num_devices
     print(f"\nTemporaries per device, XLA:CPU ({devices} simulated devices) vs {target}:\n")

@@ -11,8 +11,8 @@ Rows (one JSON line each):
   device 0's shards of the parameters and of the AdamW state, from the shardings of the
   abstract state (``sharding.sharded_state``; nothing allocated), and
   ``reduction_vs_1`` = bytes at 1 device ÷ bytes at n (target: ≥ 7× at 8).
-* ``plan`` — ``deepnet_jax.memory_plan`` (the compiled train step on abstract inputs) on a few
-  8-device meshes: per-device params, optimizer state, temporaries, peak and compile time.
+* ``plan`` — ``deepnet_jax.training.memory_plan`` (the compiled train step on abstract inputs) on
+  a few 8-device meshes: per-device params, optimizer state, temporaries, peak and compile time.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ MESHES = ((1, 8, 1), (2, 4, 1), (1, 4, 2), (8, 1, 1))
 
 def _config(smoke: bool, mesh: tuple[int, int, int]):
     from configs import deepnet_1000l, default
-    from deepnet_jax import train_config
+    from deepnet_jax.training import config as train_config
 
     c = train_config.resolve((default if smoke else deepnet_1000l).get_config())
     c.mesh.data, c.mesh.fsdp, c.mesh.tensor = mesh
@@ -37,11 +37,14 @@ def _config(smoke: bool, mesh: tuple[int, int, int]):
 
 
 def state_row(smoke: bool, n: int, base: float | None) -> dict:
-    from deepnet_jax import memory_plan, model_inputs, models, optimizers, sharding
     from deepnet_jax.data import synthetic
+    from deepnet_jax.model import architectures
+    from deepnet_jax.model import inputs as model_inputs
+    from deepnet_jax.scale import sharding
+    from deepnet_jax.training import memory_plan, optimizers
 
     c = _config(smoke, (1, n, 1))
-    model = models.build(c.model)
+    model = architectures.build(c.model)
     mesh = sharding.make_mesh(c.mesh, jax.devices()[:n])
     arch = c.model.arch
     example = synthetic.batch(arch, 1, c.model.vocab_size, 16, np.random.default_rng(0))
@@ -65,7 +68,7 @@ def state_row(smoke: bool, n: int, base: float | None) -> dict:
 
 
 def plan_row(smoke: bool, mesh: tuple[int, int, int]) -> dict:
-    from deepnet_jax import memory_plan
+    from deepnet_jax.training import memory_plan
 
     result = dataclasses.asdict(memory_plan.plan(_config(smoke, mesh)))
     result.pop("memory_analysis")

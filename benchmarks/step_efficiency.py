@@ -1,7 +1,7 @@
 """CPU efficiency of the train step, and what each optimization switch does to it.
 
-Efficiency = analytic model FLOPs per step (``deepnet_jax.flops.train_flops_per_step``: matmuls
-only, backward = 2 × forward, remat recomputation not counted) ÷ step time ÷ the fp32 matmul
+Efficiency = analytic model FLOPs per step (``deepnet_jax.scale.flops.train_flops_per_step``:
+matmuls only, backward = 2 × forward, remat recomputation not counted) ÷ step time ÷ the fp32 matmul
 throughput measured in the same process (a jitted 2048 × 2048 ``jnp.dot``, best of 3; measured
 before and after the steps, the larger is used).
 
@@ -48,7 +48,12 @@ import ml_collections
 import numpy as np
 
 from benchmarks.host_memory import malloc_env, minor_page_faults
-from deepnet_jax import flops, models, optimizers, train, train_actions, train_config, train_steps
+from deepnet_jax.model import architectures
+from deepnet_jax.scale import flops
+from deepnet_jax.training import actions as train_actions
+from deepnet_jax.training import config as train_config
+from deepnet_jax.training import optimizers, train
+from deepnet_jax.training import steps as train_steps
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "baseline": {},
@@ -98,6 +103,7 @@ def config(size: dict[str, int], overrides: dict[str, Any]) -> ml_collections.Co
     m.num_encoder_layers, m.num_decoder_layers = 0, size["layers"]
     m.d_model, m.num_heads, m.ffn_dim = size["d_model"], size["heads"], size["ffn"]
     m.vocab_size, m.max_len = size["vocab"], 128
+    m.remat_policy = "full"  # the baseline's (a training config's auto plans none here: remat_none)
     for key, value in overrides.items():
         if key not in m:
             raise ValueError(f"variant field {key!r} is not a model field")
@@ -124,7 +130,7 @@ class Variant:
 
     def __init__(self, name: str, c: ml_collections.ConfigDict, batch: dict[str, np.ndarray]):
         self.name = name
-        model = models.build(c.model)
+        model = architectures.build(c.model)
         self.params = train_steps.init_params(model, "decoder", batch, c.seed)
         optimizer = optimizers.make_optimizer(c)
         self.opt_state = optimizer.init(self.params)

@@ -111,7 +111,7 @@ def make_batches(setup: Setup, row: Row) -> list[dict[str, np.ndarray]]:
 
 def run_config(setup: Setup, row: Row) -> Any:
     """The training config (``train_config.default_config()``) of one row on our side."""
-    from deepnet_jax import train_config
+    from deepnet_jax.training import config as train_config
 
     c = train_config.default_config()
     m = c.model
@@ -144,14 +144,17 @@ class OursTrainer:
     def __init__(self, setup: Setup, row: Row, batches: list[dict[str, np.ndarray]]):
         import jax
 
-        from deepnet_jax import models, optimizers, remat_auto, train_actions, train_steps
+        from deepnet_jax.model import architectures
+        from deepnet_jax.training import actions as train_actions
+        from deepnet_jax.training import optimizers, remat_auto
+        from deepnet_jax.training import steps as train_steps
 
         self._jax = jax
         config = remat_auto.resolve(  # auto: the planned choice, named on stderr
             run_config(setup, row), jax.devices()[:1], report=lambda m: print(m, file=sys.stderr)
         )
         self.model_config = config.model
-        model = models.build(config.model)
+        model = architectures.build(config.model)
         self.params = train_steps.init_params(model, row.arch, batches[0], config.seed)
         self.param_count = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(self.params))
         optimizer = optimizers.make_optimizer(config)
@@ -188,7 +191,7 @@ class OursTrainer:
 
 def sinusoidal_positions(setup: Setup) -> np.ndarray:
     """Our fixed position table [seq_len, d_model] (``initializers.sinusoidal_table``)."""
-    from deepnet_jax.initializers import sinusoidal_table
+    from deepnet_jax.model.initializers import sinusoidal_table
 
     return np.asarray(sinusoidal_table(setup.seq_len, setup.d_model), np.float32)
 
@@ -498,7 +501,7 @@ def alternate_rounds(
 
 def measure_row(setup: Setup, row: Row, theirs: RemoteTheirs | LocalTheirs) -> dict[str, Any]:
     """Build both models on the same batches, warm both up, alternate timed rounds."""
-    from deepnet_jax import flops
+    from deepnet_jax.scale import flops
 
     batches = make_batches(setup, row)
     theirs.build(setup, row, batches, sinusoidal_positions(setup))

@@ -20,8 +20,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from deepnet_jax import models
-from deepnet_jax.model_config import ARCHS, SCHEMES
+from deepnet_jax.model import architectures
+from deepnet_jax.model.config import ARCHS, SCHEMES
 
 # The tests run on the CPU; the tpu and gpu-plan extras (installed for the TPU/GPU compile tests,
 # which use compile-only devices) must not try to start a TPU or a CUDA backend.
@@ -81,7 +81,7 @@ def tiny_config(
     arch: str = "encdec", scheme: str = "deepnorm", **overrides
 ) -> ml_collections.ConfigDict:
     """A small model config; encoder 3 layers, decoder 2 layers where the arch has them."""
-    c = models.default_config()
+    c = architectures.default_config()
     c.arch, c.scheme = arch, scheme
     c.d_model, c.num_heads, c.ffn_dim, c.vocab_size, c.max_len = 32, 4, 64, 40, 32
     c.num_encoder_layers = 3 if arch in ("encoder", "encdec") else 0
@@ -107,7 +107,7 @@ def model_args(arch: str, src, tgt=None) -> tuple:
 def built(arch: str, scheme: str, **overrides):
     """(config, model, params) for ``tiny_config(arch, scheme, **overrides)``, cached."""
     cfg = tiny_config(arch, scheme, **overrides)
-    model = models.build(cfg)
+    model = architectures.build(cfg)
     return cfg, model, init_params(model, arch, jnp.ones((1, 4), jnp.int32))
 
 

@@ -24,8 +24,13 @@ import jax
 import numpy as np
 
 from configs import base
-from deepnet_jax import decoding, metrics, model_inputs, models, sharding, train
 from deepnet_jax.data import synthetic
+from deepnet_jax.decoding import search
+from deepnet_jax.model import architectures
+from deepnet_jax.model import inputs as model_inputs
+from deepnet_jax.runs import metrics
+from deepnet_jax.scale import sharding
+from deepnet_jax.training import train
 
 ARCHS = ("encdec", "decoder", "encoder")
 
@@ -38,6 +43,7 @@ def config(arch: str, mesh: tuple[int, int, int], steps: int = 3):
     m.num_encoder_layers = 2 if arch != "decoder" else 0
     m.num_decoder_layers = 2 if arch != "encoder" else 0
     m.dropout = 0.0
+    m.remat_policy = "full"  # a concrete policy: the worker also builds models directly
     c.data.batch_size, c.data.max_len = 8, 16
     c.total_steps, c.log_every, c.eval_every, c.checkpoint_every = steps, 1, 0, 0
     c.eval_batches = 1
@@ -54,7 +60,7 @@ def losses(workdir: str) -> list[float]:
 def param_bytes(arch: str) -> dict[str, int]:
     """Bytes of the parameters: in total, and on device 0 of a (2, 2, 2) mesh."""
     c = config(arch, (2, 2, 2))
-    model = models.build(c.model)
+    model = architectures.build(c.model)
     mesh = sharding.make_mesh(c.mesh)
     example = synthetic.batch(arch, 8, 64, 16, np.random.default_rng(0))
     plan = sharding.sharded_state(
@@ -78,7 +84,7 @@ def translations() -> list[list[int]]:
     """Beam-2 outputs for three sources with the encdec config's parameters (seed 3) sharded
     on mesh (2, 2, 2): the decoder on a mesh that may span processes."""
     c = config("encdec", (2, 2, 2))
-    model = models.build(c.model)
+    model = architectures.build(c.model)
     mesh = sharding.make_mesh(c.mesh)
     rules = sharding.logical_axis_rules(c.mesh)
     example = synthetic.batch("encdec", 8, 64, 16, np.random.default_rng(0))
@@ -91,8 +97,8 @@ def translations() -> list[list[int]]:
     params, _ = state.create()
     sources = [np.array([5, 6, 7, 2]), np.array([9, 10, 11, 12, 13, 2]), np.array([20, 2])]
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-        return decoding.translate_ids(
-            model, params, sources, decoding.SearchOptions(beam_size=2), batch_size=4
+        return search.translate_ids(
+            model, params, sources, search.SearchOptions(beam_size=2), batch_size=4
         )
 
 

@@ -11,7 +11,9 @@ from conftest import init_params, jit_apply, model_args, random_tokens, tiny_con
 from flax.traverse_util import flatten_dict
 from test_decoding import _incremental_logits
 
-from deepnet_jax import constants, layers, losses, models, train, train_config
+from deepnet_jax.model import architectures, constants, sublayers
+from deepnet_jax.training import config as train_config
+from deepnet_jax.training import losses, train
 
 
 def _padded_batch(arch, vocab):
@@ -32,11 +34,11 @@ def _padded_batch(arch, vocab):
 )
 def test_fused_qkv_gives_the_unfused_outputs_for_converted_params(arch, scheme, scan):
     cfg = tiny_config(arch, scheme, scan_layers=scan)
-    model = models.build(cfg)
+    model = architectures.build(cfg)
     params = init_params(model, arch, jnp.ones((1, 4), jnp.int32))
     fused_cfg = tiny_config(arch, scheme, scan_layers=scan, fused_qkv=True)
-    fused_model = models.build(fused_cfg)
-    fused_params = layers.fuse_qkv_params(params)
+    fused_model = architectures.build(fused_cfg)
+    fused_params = sublayers.fuse_qkv_params(params)
     # the converted tree is exactly the tree the fused model initializes
     expected = jax.eval_shape(lambda: init_params(fused_model, arch, jnp.ones((1, 4), jnp.int32)))
     assert jax.tree.structure(fused_params) == jax.tree.structure(expected)
@@ -46,7 +48,7 @@ def test_fused_qkv_gives_the_unfused_outputs_for_converted_params(arch, scheme, 
     ref = jit_apply(model)({"params": params}, *args)
     out = jit_apply(fused_model)({"params": fused_params}, *args)
     np.testing.assert_allclose(out, ref, atol=1e-5)
-    back = layers.unfuse_qkv_params(fused_params)
+    back = sublayers.unfuse_qkv_params(fused_params)
     assert jax.tree.structure(back) == jax.tree.structure(params)
     for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(params), strict=True):
         np.testing.assert_array_equal(a, b)
@@ -59,7 +61,7 @@ def test_fused_qkv_gradients_are_the_converted_unfused_gradients():
     """Through the remat policy that saves the q/k/v projections by name."""
     kw = {"remat_policy": "qkv_fc1", "dropout": 0.0}
     cfg, fused_cfg = tiny_config("decoder", **kw), tiny_config("decoder", fused_qkv=True, **kw)
-    model, fused_model = models.build(cfg), models.build(fused_cfg)
+    model, fused_model = architectures.build(cfg), architectures.build(fused_cfg)
     params = init_params(model, "decoder", jnp.ones((1, 4), jnp.int32))
     (tokens,) = _padded_batch("decoder", cfg.vocab_size)
     weights = (tokens > 0).astype(jnp.float32)
@@ -71,8 +73,8 @@ def test_fused_qkv_gradients_are_the_converted_unfused_gradients():
 
         return jax.jit(jax.grad(f))
 
-    grads = layers.fuse_qkv_params(loss(model)(params))
-    fused_grads = loss(fused_model)(layers.fuse_qkv_params(params))
+    grads = sublayers.fuse_qkv_params(loss(model)(params))
+    fused_grads = loss(fused_model)(sublayers.fuse_qkv_params(params))
     for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(fused_grads), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-5)
 
@@ -83,7 +85,7 @@ def test_fused_qkv_init_has_per_slice_fans_and_scales_only_v():
         "encoder", "deepnorm", d_model=D, num_heads=H, ffn_dim=512, num_encoder_layers=N
     )
     cfg.fused_qkv = True
-    model = models.build(cfg)
+    model = architectures.build(cfg)
     params = init_params(model, "encoder", random_tokens((1, 4), cfg.vocab_size))
     kernel = np.asarray(params["encoder"]["layers"]["self_attn"]["qkv_proj"]["kernel"])
     assert kernel.shape == (N, D, 3, H, D // H)
@@ -98,7 +100,7 @@ def test_fused_qkv_init_has_per_slice_fans_and_scales_only_v():
 @pytest.mark.slow  # decoder: test_dot_product_attention_cached_decoding_equals_full_forward
 def test_fused_qkv_cached_decoding_equals_full_forward():
     cfg = tiny_config("encdec", "deepnorm", fused_qkv=True)
-    model = models.build(cfg)
+    model = architectures.build(cfg)
     params = init_params(model, "encdec", jnp.ones((1, 4), jnp.int32))
     src = random_tokens((2, 7), cfg.vocab_size, seed=1)
     tgt = random_tokens((2, 9), cfg.vocab_size, seed=2)
@@ -129,7 +131,7 @@ def test_dot_product_attention_matches_the_reference_path(arch, dtype):
     """
     cfg = tiny_config(arch, "subln", dtype=dtype)
     fast_cfg = tiny_config(arch, "subln", dtype=dtype, attention_impl="xla")
-    model, fast = models.build(cfg), models.build(fast_cfg)
+    model, fast = architectures.build(cfg), architectures.build(fast_cfg)
     params = init_params(model, arch, jnp.ones((1, 4), jnp.int32))
     args = _padded_batch(arch, cfg.vocab_size)
     ref = jit_apply(model)({"params": params}, *args).astype(jnp.float32)
@@ -137,7 +139,9 @@ def test_dot_product_attention_matches_the_reference_path(arch, dtype):
     assert 0.1 < float(jnp.abs(ref).mean()) < 10  # logits of order 1
     atol = 1e-5
     if dtype == "bfloat16":
-        exact = jit_apply(models.build(tiny_config(arch, "subln")))({"params": params}, *args)
+        exact = jit_apply(architectures.build(tiny_config(arch, "subln")))(
+            {"params": params}, *args
+        )
         rounding = float(jnp.abs(ref - exact).max())
         # bfloat16 really used (not 0), and its error a few of its 2⁻⁸ steps (measured 1-2%)
         assert 0 < rounding < 0.05 * float(jnp.abs(exact).max()), rounding
@@ -147,7 +151,7 @@ def test_dot_product_attention_matches_the_reference_path(arch, dtype):
 
 def test_dot_product_attention_cached_decoding_equals_full_forward():
     cfg = tiny_config("decoder", "deepnorm", attention_impl="xla", fused_qkv=True)
-    model = models.build(cfg)
+    model = architectures.build(cfg)
     params = init_params(model, "decoder", jnp.ones((1, 4), jnp.int32))
     tgt = random_tokens((2, 9), cfg.vocab_size, seed=2)
     full = jit_apply(model)({"params": params}, tgt)
@@ -171,7 +175,7 @@ def test_dot_product_attention_cached_decoding_equals_full_forward():
 )
 def test_bad_attention_fields(overrides, message):
     with pytest.raises(ValueError, match=message):
-        models.build(tiny_config("decoder", **overrides))
+        architectures.build(tiny_config("decoder", **overrides))
 
 
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="cuDNN is there on a GPU")
@@ -185,7 +189,7 @@ def test_cudnn_attention_is_refused_without_a_gpu():
 
 def test_fused_kernel_carries_logical_names():
     """The fused kernel carries logical names, with the q/k/v axis replicated by the rules."""
-    model = models.build(tiny_config("decoder", fused_qkv=True))
+    model = architectures.build(tiny_config("decoder", fused_qkv=True))
     boxed = jax.eval_shape(model.init, jax.random.key(0), jnp.ones((1, 4), jnp.int32))["params"]
     kernel = boxed["decoder"]["layers"]["self_attn"]["qkv_proj"]["kernel"]
     assert isinstance(kernel, nn.Partitioned)

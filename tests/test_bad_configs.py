@@ -14,8 +14,9 @@ import ml_collections
 import pytest
 from test_training import small_config
 
-from deepnet_jax import train, train_config
-from deepnet_jax import workdir as workdir_lib
+from deepnet_jax.runs import workdir as workdir_lib
+from deepnet_jax.training import config as train_config
+from deepnet_jax.training import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -99,11 +100,6 @@ BAD = [  # (id, change, what the one line must say)
         "group_unscanned",
         _both(_set("model.scan_layers", False), _set("model.scan_group_size", 2)),
         r"scan_group_size=2 is invalid: groups a scanned stack",
-    ),
-    (
-        "auto_with_group",
-        _both(_set("model.remat_policy", "auto"), _set("model.scan_group_size", 4)),
-        r"scan_group_size=4 with model\.remat_policy='auto': auto chooses the group size",
     ),
     (
         "budget_without_auto",

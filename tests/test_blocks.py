@@ -8,8 +8,8 @@ import pytest
 from conftest import tiny_config
 from flax.traverse_util import flatten_dict, unflatten_dict
 
-from deepnet_jax.blocks import TransformerLayer
-from deepnet_jax.model_config import SCHEMES, TransformerConfig
+from deepnet_jax.model.config import SCHEMES, TransformerConfig
+from deepnet_jax.model.transformer_layer import TransformerLayer
 
 B, T, S = 2, 5, 6
 

@@ -8,7 +8,7 @@ import pytest
 from test_data_pipeline import _train_config, corpus  # noqa: F401 (fixture)
 from test_training import small_config
 
-from deepnet_jax import optimizers, train
+from deepnet_jax.training import optimizers, train
 
 
 def _final_params(workdir):
@@ -86,7 +86,7 @@ def test_bad_checkpoint_fields():
 
 
 def test_metrics_file_and_periodic_validation(tmp_path):
-    from deepnet_jax import metrics
+    from deepnet_jax.runs import metrics
 
     c = small_config("encdec", "pre_ln")
     c.total_steps, c.log_every, c.eval_every, c.checkpoint_every = 4, 2, 2, 0

@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 from test_data_pipeline import _train_config, corpus  # noqa: F401 (fixture)
 
-from deepnet_jax import decoding, evaluate, run_loading, sample, train, translate
+from deepnet_jax.cli import evaluate, sample, translate
+from deepnet_jax.decoding import search
+from deepnet_jax.runs import loading as run_loading
+from deepnet_jax.training import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -105,7 +108,13 @@ def test_translate_cli_keeps_every_line_in_order(translation_run):
     workdir, _ = translation_run
     lines = ["ein kleines haus", "", "das ist gut"]
     proc = subprocess.run(
-        [sys.executable, "-m", "deepnet_jax.translate", f"--workdir={workdir}", "--beam_size=1"],
+        [
+            sys.executable,
+            "-m",
+            "deepnet_jax.cli.translate",
+            f"--workdir={workdir}",
+            "--beam_size=1",
+        ],
         input="\n".join(lines) + "\n",
         capture_output=True,
         text=True,
@@ -117,7 +126,7 @@ def test_translate_cli_keeps_every_line_in_order(translation_run):
     assert len(out) == 3
     run = run_loading.load_run(workdir)
     expected, cut = translate.translate_lines(
-        run, lines, decoding.SearchOptions(beam_size=1), batch_size=64
+        run, lines, search.SearchOptions(beam_size=1), batch_size=64
     )
     assert out == expected and cut == 0
     assert "translated 3 lines with checkpoint 12, beam 1" in proc.stderr
@@ -130,7 +139,7 @@ def test_evaluate_cli_prints_sacrebleu_signature_and_json(translation_run, tmp_p
         [
             sys.executable,
             "-m",
-            "deepnet_jax.evaluate",
+            "deepnet_jax.cli.evaluate",
             f"--workdir={workdir}",
             "--split=test",
             f"--output={out_file}",
@@ -150,7 +159,7 @@ def test_evaluate_cli_prints_sacrebleu_signature_and_json(translation_run, tmp_p
 def test_cli_errors_are_one_line(translation_run, lm_run):
     workdir, _ = translation_run
     proc = subprocess.run(
-        [sys.executable, "-m", "deepnet_jax.sample", f"--workdir={workdir}", "--prompt=x"],
+        [sys.executable, "-m", "deepnet_jax.cli.sample", f"--workdir={workdir}", "--prompt=x"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -161,24 +170,24 @@ def test_cli_errors_are_one_line(translation_run, lm_run):
     assert "sampling needs a decoder run" in proc.stderr and "Traceback" not in proc.stderr
     run = run_loading.load_run(lm_run)
     with pytest.raises(ValueError, match=r"translation needs an encdec run"):
-        translate.translate_lines(run, ["x"], decoding.SearchOptions(), 8)
+        translate.translate_lines(run, ["x"], search.SearchOptions(), 8)
 
 
 def test_sample_continues_each_prompt(lm_run):
     run = run_loading.load_run(lm_run)
-    greedy = decoding.SampleOptions(max_new_tokens=8, temperature=0.0)
+    greedy = search.SampleOptions(max_new_tokens=8, temperature=0.0)
     texts = sample.sample_texts(run, ["the", "a b"], greedy, num_samples=2, seed=0)
     assert [len(t) for t in texts] == [2, 2]
     assert texts[0][0] == texts[0][1]  # temperature 0: both samples are the greedy one
     assert all(t[0].startswith(p) for t, p in zip(texts, ["the", "a b"], strict=True))
     assert sample.sample_texts(run, ["the"], greedy, seed=7) == [[texts[0][0]]]
-    hot = decoding.SampleOptions(max_new_tokens=8, temperature=1.0, top_p=0.9)
+    hot = search.SampleOptions(max_new_tokens=8, temperature=1.0, top_p=0.9)
     draws = sample.sample_texts(run, ["the"], hot, num_samples=4, seed=1)[0]
     assert len(draws) == 4
     with pytest.raises(ValueError, match=r"exceeds model\.max_len=64"):
-        sample.sample_texts(run, ["the"], decoding.SampleOptions(max_new_tokens=100))
+        sample.sample_texts(run, ["the"], search.SampleOptions(max_new_tokens=100))
     with pytest.raises(ValueError, match=r"--top_p=0\.0 must be in \(0, 1\]"):
-        sample.sample_texts(run, ["the"], decoding.SampleOptions(top_p=0.0))
+        sample.sample_texts(run, ["the"], search.SampleOptions(top_p=0.0))
 
 
 def test_cli_main_is_reusable_in_process(translation_run, tmp_path):
@@ -212,12 +221,12 @@ def test_cli_main_is_reusable_in_process(translation_run, tmp_path):
 def test_every_cli_module_imports_in_one_process():
     """absl flags are process-wide: two CLI modules defining one flag name would clash."""
     modules = [
-        "deepnet_jax.evaluate",
-        "deepnet_jax.translate",
-        "deepnet_jax.sample",
-        "deepnet_jax.plan",
-        "deepnet_jax.data.prepare",
-        "deepnet_jax.interop.torchscale.__main__",
+        "deepnet_jax.cli.evaluate",
+        "deepnet_jax.cli.translate",
+        "deepnet_jax.cli.sample",
+        "deepnet_jax.cli.plan",
+        "deepnet_jax.cli.prepare",
+        "deepnet_jax.cli.torchscale",
         "deepnet_jax.experiments.depth_sweep",
         "deepnet_jax.experiments.lr_tolerance",
         "deepnet_jax.experiments.model_update",

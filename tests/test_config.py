@@ -4,7 +4,7 @@ import ml_collections
 import pytest
 from conftest import tiny_config
 
-from deepnet_jax import models
+from deepnet_jax.model import architectures
 
 BAD = [
     (dict(scheme="admin"), r"model\.scheme='admin'.*'post_ln', 'pre_ln', 'deepnorm', 'subln'"),
@@ -38,27 +38,27 @@ def test_invalid_field_is_named(overrides, message):
     # A fresh ConfigDict, as a user building one from a dict would (no type locking).
     cfg = ml_collections.ConfigDict({**tiny_config("encdec").to_dict(), **overrides})
     with pytest.raises(ValueError, match=message):
-        models.build(cfg)
+        architectures.build(cfg)
 
 
 def test_unused_side_must_be_zero():
     cfg = tiny_config("decoder", "deepnorm", num_encoder_layers=6)
     with pytest.raises(ValueError, match=r"num_encoder_layers=6.*arch='decoder' has no encoder"):
-        models.build(cfg)
+        architectures.build(cfg)
 
 
 def test_share_embeddings_needs_encdec():
     with pytest.raises(ValueError, match=r"share_embeddings.*arch='encdec'"):
-        models.build(tiny_config("decoder", "pre_ln", share_embeddings=True))
+        architectures.build(tiny_config("decoder", "pre_ln", share_embeddings=True))
 
 
 def test_unknown_field():
     cfg = tiny_config()
     cfg.num_layers = 12
     with pytest.raises(ValueError, match=r"model\.num_layers is not a model field"):
-        models.build(cfg)
+        architectures.build(cfg)
 
 
 def test_default_config_builds():
-    model = models.build(models.default_config())
-    assert isinstance(model, models.EncoderDecoder)
+    model = architectures.build(architectures.default_config())
+    assert isinstance(model, architectures.EncoderDecoder)

@@ -9,9 +9,12 @@ import os
 import ml_collections
 import pytest
 
-from deepnet_jax import config_schema, diagnostics, model_config, train_config
-from deepnet_jax.config_schema import field
+from deepnet_jax.common import config_schema
+from deepnet_jax.common.config_schema import field
 from deepnet_jax.data import pipeline
+from deepnet_jax.model import config as model_config
+from deepnet_jax.training import config as train_config
+from deepnet_jax.training import diagnostics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -131,5 +134,5 @@ def test_a_saved_data_config_without_a_later_field_reads_its_default():
 def test_docs_config_md_is_generated_from_the_declarations():
     with open(os.path.join(ROOT, "docs", "config.md")) as f:
         assert f.read() == train_config.reference(), (
-            "docs/config.md is stale: python -m deepnet_jax.train_config > docs/config.md"
+            "docs/config.md is stale: python -m deepnet_jax.training.config > docs/config.md"
         )

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from deepnet_jax import constants
+from deepnet_jax.model import constants
 
 # (arch, N, M) -> {side: (alpha, beta)}; SPEC.md formulas evaluated independently as
 # exp/log sums (e.g. 0.81·exp((4·ln N + ln M)/16)), rounded to 6 decimals.

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from test_data_tokenizer import SENTENCES
 
-from deepnet_jax import tokens
+from deepnet_jax.common import tokens
 from deepnet_jax.data import batching, examples
 from deepnet_jax.data import tokenizer as tok
 

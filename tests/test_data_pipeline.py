@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from test_data_tokenizer import SENTENCES
 
-from deepnet_jax import tokens, train
+from deepnet_jax.common import tokens
 from deepnet_jax.data import pipeline
+from deepnet_jax.training import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPLIT_SIZES = {"train": 400, "valid": 40, "test": 30}
@@ -289,7 +290,7 @@ def test_model_vocab_smaller_than_tokenizer_is_an_error(corpus):
 def test_model_vocabulary_and_length_derived_from_the_data(corpus, tmp_path):
     """model.vocab_size=0 takes the tokenizer's size (a char tokenizer's is known only once
     it is built) and model.max_len=0 takes data.max_len; the saved run holds both values."""
-    from deepnet_jax import run_loading
+    from deepnet_jax.runs import loading as run_loading
 
     c = _train_config(corpus, "local_text", "decoder", tokenizer="char", vocab_size=200)
     c.model.vocab_size = c.model.max_len = 0
@@ -334,7 +335,7 @@ def test_train_cli_prepares_a_missing_corpus(corpus, tmp_path):
 def test_prepare_cli_trains_the_tokenizer_a_run_reuses(corpus, tmp_path):
     data_dir = tmp_path / "cli_data"
     args = [f"--data_dir={data_dir}", f"--source_dir={corpus / 'toy'}", "--src_ext=de"]
-    cmd = [sys.executable, "-m", "deepnet_jax.data.prepare", "--dataset=local_parallel", *args]
+    cmd = [sys.executable, "-m", "deepnet_jax.cli.prepare", "--dataset=local_parallel", *args]
     cmd += ["--tgt_ext=en", "--tokenizer=bpe", "--vocab_size=300"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

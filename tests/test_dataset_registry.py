@@ -15,9 +15,10 @@ import pytest
 import tensorflow_datasets as tfds
 from test_training import small_config
 
-from deepnet_jax import tokens, train
+from deepnet_jax.common import tokens
 from deepnet_jax.data import examples, pipeline, registry, sources
 from deepnet_jax.data.synthetic import SyntheticData
+from deepnet_jax.training import train
 
 ARCH_OF_TASK = {task: arch for arch, task in examples.ARCH_TASK.items()}
 LOCAL_FILES = {

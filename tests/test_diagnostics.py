@@ -8,9 +8,12 @@ import pytest
 from conftest import built, random_tokens
 from test_training import small_config
 
-from deepnet_jax import diagnostics, layout, metrics, train, train_steps
-from deepnet_jax.layers import DIAGNOSTICS
-from deepnet_jax.tokens import PAD_ID
+from deepnet_jax.common.tokens import PAD_ID
+from deepnet_jax.model import layout
+from deepnet_jax.model.sublayers import DIAGNOSTICS
+from deepnet_jax.runs import metrics
+from deepnet_jax.training import diagnostics, train
+from deepnet_jax.training import steps as train_steps
 
 
 def _batch(arch: str, vocab: int = 40, rows: int = 2, length: int = 6) -> dict:
@@ -162,8 +165,8 @@ def test_resumed_run_reads_theta0_features_instead_of_building_theta0(monkeypatc
     import os
     import signal
 
-    from deepnet_jax import sharding
     from deepnet_jax.data import synthetic
+    from deepnet_jax.scale import sharding
 
     c = small_config("encdec", "deepnorm", steps=6)
     c.diagnostics.every, c.log_every, c.checkpoint_every = 2, 2, 100

@@ -7,11 +7,11 @@ import pytest
 from conftest import init_params, random_tokens, tiny_config
 from test_blocks import ln
 
-from deepnet_jax import models
-from deepnet_jax.blocks import TransformerLayer
-from deepnet_jax.initializers import sinusoidal_table
-from deepnet_jax.model_config import TransformerConfig
-from deepnet_jax.stacks import dlcl_weight_init
+from deepnet_jax.model import architectures
+from deepnet_jax.model.config import TransformerConfig
+from deepnet_jax.model.initializers import sinusoidal_table
+from deepnet_jax.model.stacks import dlcl_weight_init
+from deepnet_jax.model.transformer_layer import TransformerLayer
 
 L = 3
 
@@ -53,7 +53,7 @@ def test_dlcl_matches_equations(scheme, weights, layer_norm):
     cfg = tiny_config(
         "encoder", scheme, num_encoder_layers=L, dlcl_weights=weights, dlcl_layer_norm=layer_norm
     )
-    model = models.build(cfg)
+    model = architectures.build(cfg)
     tokens = random_tokens((2, 6), cfg.vocab_size).at[1, 4:].set(0)
     params = jax.tree.map(np.asarray, init_params(model, "encoder", tokens))
     rng = np.random.default_rng(0)
@@ -86,7 +86,7 @@ def test_fixed_weight_tables():
 
 def test_dlcl_encdec_has_weights_on_both_sides():
     cfg = tiny_config("encdec", "dlcl_pre")
-    model = models.build(cfg)
+    model = architectures.build(cfg)
     shapes = jax.eval_shape(
         model.init, jax.random.key(0), random_tokens((1, 4), 9), random_tokens((1, 4), 9)
     )

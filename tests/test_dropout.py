@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from conftest import jit_apply, random_tokens, tiny_config
 
-from deepnet_jax import models
-from deepnet_jax.layers import dropout, dropout_bits
+from deepnet_jax.model import architectures
+from deepnet_jax.model.sublayers import dropout, dropout_bits
 
 N = 1 << 20  # elements per mask: binomial standard deviation of the drop fraction ≈ 3e-4
 
@@ -88,7 +88,7 @@ def test_model_dropout_rng_draws_different_masks_per_key_and_none_in_eval(rng):
     cfg = tiny_config(
         "encdec", dropout=0.3, attention_dropout=0.1, activation_dropout=0.1, dropout_rng=rng
     )
-    model = models.build(cfg)
+    model = architectures.build(cfg)
     src = random_tokens((2, 6), cfg.vocab_size)
     params = model.init(jax.random.key(0), src, src)["params"]
     fwd = jit_apply(model)
@@ -104,4 +104,4 @@ def test_model_dropout_rng_draws_different_masks_per_key_and_none_in_eval(rng):
 
 def test_bad_dropout_rng_is_rejected_before_tracing():
     with pytest.raises(ValueError, match=r"model\.dropout_rng='philox' is invalid: allowed"):
-        models.build(tiny_config("decoder", dropout_rng="philox"))
+        architectures.build(tiny_config("decoder", dropout_rng="philox"))

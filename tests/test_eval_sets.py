@@ -13,9 +13,10 @@ import pytest
 from test_data_pipeline import _train_config
 from test_data_tokenizer import SENTENCES
 
-from deepnet_jax import scoring, train
+from deepnet_jax.common.tokens import BOS_ID, EOS_ID
 from deepnet_jax.data import pipeline
-from deepnet_jax.tokens import BOS_ID, EOS_ID
+from deepnet_jax.decoding import scoring
+from deepnet_jax.training import train
 
 MAX_LEN = 64  # every SENTENCES entry is at most 61 characters (+ EOS)
 LONG = " ".join(SENTENCES[200:205])  # about 160 characters: longer than MAX_LEN

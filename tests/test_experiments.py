@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from test_data_pipeline import _write_corpus
 
+from deepnet_jax.common.tokens import EOS_ID
 from deepnet_jax.data import pipeline, synthetic
 from deepnet_jax.experiments import (
     common,
@@ -20,7 +21,6 @@ from deepnet_jax.experiments import (
     model_update,
     thousand_layers,
 )
-from deepnet_jax.tokens import EOS_ID
 
 
 def _outputs(out, name):

@@ -21,8 +21,10 @@ import pytest
 from conftest import tiny_config
 from jax.extend import core
 
-from deepnet_jax import flops, losses, models
 from deepnet_jax.data import synthetic
+from deepnet_jax.model import architectures
+from deepnet_jax.scale import flops
+from deepnet_jax.training import losses
 
 B, T, S = 4, 16, 12
 ARCHS = ("encoder", "decoder", "encdec")
@@ -45,7 +47,7 @@ def _dot_flops(jaxpr) -> int:
 
 def _setup(arch, scheme="pre_ln", **overrides):
     cfg = tiny_config(arch, scheme, max_len=64, **overrides)
-    model = models.build(cfg)
+    model = architectures.build(cfg)
     rng = np.random.default_rng(0)
     tgt = jnp.asarray(rng.integers(1, cfg.vocab_size, (B, T)), jnp.int32)
     src = jnp.asarray(rng.integers(1, cfg.vocab_size, (B, S)), jnp.int32)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from deepnet_jax import hlo_census, targets
+from deepnet_jax.scale import hlo_census, targets
 
 
 def _matmuls(w, x):

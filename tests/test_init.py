@@ -7,7 +7,7 @@ import pytest
 from conftest import arch_scheme_params, init_params, random_tokens, tiny_config
 from flax.traverse_util import flatten_dict
 
-from deepnet_jax import constants, models
+from deepnet_jax.model import architectures, constants
 
 D, F = 256, 1024
 N, M = 4, 3  # unequal depths, so encoder and decoder gains differ
@@ -65,7 +65,7 @@ def test_kernel_std_matches_gain(arch, scheme):
         num_encoder_layers=N if arch != "decoder" else 0,
         num_decoder_layers=M if arch != "encoder" else 0,
     )
-    model = models.build(cfg)
+    model = architectures.build(cfg)
     tokens = random_tokens((1, 4), cfg.vocab_size)
     flat = flatten_dict(init_params(model, arch, tokens), sep="/")
     checked = 0
@@ -93,7 +93,7 @@ def test_xavier_gain_enters_squared():
     """variance_scaling gets g², so std scales with g (not √g)."""
     import jax
 
-    from deepnet_jax.initializers import xavier_normal
+    from deepnet_jax.model.initializers import xavier_normal
 
     w = xavier_normal(0.25)(jax.random.key(0), (512, 512))
     assert float(w.std()) == pytest.approx(0.25 * math.sqrt(2 / 1024), rel=0.02)

@@ -16,7 +16,7 @@ import pytest
 from tensorboardX.proto import event_pb2
 from tensorboardX.record_writer import masked_crc32c
 
-from deepnet_jax import metrics
+from deepnet_jax.runs import metrics
 
 
 def _read_events(path):

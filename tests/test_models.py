@@ -17,8 +17,8 @@ from conftest import (
 )
 from flax.traverse_util import flatten_dict
 
-from deepnet_jax import models
-from deepnet_jax.model_config import SCHEMES
+from deepnet_jax.model import architectures
+from deepnet_jax.model.config import SCHEMES
 
 
 @pytest.mark.parametrize(
@@ -60,7 +60,7 @@ def test_padding_invariance(arch, scheme):
 def test_output_shapes_and_dtype():
     for arch in ("encoder", "decoder", "encdec"):
         cfg = tiny_config(arch, "deepnorm", dtype="bfloat16")
-        model = models.build(cfg)
+        model = architectures.build(cfg)
         src, tgt = random_tokens((3, 7), cfg.vocab_size), random_tokens((3, 5), cfg.vocab_size)
         params = init_params(model, arch, src, tgt)
         assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(params))
@@ -72,7 +72,7 @@ def test_output_shapes_and_dtype():
 
 def test_bf16_params():
     cfg = tiny_config("decoder", "subln", dtype="bfloat16", param_dtype="bfloat16")
-    model = models.build(cfg)
+    model = architectures.build(cfg)
     x = random_tokens((2, 5), cfg.vocab_size)
     params = init_params(model, "decoder", x)
     assert {p.dtype for p in jax.tree.leaves(params)} == {jnp.dtype(jnp.bfloat16)}
@@ -80,7 +80,7 @@ def test_bf16_params():
 
 
 def _param_names(cfg):
-    model = models.build(cfg)
+    model = architectures.build(cfg)
     x = random_tokens((1, 4), cfg.vocab_size)
     shapes = jax.eval_shape(model.init, jax.random.key(0), *model_args(cfg.arch, x))
     return set(flatten_dict(nn.unbox(shapes["params"]), sep="/"))
@@ -104,7 +104,7 @@ def test_tied_and_shared_embeddings():
 
 def test_tied_output_is_embedding_transpose():
     cfg = tiny_config("decoder", "pre_ln", tie_embeddings=True)
-    model = models.build(cfg)
+    model = architectures.build(cfg)
     x = random_tokens((2, 5), cfg.vocab_size)
     params = init_params(model, "decoder", x)
     _, inter = model.apply({"params": params}, x, capture_intermediates=True)
@@ -118,7 +118,7 @@ def test_learned_positions_and_gelu():
     cfg = tiny_config("encdec", "subln", positions="learned", activation="gelu")
     names = _param_names(cfg)
     assert {"encoder/embed_positions/embedding", "decoder/embed_positions/embedding"} <= names
-    model = models.build(cfg)
+    model = architectures.build(cfg)
     src = random_tokens((2, 6), cfg.vocab_size)
     params = init_params(model, "encdec", src)
     assert np.isfinite(np.asarray(model.apply({"params": params}, src, src))).all()
@@ -130,7 +130,7 @@ def test_sinusoidal_has_no_position_params():
 
 def test_sequence_longer_than_max_len_is_rejected():
     cfg = tiny_config("decoder", "pre_ln", max_len=8)
-    model = models.build(cfg)
+    model = architectures.build(cfg)
     with pytest.raises(ValueError, match=r"exceeds model\.max_len=8"):
         model.init(jax.random.key(0), random_tokens((1, 9), cfg.vocab_size))
 

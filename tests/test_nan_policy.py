@@ -9,8 +9,8 @@ import orbax.checkpoint as ocp
 import pytest
 from test_training import small_config
 
-from deepnet_jax import train
 from deepnet_jax.data import synthetic
+from deepnet_jax.training import train
 
 ORIGINAL_NEXT = synthetic.SyntheticIterator.__next__
 

@@ -13,8 +13,11 @@ import pytest
 from conftest import init_params, model_args, random_tokens, tiny_config
 from test_training import small_config
 
-from deepnet_jax import decoding, metrics, models, stacks, train
-from deepnet_jax.model_config import SCHEMES, TransformerConfig
+from deepnet_jax.decoding import search
+from deepnet_jax.model import architectures, stacks
+from deepnet_jax.model.config import SCHEMES, TransformerConfig
+from deepnet_jax.runs import metrics
+from deepnet_jax.training import train
 
 DROPOUTS = dict(dropout=0.2, attention_dropout=0.1, activation_dropout=0.1)
 SCANNED = [s for s in SCHEMES if not s.startswith("dlcl")]  # DLCL cannot scan
@@ -59,8 +62,8 @@ FAST = {("encdec", "deepnorm"), ("encoder", "post_ln"), ("decoder", "subln"), ("
     ],
 )
 def test_grouped_equals_flat(arch, scheme):
-    flat_model = models.build(tiny_config(arch, scheme, **_depths(arch), **DROPOUTS))
-    grouped_model = models.build(
+    flat_model = architectures.build(tiny_config(arch, scheme, **_depths(arch), **DROPOUTS))
+    grouped_model = architectures.build(
         tiny_config(arch, scheme, **_depths(arch), scan_group_size=2, **DROPOUTS)
     )
     src = random_tokens((2, 7), 40, seed=1)
@@ -95,7 +98,7 @@ def test_grouped_equals_flat(arch, scheme):
     ],
 )
 def test_group_size(size, L, expected):
-    c = models.default_config()
+    c = architectures.default_config()
     c.scan_group_size = size
     assert stacks.group_size(TransformerConfig.from_config(c), L) == expected
 
@@ -105,14 +108,14 @@ def test_decoding_and_instruments_with_groups():
     ``diagnostics`` collection — run the flat scan, with the flat model's results."""
     arch = "encdec"
     cfg = tiny_config(arch, "deepnorm", **_depths(arch))
-    flat_model = models.build(cfg)
+    flat_model = architectures.build(cfg)
     cfg.scan_group_size = 2
-    grouped_model = models.build(cfg)
+    grouped_model = architectures.build(cfg)
     src = random_tokens((2, 6), cfg.vocab_size, seed=4)
     params = init_params(flat_model, arch, src, src)
-    options = decoding.SearchOptions(max_len_a=0.0, max_len_b=5)
+    options = search.SearchOptions(max_len_a=0.0, max_len_b=5)
     greedy = [
-        jax.jit(decoding.greedy_search, static_argnums=(0, 3))(m, params, src, options)
+        jax.jit(search.greedy_search, static_argnums=(0, 3))(m, params, src, options)
         for m in (flat_model, grouped_model)
     ]
     np.testing.assert_array_equal(greedy[1][0], greedy[0][0])  # the same tokens
@@ -141,7 +144,7 @@ def _temp_bytes(L: int, group: int, rows: int, length: int, d: int) -> int:
         num_decoder_layers=L,
         scan_group_size=group,
     )
-    model = models.build(cfg)
+    model = architectures.build(cfg)
     tokens = jax.ShapeDtypeStruct((rows, length), jnp.int32)
     params = jax.eval_shape(
         lambda: nn.unbox(model.init(jax.random.key(0), jnp.ones((1, length), jnp.int32)))

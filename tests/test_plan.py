@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _plan(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "deepnet_jax.plan", *args],
+        [sys.executable, "-m", "deepnet_jax.cli.plan", *args],
         capture_output=True,
         text=True,
         cwd=ROOT,

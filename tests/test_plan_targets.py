@@ -10,7 +10,9 @@ import sys
 import pytest
 
 from configs import bert_mlm, default, magneto_lm
-from deepnet_jax import flops, memory_plan, targets, train_config
+from deepnet_jax.scale import flops, targets
+from deepnet_jax.training import config as train_config
+from deepnet_jax.training import memory_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 needs_libtpu = pytest.mark.skipif(
@@ -167,7 +169,7 @@ def test_fsdp_gathers_and_scatters_data_parallel_all_reduces():
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     return subprocess.run(
-        [sys.executable, "-m", "deepnet_jax.plan", *args],
+        [sys.executable, "-m", "deepnet_jax.cli.plan", *args],
         capture_output=True,
         text=True,
         cwd=ROOT,

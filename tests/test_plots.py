@@ -4,7 +4,7 @@ import struct
 
 import pytest
 
-from deepnet_jax import metrics, plots
+from deepnet_jax.runs import metrics, plots
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -18,7 +18,7 @@ import jax
 import pytest
 from conftest import xla_flags
 
-from deepnet_jax import log_setup
+from deepnet_jax.cli import log_setup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "tests", "configs", "tiny_synthetic.py")
@@ -112,7 +112,7 @@ def test_a_read_only_cli_is_quiet_too(quiet_run):
     """evaluate opens the run's checkpoints read-only (orbax warns about that, 6 lines) and
     then refuses the synthetic run: one error line, no library lines."""
     workdir, _ = quiet_run
-    status, lines = _run("-m", "deepnet_jax.evaluate", f"--workdir={workdir}")
+    status, lines = _run("-m", "deepnet_jax.cli.evaluate", f"--workdir={workdir}")
     assert status == 1
     printed = [line for line in lines if line]
     assert len(printed) == 1 and printed[0].startswith(f"error: {workdir} trained on"), printed
@@ -155,7 +155,7 @@ async def read():
 EXITS_WITH_AN_ABANDONED_READ = """
 import sys
 
-from deepnet_jax import log_setup
+from deepnet_jax.cli import log_setup
 
 log_setup.configure(None if sys.argv[1] == "quiet" else 0)
 sys.path.insert(0, sys.argv[2])

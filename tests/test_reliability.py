@@ -23,7 +23,8 @@ import orbax.checkpoint as ocp
 import pytest
 from conftest import xla_flags
 
-from deepnet_jax import metrics, preemption
+from deepnet_jax.runs import metrics
+from deepnet_jax.training import preemption
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sharding info not provided:UserWarning")
 
@@ -198,8 +199,8 @@ def test_sigterm_to_one_process_stops_both_after_the_same_update(tmp_path):
 def test_sigint_in_process_stops_cleanly_and_a_second_one_interrupts(monkeypatch, tmp_path):
     from test_training import small_config
 
-    from deepnet_jax import train
     from deepnet_jax.data import synthetic
+    from deepnet_jax.training import train
 
     original_next = synthetic.SyntheticIterator.__next__
 
@@ -243,7 +244,7 @@ def _checkpointed_config(steps: int):
 @pytest.fixture(scope="module")
 def checkpointed_run(tmp_path_factory):
     """A workdir with checkpoints at updates 2, 4, 6 and 8 of an uninterrupted run."""
-    from deepnet_jax import train
+    from deepnet_jax.training import train
 
     workdir = tmp_path_factory.mktemp("checkpointed")
     train.run(_checkpointed_config(8), str(workdir))
@@ -254,7 +255,7 @@ def checkpointed_run(tmp_path_factory):
 def test_damaged_latest_checkpoint_falls_back_with_a_warning(
     damage, checkpointed_run, tmp_path, capsys
 ):
-    from deepnet_jax import train
+    from deepnet_jax.training import train
 
     workdir = tmp_path / "run"
     shutil.copytree(checkpointed_run, workdir)
@@ -290,7 +291,7 @@ def test_damaged_latest_checkpoint_falls_back_with_a_warning(
 def test_every_checkpoint_damaged_is_an_error_that_moves_nothing(
     checkpointed_run, tmp_path, capsys
 ):
-    from deepnet_jax import train
+    from deepnet_jax.training import train
 
     workdir = tmp_path / "run"
     shutil.copytree(checkpointed_run, workdir)

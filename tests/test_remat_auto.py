@@ -12,7 +12,10 @@ import pytest
 from conftest import xla_flags
 from test_training import small_config
 
-from deepnet_jax import checkpoint, memory_plan, models, remat_auto, train, train_config
+from deepnet_jax.model import architectures
+from deepnet_jax.runs import checkpoint
+from deepnet_jax.training import config as train_config
+from deepnet_jax.training import memory_plan, remat_auto, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GIB = 2**30
@@ -78,7 +81,7 @@ def test_each_budget_picks_the_first_candidate_that_fits(memoized):
         (line,) = lines
         assert line.startswith(
             f"model.remat_policy='auto': remat_policy={got[0]!r}, scan_group_size={got[1]}, "
-            f"planned peak {peaks[got] / GIB:.2f} GiB per device of"
+            f"planned peak {remat_auto._size(peaks[got])} per device of"
         ), line
         chosen.add(got)
     assert {order[0], order[-1]} <= chosen and len(chosen) >= 3, peaks
@@ -94,7 +97,7 @@ def test_nothing_fits_is_one_line(memoized, capsys):
     lines = [line for line in err.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1 and "Traceback" not in err, err
     assert re.search(
-        rf"no candidate fits .* the smallest planned peak is {smallest / GIB:.2f} GiB "
+        rf"no candidate fits .* the smallest planned peak is {remat_auto._size(smallest)} "
         r"\(remat_policy='full', scan_group_size=-1\); raise memory_budget_gb",
         lines[0],
     ), lines[0]
@@ -120,7 +123,7 @@ def test_planner_command_with_auto():
         [
             sys.executable,
             "-m",
-            "deepnet_jax.plan",
+            "deepnet_jax.cli.plan",
             "--config=tests/configs/tiny_synthetic.py",
             "--num_devices=2",
             "--config.model.remat_policy=auto",
@@ -142,7 +145,7 @@ def test_planner_command_with_auto():
 
 def test_the_training_default_is_auto_a_built_model_full():
     assert train_config.default_config().model.remat_policy == "auto"
-    assert models.default_config().remat_policy == "full"  # no budget to plan against
+    assert architectures.default_config().remat_policy == "full"  # no budget to plan against
     with open(os.path.join(ROOT, "docs", "config.md")) as f:
         assert "| `model.remat_policy` | `'auto'` |" in f.read()
 
@@ -186,6 +189,14 @@ def test_a_default_run_plans_once_and_trains_without_recomputation(capsys, monke
     out = capsys.readouterr().out
     assert re.search(
         r"model\.remat_policy='auto': remat_policy='none', scan_group_size=0, planned peak "
-        r"\d+\.\d\d GiB per device of \d+\.\d\d GiB \(host memory [\d.]+ GiB less 25% headroom",
+        r"\d+\.\d+ [MG]iB per device of \d+\.\d\d GiB \(host memory [\d.]+ GiB less 25% headroom",
         out,
     ), out
+
+
+def test_a_group_size_set_beside_auto_is_kept():
+    c = _config()
+    c.model.scan_group_size = 4
+    assert remat_auto.candidates(c) == [("dots", 4), ("full", 4)]
+    c.model.scan_group_size, c.model.scan_layers = 0, False  # unscanned: no groups
+    assert remat_auto.candidates(c) == [("none", 0), ("dots", 0), ("qkv_fc1", 0), ("full", 0)]

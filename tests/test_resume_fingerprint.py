@@ -1,4 +1,4 @@
-"""A resumed run is the run its checkpoints were written by (``deepnet_jax.fingerprint``).
+"""A resumed run is the run its checkpoints were written by (``deepnet_jax.training.fingerprint``).
 
 Two tiny runs of 2 updates, checkpointed after each: a decoder on the synthetic task and an
 encoder-decoder on a local corpus with its own BPE tokenizer. Resuming them with a field that
@@ -20,7 +20,8 @@ from test_data_pipeline import _train_config, _write_corpus
 from test_reliability import _env
 from test_training import small_config
 
-from deepnet_jax import checkpoint, train
+from deepnet_jax.runs import checkpoint
+from deepnet_jax.training import train
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sharding info not provided:UserWarning")
 

@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from deepnet_jax import native_stderr, roofline, targets
+from deepnet_jax.common import native_stderr
+from deepnet_jax.scale import roofline, targets
 
 
 def test_the_slowest_resource_bounds_the_step():

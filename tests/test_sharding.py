@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import xla_flags
 
-from deepnet_jax import distributed, sharding
+from deepnet_jax.scale import distributed, sharding
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # for `configs`
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sharding_worker.py")

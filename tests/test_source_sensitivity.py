@@ -6,7 +6,11 @@ import numpy as np
 import pytest
 from conftest import init_params, tiny_config
 
-from deepnet_jax import models, scoring, source_sensitivity, train_progress, train_steps
+from deepnet_jax.decoding import scoring
+from deepnet_jax.model import architectures
+from deepnet_jax.training import progress as train_progress
+from deepnet_jax.training import source_sensitivity
+from deepnet_jax.training import steps as train_steps
 
 
 def test_every_row_with_targets_gets_another_rows_source():
@@ -46,7 +50,7 @@ def _batches(seed: int):
 
 
 def test_a_decoder_cut_off_from_its_source_scores_exactly_zero():
-    model = models.build(tiny_config("encdec", "deepnorm"))
+    model = architectures.build(tiny_config("encdec", "deepnorm"))
     first = next(_batches(0))
     params = init_params(model, "encdec", jnp.asarray(first["src"]), jnp.asarray(first["inputs"]))
     eval_step = train_steps.make_eval_step(model, "encdec")

@@ -8,7 +8,7 @@ import optax
 import pytest
 from conftest import built, jit_apply, model_args, random_tokens, tiny_config
 
-from deepnet_jax import layout, models
+from deepnet_jax.model import architectures, layout
 
 DROPOUTS = dict(dropout=0.2, attention_dropout=0.1, activation_dropout=0.1)
 CASES = [("encdec", s) for s in ("post_ln", "pre_ln", "deepnorm", "subln")] + [
@@ -30,7 +30,7 @@ def loss_and_grads(model, params, arch, src, tgt, key):
 @pytest.mark.parametrize("arch, scheme", CASES)
 def test_scanned_equals_unrolled(arch, scheme):
     cfg, scanned, params = built(arch, scheme, **DROPOUTS)
-    unrolled = models.build(tiny_config(arch, scheme, scan_layers=False, **DROPOUTS))
+    unrolled = architectures.build(tiny_config(arch, scheme, scan_layers=False, **DROPOUTS))
     per_layer = layout.unstack_layers(params)
     src = random_tokens((2, 7), cfg.vocab_size, seed=1)
     tgt = random_tokens((2, 7), cfg.vocab_size, seed=2)
@@ -83,7 +83,7 @@ def test_remat_policies_match_no_remat(scan_layers):
     # The unrolled stack shares the remat mechanism; one policy keeps its compile time short.
     policies = ("none", "full", "dots", "qkv_fc1") if scan_layers else ("none", "full")
     for policy in policies:
-        model = models.build(
+        model = architectures.build(
             tiny_config(arch, scheme, scan_layers=scan_layers, remat_policy=policy, **DROPOUTS)
         )
         results[policy] = loss_and_grads(model, params, arch, src, tgt, key)
@@ -98,7 +98,7 @@ def _lowered_train_step(depth: int):
     cfg = tiny_config(
         "decoder", "deepnorm", d_model=16, num_heads=2, ffn_dim=32, num_decoder_layers=depth
     )
-    model = models.build(cfg)
+    model = architectures.build(cfg)
     tokens = jax.ShapeDtypeStruct((2, 8), jnp.int32)
     params = jax.eval_shape(
         lambda: nn.unbox(model.init(jax.random.key(0), jnp.ones((2, 8), jnp.int32))["params"])

@@ -2,7 +2,7 @@
 
 import pytest
 
-from deepnet_jax import targets
+from deepnet_jax.scale import targets
 
 
 @pytest.mark.parametrize(

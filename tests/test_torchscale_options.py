@@ -14,11 +14,11 @@ import pytest
 from conftest import init_params, jit_apply, tiny_config
 from flax.traverse_util import flatten_dict
 
-from deepnet_jax import constants, models
-from deepnet_jax.embeddings import PositionEmbedding, TokenEmbedding
-from deepnet_jax.initializers import sinusoidal_table
 from deepnet_jax.interop import torchscale as ts
-from deepnet_jax.model_config import TransformerConfig
+from deepnet_jax.model import architectures, constants
+from deepnet_jax.model.config import TransformerConfig
+from deepnet_jax.model.embeddings import PositionEmbedding, TokenEmbedding
+from deepnet_jax.model.initializers import sinusoidal_table
 
 D, F, N, M = 128, 512, 4, 3  # unequal depths: the two sides' gains differ
 # torchscale 0.3.0's bert_init statistics (tests/fixtures/make_torchscale_init_stats.py)
@@ -84,7 +84,7 @@ def test_per_kernel_std_of_the_inits(scheme, init):
         num_decoder_layers=M,
     )
     flat = flatten_dict(
-        init_params(models.build(cfg), "encdec", jnp.ones((1, 4), jnp.int32)), sep="/"
+        init_params(architectures.build(cfg), "encdec", jnp.ones((1, 4), jnp.int32)), sep="/"
     )
     checks = expected(scheme, init)
     assert len(checks) == 16
@@ -134,7 +134,7 @@ def test_bert_init_draws_as_torchscale_does(case):
     config = ts.model_config_from_torchscale(want["args"])
     assert config.init == "torchscale_bert"
     tokens = jnp.ones((1, 4), jnp.int32)
-    params = init_params(models.build(config), config.arch, tokens)
+    params = init_params(architectures.build(config), config.arch, tokens)
     state = ts.params_to_torchscale(jax.device_get(params), config)
     got = pooled_statistics(state)
     assert sorted(got) == sorted(want["stats"])
@@ -192,7 +192,7 @@ def test_zero_padding_embeddings():
     outs = {}
     for zero in (True, False):
         cfg = tiny_config("encoder", "post_ln", zero_padding_embeddings=zero)
-        model = models.build(cfg)
+        model = architectures.build(cfg)
         params = init_params(model, "encoder", tokens)
         moved = jax.tree.map(lambda x: x, params)
         moved["embed_tokens"]["embedding"] = params["embed_tokens"]["embedding"].at[0].add(1.0)

@@ -11,7 +11,11 @@ import numpy as np
 import optax
 import pytest
 
-from deepnet_jax import losses, models, optimizers, remat_auto, train, train_config, train_steps
+from deepnet_jax.model import architectures
+from deepnet_jax.runs import checkpoint
+from deepnet_jax.training import config as train_config
+from deepnet_jax.training import losses, optimizers, remat_auto, train
+from deepnet_jax.training import steps as train_steps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(
@@ -34,7 +38,7 @@ def test_resolve_fills_only_the_derived_fields_left_at_zero():
     r = train_config.resolve(c, tokenizer_size=271)
     assert (r.model.vocab_size, r.model.max_len) == (384, 64)
     with pytest.raises(ValueError, match=r"model\.vocab_size=0 stands for the data's value"):
-        models.build(_load("base").model)
+        architectures.build(_load("base").model)
 
 
 def test_every_config_is_shipped():
@@ -52,7 +56,7 @@ def test_config_validates_and_builds_its_model_abstractly(name):
     c = train_config.resolve(remat_auto.stand_in(c))  # auto: the trainer plans the policy
     assert c.model.vocab_size >= c.data.vocab_size
     assert c.data.max_len <= c.model.max_len
-    model = models.build(c.model)
+    model = architectures.build(c.model)
     tokens = jax.ShapeDtypeStruct((2, 8), jnp.int32)
     args = (tokens, tokens) if c.model.arch == "encdec" else (tokens,)
     shapes = jax.eval_shape(model.init, jax.random.key(0), *args)  # nothing allocated
@@ -149,7 +153,7 @@ def test_runs_differing_only_in_learning_rate_or_schedule_lower_the_same_train_s
         c.data.max_len = c.model.max_len
         c.optimizer.learning_rate, c.schedule.name, c.total_steps = learning_rate, schedule, 50
         train.validate(c)
-        model = models.build(c.model)
+        model = architectures.build(c.model)
         tokens = jax.ShapeDtypeStruct((2, 8), jnp.int32)
         params = jax.eval_shape(
             lambda: train_steps.init_params(
@@ -235,7 +239,7 @@ def test_gradient_accumulation_equals_one_large_batch():
     big = {k: rng.integers(4, 40, shape).astype(np.int32) for k in ("src", "inputs", "targets")}
     big["weights"] = np.ones(shape, np.float32)  # no padding: every micro-batch has 4×6 tokens
     halves = [{k: v[i * 4 : (i + 1) * 4] for k, v in big.items()} for i in range(2)]
-    model = models.build(config(1).model)
+    model = architectures.build(config(1).model)
     params0 = init_params(model, "encdec", jnp.asarray(big["src"]), jnp.asarray(big["inputs"]))
     moments, moved = [], []
     for k, batches in ((1, [big]), (2, halves)):
@@ -270,21 +274,21 @@ def test_multisteps_wraps_the_optimizer_only_when_accumulating():
 
 
 def test_a_saved_config_lacking_fields_added_since_reads_as_the_code_that_saved_it():
-    from deepnet_jax import train_config
+    from deepnet_jax.training import config as train_config
 
     saved = train_config.default_config()
     saved.model.fused_qkv, saved.model.attention_impl = True, "xla"  # today's values differ
     assert saved.model.dropout_rng == "hash"  # today's default; runs saved before it used jax
     old = saved.to_dict()
-    for path in train_config.ADDED_FIELDS:
+    for path in checkpoint.ADDED_FIELDS:
         *groups, name = path.split(".")
         level = old
         for group in groups:
             level = level[group]
         del level[name]
-    upgraded = train_config.upgrade_saved(ml_collections.ConfigDict(old))
+    upgraded = checkpoint.upgrade_saved(ml_collections.ConfigDict(old))
     train_config.check_fields(upgraded)
     assert upgraded.model.fused_qkv is False and upgraded.model.attention_impl == "reference"
     assert upgraded.model.dropout_rng == "jax"
-    kept = train_config.upgrade_saved(saved)  # fields that are there are left alone
+    kept = checkpoint.upgrade_saved(saved)  # fields that are there are left alone
     assert kept.model.fused_qkv is True and kept.model.attention_impl == "xla"

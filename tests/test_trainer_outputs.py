@@ -8,7 +8,8 @@ import orbax.checkpoint as ocp
 import pytest
 from test_data_pipeline import _train_config, corpus  # noqa: F401 (fixture)
 
-from deepnet_jax import metrics, train
+from deepnet_jax.runs import metrics
+from deepnet_jax.training import train
 
 TRAIN_KEYS = {
     "loss",

@@ -9,7 +9,7 @@ import pytest
 from conftest import arch_scheme_params
 
 from configs import base as base_config
-from deepnet_jax import train
+from deepnet_jax.training import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,6 +1,6 @@
 """Data: real corpora as tfds ``array_record`` datasets (no TensorFlow), opened for grain.
 
-``prepare(dataset, data_dir)`` builds a dataset once (``python -m deepnet_jax.data.prepare``
+``prepare(dataset, data_dir)`` builds a dataset once (``python -m deepnet_jax.cli.prepare``
 does the same from the shell); ``open_split(dataset, data_dir, split)`` returns a random-access
 sequence of ``{"source", "target"}`` (parallel) or ``{"text"}`` (text) records. The datasets,
 their kinds, languages and arguments are listed once, in :mod:`deepnet_jax.data.registry`; the

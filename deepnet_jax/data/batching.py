@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from deepnet_jax.tokens import PAD_ID
+from deepnet_jax.common.tokens import PAD_ID
 
 EMPTY_ROW = -1
 

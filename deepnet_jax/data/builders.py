@@ -17,7 +17,7 @@ Importing this module registers five ``tfds.core.GeneratorBasedBuilder`` dataset
 All five store examples in generation order (``disable_shuffling=True``, integer keys), so the
 stored order is the documented order of :mod:`deepnet_jax.data.corpora`; shuffling is the
 input pipeline's job. What the readers dropped (comment lines, empty lines …) is printed
-(:mod:`deepnet_jax.console`) when a split is generated and kept in the dataset's
+(:mod:`deepnet_jax.common.console`) when a split is generated and kept in the dataset's
 ``metadata.json`` under ``"counts"``.
 
 Local datasets also store ``"input_fingerprint"`` (name -> size and sha256 of every input
@@ -41,7 +41,7 @@ from collections.abc import Iterator, Mapping
 
 import tensorflow_datasets as tfds
 
-from deepnet_jax import console
+from deepnet_jax.common import console
 from deepnet_jax.data import corpora, fetch
 
 VERSION = tfds.core.Version("1.0.0")

@@ -30,8 +30,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from deepnet_jax.common.tokens import BOS_ID, EOS_ID, FIRST_CONTENT_ID, MASK_ID
 from deepnet_jax.data.tokenizer import Tokenizer
-from deepnet_jax.tokens import BOS_ID, EOS_ID, FIRST_CONTENT_ID, MASK_ID
 
 TASKS = ("translation", "lm", "mlm")
 LM_CHUNKING = ("stream", "document")

@@ -30,7 +30,7 @@ import tempfile
 import zipfile
 from collections.abc import Iterator, Sequence
 
-from deepnet_jax import console
+from deepnet_jax.common import console
 
 DING_PACKAGE = "trans-de-en"
 DING_VERSION = "1.9-6"

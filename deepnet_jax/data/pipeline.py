@@ -40,7 +40,8 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
-from deepnet_jax import config_schema, console
+from deepnet_jax.common import config_schema, console
+from deepnet_jax.common.tokens import EOS_ID
 from deepnet_jax.data import batching, examples, registry, sources
 from deepnet_jax.data.fetch import DataPreparationError
 from deepnet_jax.data.tokenizer import (
@@ -51,7 +52,6 @@ from deepnet_jax.data.tokenizer import (
     load_or_train,
     save,
 )
-from deepnet_jax.tokens import EOS_ID
 
 FEATURES = {
     "translation": ("src", "inputs", "targets"),

@@ -22,7 +22,7 @@ from typing import Any
 
 import tensorflow_datasets as tfds
 
-from deepnet_jax import console
+from deepnet_jax.common import console
 from deepnet_jax.data import builders, registry
 from deepnet_jax.data.fetch import DataPreparationError
 

@@ -2,10 +2,10 @@
 
 Used by the tests, the smoke runs and ``data.dataset="synthetic_reversal"``; it serves batches
 through the same interface as the corpus pipeline (``train_iterator()`` with
-``get_state``/``set_state``, ``eval_batches(split)``). Token ids are :mod:`deepnet_jax.tokens`'s:
-PAD 0, BOS 1, EOS 2, MASK 4 (the MLM pipeline's mask id; UNK 3 is never used) and content tokens
-``FIRST_CONTENT_ID`` (5) … vocab_size-1. A content sequence x of random length in
-[min_len, max_len] becomes:
+``get_state``/``set_state``, ``eval_batches(split)``). Token ids are
+:mod:`deepnet_jax.common.tokens`'s: PAD 0, BOS 1, EOS 2, MASK 4 (the MLM pipeline's
+mask id; UNK 3 is never used) and content tokens ``FIRST_CONTENT_ID`` (5) … vocab_size-1. A
+content sequence x of random length in [min_len, max_len] becomes:
 
 * ``encdec``: source x, target reverse(x)+EOS, decoder input BOS+reverse(x).
 * ``decoder``: BOS x reverse(x) EOS as a language-modelling stream (loss on every next token).
@@ -23,7 +23,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from deepnet_jax.tokens import BOS_ID, EOS_ID, FIRST_CONTENT_ID, MASK_ID
+from deepnet_jax.common.tokens import BOS_ID, EOS_ID, FIRST_CONTENT_ID, MASK_ID
 
 
 def batch(

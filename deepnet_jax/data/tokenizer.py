@@ -1,8 +1,8 @@
 """SentencePiece tokenizers trained on a corpus's training split and cached in ``data_dir``.
 
-Reserved ids: :mod:`deepnet_jax.tokens` (0 ``<pad>``, 1 ``<s>`` BOS, 2 ``</s>`` EOS, 3 ``<unk>``,
-4 ``<mask>``); the trainer options below take them from there, and every loaded model is checked
-against them.
+Reserved ids: :mod:`deepnet_jax.common.tokens` (0 ``<pad>``, 1 ``<s>`` BOS, 2 ``</s>`` EOS, 3
+``<unk>``, 4 ``<mask>``); the trainer options below take them from there, and every loaded model is
+checked against them.
 
 Model types: ``bpe`` and ``unigram`` (byte fallback on, so any UTF-8 text round-trips), and
 ``char`` for character-level runs such as the labml Shakespeare replication (one piece per
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 import sentencepiece as spm
 
-from deepnet_jax import console, tokens
+from deepnet_jax.common import console, tokens
 
 MODEL_TYPES = ("bpe", "unigram", "char")
 
@@ -78,8 +78,8 @@ class TokenizerOptions:
 
 
 class Tokenizer:
-    """A SentencePiece model with the reserved ids of :mod:`deepnet_jax.tokens`; picklable (for
-    grain workers)."""
+    """A SentencePiece model with the reserved ids of :mod:`deepnet_jax.common.tokens`; picklable
+    (for grain workers)."""
 
     def __init__(self, model_proto: bytes):
         self._proto = model_proto

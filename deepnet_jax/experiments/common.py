@@ -34,7 +34,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -42,10 +42,17 @@ import ml_collections
 import numpy as np
 from absl import flags
 
-from deepnet_jax import cli_flags, log_setup, metrics, train, train_config, train_data
+from deepnet_jax.cli import command, log_setup
+from deepnet_jax.cli import flags as cli_flags
+from deepnet_jax.runs import metrics
+from deepnet_jax.training import config as train_config
+from deepnet_jax.training import data as train_data
+from deepnet_jax.training import train
 
 SETTINGS = ("smoke", "quick", "full")
-_SETTING = flags.DEFINE_string("setting", "quick", "smoke (seconds, for CI), quick or full")
+_SETTING = flags.DEFINE_string(
+    "setting", "quick", "the experiment's setting (smoke: seconds, for CI)"
+)
 SCHEMES = ("post_ln", "pre_ln", "deepnorm", "subln")
 PAPER_LR = 5e-4  # DeepNet Table 4 (IWSLT-14 De-En)
 PAPER_WARMUP = 4000  # warm-up updates, from 1e-7 (DeepNet Table 4)
@@ -250,13 +257,17 @@ def _plain(value: Any) -> Any:
 def run_grid(
     results: Results,
     keys: Sequence[dict[str, Any]],
-    make_config: Any,
+    make_config: Callable[[dict[str, Any]], ml_collections.ConfigDict],
     entropy: float | None,
     work_root: str,
+    judged: bool = True,
+    keep: Callable[[dict[str, Any], str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Train every ``key`` (a dict of the run's settings) not in ``results`` yet, with
-    ``make_config(key)``, in ``<work_root>/<i>``; add its result and its :func:`verdict`
-    (with ``entropy``; None for the synthetic smoke data: then only diverged/trained)."""
+    ``make_config(key)``, in ``<work_root>/<i>``; add its result, its CPU seconds and, when
+    ``judged``, its :func:`verdict` (with ``entropy``; None for the synthetic smoke data: then
+    only diverged/trained). ``keep(result, workdir)`` adds what an experiment keeps of a run
+    beyond its result (e.g. its curves) before the result is saved."""
     share_compilations(os.path.join(work_root, "xla_cache"))
     out = []
     for i, key in enumerate(keys):
@@ -264,15 +275,28 @@ def run_grid(
         if run is None:
             summary = ", ".join(f"{k}={v}" for k, v in key.items())
             print(f"== run {i + 1}/{len(keys)}: {summary}", flush=True)
-            result = train_once(make_config(key), os.path.join(work_root, str(i)))
-            if entropy is None:
-                result["verdict"] = "diverged" if result["nonfinite_step"] else "trained"
-            else:
-                result["verdict"] = verdict(result, entropy)
-            print(f"== {summary}: {result['verdict']}, validation NLL {result['eval_loss']:.3f}")
+            workdir = os.path.join(work_root, str(i))
+            cpu = time.process_time()
+            result = train_once(make_config(key), workdir)
+            result["cpu_seconds"] = time.process_time() - cpu
+            if keep is not None:
+                keep(result, workdir)
+            if judged:
+                result["verdict"] = judge(result, entropy)
+                print(
+                    f"== {summary}: {result['verdict']}, validation NLL {result['eval_loss']:.3f}"
+                )
             run = results.add(key, result)
         out.append(run)
     return out
+
+
+def judge(result: dict[str, Any], entropy: float | None) -> str:
+    """:func:`verdict` against ``entropy``; without one (the synthetic smoke data) only
+    diverged or trained."""
+    if entropy is None:
+        return "diverged" if result["nonfinite_step"] else "trained"
+    return verdict(result, entropy)
 
 
 def share_compilations(cache_dir: str) -> None:
@@ -328,6 +352,9 @@ class Args:
 def parse_args(argv: Sequence[str], settings: Sequence[str] = SETTINGS) -> Args:
     """Parse an experiment's flags (absl, defined at this module's import) from ``argv`` (the
     arguments after the program name); a bad flag or setting exits with one ``error:`` line."""
+    if any(arg in command.HELP_FLAGS for arg in argv):
+        print(usage(settings))
+        sys.exit(0)
     flags.FLAGS.unparse_flags()
     try:
         flags.FLAGS(["experiment", *argv])
@@ -341,6 +368,35 @@ def parse_args(argv: Sequence[str], settings: Sequence[str] = SETTINGS) -> Args:
         cli_flags.DATA_DIR.value or "",
         log_setup.requested_verbosity(),
     )
+
+
+def usage(settings: Sequence[str] = SETTINGS) -> str:
+    """The ``--help`` text: the experiment's docstring, then the flags an experiment reads."""
+    main = sys.modules.get("__main__")
+    lines = [(getattr(main, "__doc__", None) or "").strip(), "", "flags:"]
+    holders = (_SETTING, cli_flags.OUT, cli_flags.DATA_DIR)
+    for flag in (flags.FLAGS[h.name] for h in holders):
+        allowed = f"one of {', '.join(settings)}; " if flag.name == "setting" else ""
+        lines.append(f"  --{flag.name}: {flag.help} ({allowed}default: {flag.default!r})")
+    lines.append("  -v, --verbosity: library log lines (absl levels; hidden by default)")
+    return "\n".join(lines)
+
+
+def start(
+    argv: Sequence[str] | None,
+    name: str,
+    base: Callable[[str], ml_collections.ConfigDict],
+    settings: Sequence[str] = SETTINGS,
+) -> tuple[Args, ml_collections.ConfigDict, str]:
+    """An experiment's opening: parse ``argv`` (default: the process's arguments), set log
+    verbosity, the smoke setting's fast compiles, build the setting's base config with
+    ``--data_dir`` applied; returns the arguments, the base config and the output folder."""
+    args = parse_args(sys.argv[1:] if argv is None else argv, settings)
+    log_setup.configure(args.verbosity)
+    compile_fast_for_smoke(args.setting)
+    config = base(args.setting)
+    configure_data(config, args)
+    return args, config, output_dir(args, name)
 
 
 def output_dir(args: Args, name: str) -> str:

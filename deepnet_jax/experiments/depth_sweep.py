@@ -6,7 +6,7 @@ rate and warm-up) at several depths, with nothing but the scheme and the depth c
 ends with its validation NLL, greedy BLEU on the first 500 validation sentences, the **source
 sensitivity** (how many nats per target token the validation NLL rises when every row gets
 another row's source; ≈ 0 means the decoder ignores its source, see
-:mod:`deepnet_jax.source_sensitivity`) and a verdict: diverged, stuck or trained
+:mod:`deepnet_jax.training.source_sensitivity`) and a verdict: diverged, stuck or trained
 (``common.verdict``: stuck = validation NLL within 0.25 nats of the unigram entropy).
 
 Settings (peak learning rate and warm-up: the main job's, 2e-3 after 400 updates; smoke: the
@@ -43,7 +43,6 @@ from typing import Any
 
 import ml_collections
 
-from deepnet_jax import log_setup
 from deepnet_jax.experiments import common
 
 NAME = "depth_sweep"
@@ -112,13 +111,8 @@ def make_config(
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = common.parse_args(sys.argv[1:] if argv is None else argv)
-    log_setup.configure(args.verbosity)
-    common.compile_fast_for_smoke(args.setting)
-    base = base_config(args.setting)
-    common.configure_data(base, args)
+    args, base, out = common.start(argv, NAME, base_config)
     s = SETTINGS[args.setting]
-    out = common.output_dir(args, NAME)
     entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
     settings = {**s, "unigram_entropy": entropy, "learning_rate": base.optimizer.learning_rate}
     results = common.Results(out, NAME, args.setting, settings)

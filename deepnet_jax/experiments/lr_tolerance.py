@@ -34,7 +34,6 @@ import os
 import sys
 from typing import Any
 
-from deepnet_jax import log_setup
 from deepnet_jax.experiments import common
 
 NAME = "lr_tolerance"
@@ -56,13 +55,8 @@ SETTINGS = {
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = common.parse_args(sys.argv[1:] if argv is None else argv)
-    log_setup.configure(args.verbosity)
-    common.compile_fast_for_smoke(args.setting)
-    base = common.base_config(args.setting)
-    common.configure_data(base, args)
+    args, base, out = common.start(argv, NAME, common.base_config)
     s = SETTINGS[args.setting]
-    out = common.output_dir(args, NAME)
     entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
     results = common.Results(out, NAME, args.setting, {**s, "unigram_entropy": entropy})
     keys = [{"scheme": scheme, "lr": lr} for scheme in s["schemes"] for lr in s["lrs"]]

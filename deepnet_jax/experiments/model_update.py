@@ -3,7 +3,7 @@
 Post-LN, Pre-LN, DeepNorm and Sub-LN tiny 64-128-2 encoder-decoders (``common``) at several
 depths, trained at the paper's peak learning rate 5e-4 without warm-up (constant from the
 first update) and with the paper's warm-up (4,000 updates from 1e-7, inverse square root),
-measuring the model update (``deepnet_jax.diagnostics``: the decoder's output on the first
+measuring the model update (``deepnet_jax.training.diagnostics``: the decoder's output on the first
 validation batch, L2 over the hidden axis, mean over non-padding tokens) every few updates.
 
 Settings (fixed before any model_update result):
@@ -28,7 +28,6 @@ import os
 import sys
 from typing import Any
 
-from deepnet_jax import log_setup
 from deepnet_jax.experiments import common
 
 NAME = "model_update"
@@ -41,14 +40,9 @@ WARMUPS = {"none": 0, "paper": common.PAPER_WARMUP}  # warm-up updates (0: const
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = common.parse_args(sys.argv[1:] if argv is None else argv)
-    log_setup.configure(args.verbosity)
-    common.compile_fast_for_smoke(args.setting)
-    base = common.base_config(args.setting)
-    common.configure_data(base, args)
+    args, base, out = common.start(argv, NAME, common.base_config)
     s = SETTINGS[args.setting]
     schemes = ["post_ln", "deepnorm"] if args.setting == "smoke" else list(common.SCHEMES)
-    out = common.output_dir(args, NAME)
     entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
     results = common.Results(
         out, NAME, args.setting, {**s, "schemes": schemes, "lr": common.PAPER_LR}

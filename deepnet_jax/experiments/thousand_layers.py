@@ -6,7 +6,7 @@ layers on the synthetic sequence-reversal task (``data.dataset="synthetic_revers
 sequence of 2–11 tokens drawn from 11 content symbols, the target is the sequence reversed then
 EOS). Every run records its training loss and token accuracy every ``log_every`` updates, the
 validation NLL and accuracy every ``eval_every`` updates, the model update ΔF (DeepNet's
-Figure 5: ``deepnet_jax.diagnostics``, the decoder's output on the first validation batch
+Figure 5: ``deepnet_jax.training.diagnostics``, the decoder's output on the first validation batch
 against θ₀) every ``every`` updates, the update at which the loss or a gradient became
 non-finite (``nan_policy="halt"``), its wall and CPU time and its time per update.
 
@@ -48,18 +48,19 @@ onset against depth) and ``thousand_layers.md``.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
-import time
 from typing import Any
 
 import ml_collections
 from absl import flags
 
-from deepnet_jax import constants, log_setup, metrics
+from deepnet_jax.common.tokens import FIRST_CONTENT_ID
 from deepnet_jax.experiments import common
-from deepnet_jax.tokens import FIRST_CONTENT_ID
+from deepnet_jax.model import constants
+from deepnet_jax.runs import metrics
 
 NAME = "thousand_layers"
 MARGIN_NATS = 1.0  # "trained": final validation NLL this far below the unigram entropy
@@ -217,12 +218,8 @@ def summarize(run: dict[str, Any], chance: dict[str, float]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the setting's runs not yet in ``<out>/thousand_layers.json``, then write the table
     and the figure; returns the results payload."""
-    args = common.parse_args(sys.argv[1:] if argv is None else argv, tuple(SETTINGS))
-    log_setup.configure(args.verbosity)
-    common.compile_fast_for_smoke(args.setting)
+    args, base, out = common.start(argv, NAME, base_config, tuple(SETTINGS))
     s = setting_with_overrides(args.setting)
-    base = base_config(args.setting)
-    out = common.output_dir(args, NAME)
     chance = blind_chance(base.model.vocab_size, base.data.max_len)
     entropy = common.unigram_entropy(base)
     settings = {**s, "task": TASK, "chance": chance, "unigram_entropy": entropy}
@@ -231,7 +228,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         {"scheme": scheme, "layers": n, **{k: s[k] for k in ("lr", "warmup", "steps", "dropout")}}
         for scheme, n in s["runs"]
     ]
-    runs = _run_all(results, keys, base, os.path.join(out, "runs"))
+    runs = common.run_grid(
+        results,
+        keys,
+        functools.partial(make_config, base),
+        entropy,
+        os.path.join(out, "runs"),
+        judged=False,
+        keep=_keep_curves,
+    )
     for run in runs:
         run["verdict"] = verdict(run, entropy)
     results.save()
@@ -242,32 +247,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return results.payload
 
 
-def _run_all(
-    results: common.Results,
-    keys: list[dict[str, Any]],
-    base: ml_collections.ConfigDict,
-    work_root: str,
-) -> list[dict[str, Any]]:
-    """Train every key not in ``results`` yet (``common.train_once``), keeping its metrics
-    records (train, eval and ΔF curves) and its CPU time; returns every key's run."""
-    common.share_compilations(os.path.join(work_root, "xla_cache"))
-    runs = []
-    for i, key in enumerate(keys):
-        run = results.find(key)
-        if run is None:
-            summary = ", ".join(f"{k}={v}" for k, v in key.items())
-            print(f"== run {i + 1}/{len(keys)}: {summary}", flush=True)
-            workdir = os.path.join(work_root, str(i))
-            cpu = time.process_time()
-            result = common.train_once(make_config(base, key), workdir)
-            result["cpu_seconds"] = time.process_time() - cpu
-            result["records"] = [
-                _slim(r) for r in metrics_records(workdir) if r["split"] in ("train", "eval")
-            ]
-            result["diagnostics"] = [_slim(r) for r in result["diagnostics"]]
-            run = results.add(key, result)
-        runs.append(run)
-    return runs
+def _keep_curves(result: dict[str, Any], workdir: str) -> None:
+    """Keep a run's metrics records (train, eval and ΔF curves) in its result, slimmed."""
+    result["records"] = [
+        _slim(r) for r in metrics_records(workdir) if r["split"] in ("train", "eval")
+    ]
+    result["diagnostics"] = [_slim(r) for r in result["diagnostics"]]
 
 
 def metrics_records(workdir: str) -> list[dict[str, Any]]:

@@ -2,7 +2,7 @@
 
 import ml_collections
 
-from deepnet_jax import train_config
+from deepnet_jax.training import config as train_config
 
 
 def get_config() -> ml_collections.ConfigDict:

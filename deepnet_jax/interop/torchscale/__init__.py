@@ -7,7 +7,7 @@ Public API (numpy only; reading or writing a ``.pt`` file needs torch, the ``int
     params = torchscale.params_from_torchscale(state_dict, config)      # name → np.ndarray
     state_dict = torchscale.params_to_torchscale(params, config)
 
-The command line (``python -m deepnet_jax.interop.torchscale import|export``) turns a ``.pt``
+The command line (``python -m deepnet_jax.cli.torchscale import|export``) turns a ``.pt``
 checkpoint into a run workdir and back (:mod:`.runs`). The mapping of names and layouts is in
 :mod:`.state_dict`, the config conventions in :mod:`.configs`.
 """

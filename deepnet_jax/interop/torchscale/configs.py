@@ -29,8 +29,8 @@ from typing import Any
 import ml_collections
 from absl import logging
 
-from deepnet_jax import models
-from deepnet_jax.model_config import ARCHS
+from deepnet_jax.model import architectures
+from deepnet_jax.model.config import ARCHS
 
 POSITION_OFFSET = 2  # torchscale's PositionalEmbedding and fairseq start real positions at 2
 
@@ -244,7 +244,7 @@ def _ties(args: Mapping[str, Any], arch: str) -> tuple[bool, bool]:
 
 
 def model_config_from_torchscale(args: Mapping[str, Any]) -> ml_collections.ConfigDict:
-    """This project's model config (``models.default_config()`` with every architecture field
+    """This project's model config (``architectures.default_config()`` with every architecture field
     set, validated) for a torchscale config or fairseq ``args`` given as a mapping.
 
     ``vocab_size`` must be given (> 0); ``arch`` (encoder, decoder, encdec) may be, else it is
@@ -276,7 +276,7 @@ def model_config_from_torchscale(args: Mapping[str, Any]) -> ml_collections.Conf
     vocab = args.get("vocab_size", DEFAULTS["vocab_size"])
     if not isinstance(vocab, int) or vocab <= 0:
         raise ValueError(f"torchscale option vocab_size={vocab!r}: give the vocabulary size (> 0)")
-    c = models.default_config()
+    c = architectures.default_config()
     c.arch, c.scheme = arch, schemes.pop()
     c.num_encoder_layers = (
         args.get("encoder_layers", DEFAULTS["layers"]) if arch != "decoder" else 0
@@ -298,7 +298,7 @@ def model_config_from_torchscale(args: Mapping[str, Any]) -> ml_collections.Conf
     c.scale_embedding = not args.get("no_scale_embedding", DEFAULTS["no_scale_embedding"])
     c.zero_padding_embeddings = arch != "decoder"
     c.init = "torchscale_bert" if args.get("bert_init", False) else "torchscale"
-    models.validate(c)
+    architectures.validate(c)
     return c
 
 
@@ -308,7 +308,7 @@ def torchscale_args_from_config(config: ml_collections.ConfigDict) -> dict[str, 
     torchscale's ``PositionalEmbedding`` (learned) or fairseq's sinusoids. Refuses what torchscale
     lacks: DLCL, models without biases, sinusoids that do not start at position 2."""
     c = config
-    models.validate(c)
+    architectures.validate(c)
     if c.scheme.startswith("dlcl") or not c.use_bias:
         what = "DLCL" if c.use_bias else "projections without biases (model.use_bias=False)"
         raise ValueError(f"model.scheme={c.scheme!r}: torchscale has no {what}")

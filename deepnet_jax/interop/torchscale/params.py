@@ -3,9 +3,9 @@
 Both directions check everything before converting anything: every torchscale tensor a model
 of the config has must be present with its shape, no other tensor may be left over (one
 ``ValueError`` naming the first offending name), tied copies must agree, and the tree built here
-must be exactly the one :func:`deepnet_jax.models.build` initializes (paths, shapes). The values
-are only transposed, reshaped and stacked, so import followed by export gives back the same
-bytes (cast to ``model.param_dtype`` on import).
+must be exactly the one :func:`deepnet_jax.model.architectures.build` initializes (paths, shapes).
+The values are only transposed, reshaped and stacked, so import followed by export gives back
+the same bytes (cast to ``model.param_dtype`` on import).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import ml_collections
 import numpy as np
 from flax import traverse_util
 
-from deepnet_jax import models
 from deepnet_jax.interop.torchscale.state_dict import (
     LAYOUTS,
     Entry,
@@ -32,7 +31,8 @@ from deepnet_jax.interop.torchscale.state_dict import (
     unfuse_layer,
     unstack,
 )
-from deepnet_jax.model_config import DTYPES
+from deepnet_jax.model import architectures
+from deepnet_jax.model.config import DTYPES
 
 
 def _check_names(state_dict: Mapping[str, Any], table: list[Entry]) -> None:
@@ -85,7 +85,7 @@ def params_from_torchscale(
     config implies: otherwise a ``ValueError`` naming the first unmapped, missing or misshapen
     tensor.
     """
-    models.validate(config)
+    architectures.validate(config)
     table = entries(config)
     _check_names(state_dict, table)
     dtype = DTYPES[config.param_dtype]
@@ -115,7 +115,7 @@ def params_to_torchscale(params: Any, config: ml_collections.ConfigDict) -> dict
     array in the parameters' dtype) for ``params`` (a parameter tree of a model built from
     ``config``, boxed or not, numpy or jax arrays, scanned or unrolled as the config says).
     Tied tables are written under each of their torchscale names."""
-    models.validate(config)
+    architectures.validate(config)
     table = entries(config)
     flat = {
         tuple(str(k) for k in path): np.asarray(leaf)

@@ -7,7 +7,7 @@
   ``evaluate`` and ``sample`` load its parameters, and ``train.py`` resumes (fine-tunes) from it;
 * ``finetune_config.py`` beside ``config.json`` (the run config): ``train.py``'s ``--config``;
 * ``tokenizer.model`` when a SentencePiece model is given (its ids must be this project's:
-  ``deepnet_jax.tokens``);
+  ``deepnet_jax.common.tokens``);
 * ``torchscale_import.json``: where the parameters came from, the names' prefix and the
   torchscale config, which :func:`export_run` gives back.
 
@@ -30,16 +30,6 @@ import jax
 import ml_collections
 import numpy as np
 
-from deepnet_jax import (
-    checkpoint,
-    fingerprint,
-    optimizers,
-    run_loading,
-    sharding,
-    train,
-    train_config,
-    train_data,
-)
 from deepnet_jax.data import fetch
 from deepnet_jax.data.registry import SYNTHETIC
 from deepnet_jax.data.tokenizer import Tokenizer
@@ -50,6 +40,12 @@ from deepnet_jax.interop.torchscale.configs import (
     torchscale_args_from_config,
 )
 from deepnet_jax.interop.torchscale.params import params_from_torchscale, params_to_torchscale
+from deepnet_jax.runs import checkpoint
+from deepnet_jax.runs import loading as run_loading
+from deepnet_jax.scale import sharding
+from deepnet_jax.training import config as train_config
+from deepnet_jax.training import data as train_data
+from deepnet_jax.training import fingerprint, optimizers, train
 
 # Model fields that choose how the model runs, not what it computes: kept from the training config
 RUNTIME_FIELDS = (
@@ -66,7 +62,7 @@ IMPORT_RECORD = "torchscale_import.json"
 CONFIG_JSON = "config.json"
 FINETUNE_CONFIG = "finetune_config.py"
 FINETUNE_SOURCE = '''"""This run's training config ({config_json} beside this file), written by
-``python -m deepnet_jax.interop.torchscale import``. Fine-tune (resume from step 0) with
+``python -m deepnet_jax.cli.torchscale import``. Fine-tune (resume from step 0) with
 
     python train.py --config={finetune} --workdir=<this folder> [--config.total_steps=...]
 """
@@ -76,12 +72,12 @@ import os
 
 import ml_collections
 
-from deepnet_jax import train_config
+from deepnet_jax.runs import checkpoint
 
 
 def get_config() -> ml_collections.ConfigDict:
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "{config_json}")) as f:
-        return train_config.upgrade_saved(ml_collections.ConfigDict(json.load(f)))
+        return checkpoint.upgrade_saved(ml_collections.ConfigDict(json.load(f)))
 '''
 
 

@@ -39,9 +39,10 @@ import ml_collections
 import numpy as np
 from flax import traverse_util
 
-from deepnet_jax import model_inputs, models
-from deepnet_jax.blocks import residual_scheme
-from deepnet_jax.model_config import AUTO
+from deepnet_jax.model import architectures
+from deepnet_jax.model import inputs as model_inputs
+from deepnet_jax.model.config import AUTO
+from deepnet_jax.model.transformer_layer import residual_scheme
 
 Path = tuple[str, ...]
 QKV = ("q_proj", "k_proj", "v_proj")
@@ -176,7 +177,7 @@ def expected_params(c: ml_collections.ConfigDict) -> dict[Path, jax.ShapeDtypeSt
     c = c.copy_and_resolve_references()
     if c.remat_policy == AUTO:
         c.remat_policy = "full"
-    model = models.build(c)
+    model = architectures.build(c)
     dummy = np.zeros((1, 2), np.int32)
     shapes = jax.eval_shape(
         lambda: model_inputs.init_variables(model, c.arch, {"src": dummy, "inputs": dummy})

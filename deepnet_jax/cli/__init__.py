@@ -1,0 +1,1 @@
+"""The commands (``python -m deepnet_jax.cli.<command>``) and their shared flags."""

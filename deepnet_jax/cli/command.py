@@ -1,0 +1,64 @@
+"""The entry point every ``python -m deepnet_jax.cli.<command>`` shares.
+
+``run(main)`` parses the absl flags (``--help`` prints the command's flags and exits 0);
+``main(body, argv)`` refuses unexpected positional arguments, sets library log verbosity from
+``-v``/``--verbosity`` (:mod:`deepnet_jax.cli.log_setup`), calls ``body(arguments)`` and
+answers a user's mistake — a bad flag value, a missing file — with one ``error:`` line on
+stderr and exit status 1, never a traceback. Each command's own ``main(argv)`` is this, so it
+can be called in-process with absl's argv too. A command with its own exit statuses
+(``plan``: 2 when the step does not fit) handles them inside ``body``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+from absl import app
+
+from deepnet_jax.cli import log_setup
+
+HELP_FLAGS = ("-h", "--help", "-help", "--helpshort", "--helpfull")
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)
+
+
+def run(main: Callable[[list[str]], None]) -> None:
+    """Run absl's ``main(argv)`` as this process's command; ``--help`` prints the command's
+    docstring and flags and exits 0 (absl's own help exits 1)."""
+    app.run(main, flags_parser=_parse)
+
+
+def main(
+    body: Callable[[list[str]], None],
+    argv: Sequence[str],
+    *,
+    commands: Sequence[str] = (),
+    errors: tuple[type[BaseException], ...] = USER_ERRORS,
+) -> None:
+    """A command's ``main(argv)`` (``argv[0]`` the program, flags parsed): ``body(arguments)``
+    after the positional arguments are checked and log verbosity set; one of ``errors`` becomes
+    one ``error:`` line and exit status 1. ``commands``: when given, exactly one positional
+    argument, one of these (``import`` or ``export``); otherwise none."""
+    arguments = list(argv[1:])
+    if commands and (len(arguments) != 1 or arguments[0] not in commands):
+        raise app.UsageError(f"give one command, {' or '.join(commands)}; got {arguments}")
+    if not commands and arguments:
+        raise app.UsageError(f"unexpected arguments: {' '.join(arguments)}")
+    log_setup.configure(log_setup.requested_verbosity())
+    try:
+        body(arguments)
+    except errors as e:
+        print(error_line(e), file=sys.stderr)
+        sys.exit(1)
+
+
+def error_line(e: BaseException) -> str:
+    """``error: <message>`` on one line (the message's whitespace runs folded)."""
+    return "error: " + " ".join(str(e).split())
+
+
+def _parse(argv: list[str]) -> list[str]:
+    if any(arg in HELP_FLAGS for arg in argv[1:]):
+        full = "--helpfull" in argv[1:]
+        app.usage(shorthelp=not full, writeto_stdout=True, exitcode=0)
+    return app.parse_flags_with_usage(argv)

@@ -1,0 +1,89 @@
+"""The memory planner's command line (:mod:`deepnet_jax.training.memory_plan`): will this config's
+train step fit on that target, and what does it compute and communicate?
+
+    python -m deepnet_jax.cli.plan --config=configs/deepnet_1000l.py --target=v5p-64 \\
+        --config.mesh.data=1 --config.mesh.fsdp=32
+
+Compiles the train step for ``--target`` (:mod:`deepnet_jax.scale.targets`: a Cloud TPU slice such
+as ``v5p-64`` or ``v5p:4x4x4``, a GPU node such as ``h100-8``, or ``cpu:N`` simulated CPU devices;
+``--num_devices=N`` is ``cpu:N``) on abstract inputs, deviceless, and prints the per-device
+figures, the fit against the chip's memory, FLOPs, collectives and a roofline bound (a table,
+then the same as JSON). A step that XLA cannot fit: one ``does not fit`` line, exit 2. With
+``--config.model.remat_policy=auto --config.memory_budget_gb=<GiB>`` it plans each candidate
+policy and group size in turn (:mod:`deepnet_jax.training.remat_auto`; on a TPU or GPU target the
+budget defaults to the chip's memory less ``remat_auto.HEADROOM``), prints the line naming the first
+that fits, then that candidate's figures. A bad config or flag: one ``error:`` line, exit 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+import jax
+from absl import flags
+from ml_collections import config_flags
+
+from deepnet_jax.cli import command
+from deepnet_jax.scale import targets
+from deepnet_jax.training import memory_plan, plan_report, remat_auto, train
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file.", lock_config=True)
+_TARGET = flags.DEFINE_string(
+    "target", None, "v4-8 … v6e-256, v5p:4x4x4, h100-8, a100-8, h200-8, b200-8, cpu:N"
+)
+_NUM_DEVICES = flags.DEFINE_integer("num_devices", None, "Shorthand for --target=cpu:N.")
+
+
+def _target() -> targets.Target:
+    if _TARGET.value is not None and _NUM_DEVICES.value is not None:
+        raise ValueError("give --target or --num_devices (= --target=cpu:N), not both")
+    if _NUM_DEVICES.value is not None and _NUM_DEVICES.value < 1:
+        raise ValueError(f"--num_devices={_NUM_DEVICES.value} must be >= 1")
+    name = _TARGET.value or f"cpu:{_NUM_DEVICES.value or 8}"
+    return targets.parse(name)
+
+
+def _devices(target: targets.Target) -> list[jax.Device]:
+    """The target's devices; simulated CPU devices are set up here, before any backend starts."""
+    if target.platform != "cpu":
+        return targets.compile_devices(target)
+    jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_num_cpu_devices", target.num_devices)
+    return jax.devices()
+
+
+def _plan(target: targets.Target) -> memory_plan.Plan:
+    config = _CONFIG.value
+    devices = _devices(target)
+    train.validate(config, len(devices))
+    if remat_auto.is_auto(config):  # the chosen candidate's plan
+        return remat_auto.choose(config, devices, print, target)[1]
+    return memory_plan.plan(config, devices, target)
+
+
+def execute(arguments: list[str]) -> None:
+    """Plan ``--config`` on ``--target`` and print the figures (exit 1 on a bad config or flag,
+    2 when the step does not fit)."""
+    del arguments  # none
+    try:
+        result = _plan(_target())
+    except memory_plan.DoesNotFitError as e:
+        print(str(e), file=sys.stderr)
+        sys.exit(2)
+    print(plan_report.text(result))
+    print(json.dumps(dataclasses.asdict(result)))
+    if result.fits is False:
+        print(memory_plan.does_not_fit_line(result), file=sys.stderr)
+        sys.exit(2)
+
+
+def main(argv: list[str]) -> None:
+    """The command (absl's ``argv``, flags parsed): :func:`execute` with the shared checks
+    and the one-line error (:mod:`deepnet_jax.cli.command`)."""
+    command.main(execute, argv, errors=(ValueError,))
+
+
+if __name__ == "__main__":
+    command.run(main)

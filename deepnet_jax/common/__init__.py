@@ -1,0 +1,1 @@
+"""The ground floor: config declarations, token ids, the console, native stderr."""

@@ -1,0 +1,1 @@
+"""Decoding: greedy and beam search, sampling, BLEU/chrF scoring."""

@@ -1,0 +1,496 @@
+"""Cached autoregressive decoding: greedy and beam search for translation, sampling for LMs.
+
+Every search runs the model's ``decode_step`` (one token per step) over a decoding cache that is
+stacked over layers like the scanned parameters (``architectures.init_cache``), so each step scans
+over depth and a 1,000-layer decoder compiles one layer body. The whole search is one jitted
+``lax.while_loop``; it compiles once per (batch size, padded source length, options).
+
+Lengths. A search generates at most ``max_len`` tokens y_1 … y_n (EOS included), where
+``max_len = min(⌊a·S + b⌋, model.max_len)`` for the padded source length S (a =
+``max_len_a``, b = ``max_len_b``, named after fairseq's options; unlike fairseq, whose limit
+excludes the final EOS, this one counts it). Each sentence has its own limit
+``⌊a·s + b⌋`` from its unpadded length s; at that limit EOS is forced (fairseq), so every
+hypothesis ends in EOS and a sentence's output never depends on the padding or on the other
+sentences in its batch.
+
+Scores. A hypothesis y of n tokens (EOS included) has log-probability Σ_t log p(y_t | y_<t, x)
+(with banned ids such as padding removed from the choice, not renormalized) and beam-search
+score log p(y) / lp(n), with the length penalty lp
+
+* ``"fairseq"``: lp(n) = n^α   (fairseq's ``--lenpen``; α = 1 is the papers' setting),
+* ``"gnmt"``:    lp(n) = ((5 + n) / 6)^α   (Wu et al. 2016, eq. 14).
+
+Beam search follows fairseq's bookkeeping: each step ranks the 2K best continuations of the K
+live hypotheses by log-probability; those among the first K that end in EOS are finished
+(scored with the length penalty) and the K best that do not stay live. A sentence is done once
+K hypotheses have finished (or none is live); its result is the best-scoring finished one.
+With K = 1 this is exactly greedy search.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import multihost_utils
+from tqdm import tqdm
+
+from deepnet_jax.common.tokens import BOS_ID, EOS_ID, PAD_ID
+from deepnet_jax.model import architectures
+
+NEG = -1.0e9  # log-probability of impossible choices (finite, so sums never make NaN)
+LENGTH_PENALTIES = ("fairseq", "gnmt")
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchOptions:
+    """Options of greedy and beam search (hashable: they are static under jit).
+
+    Attributes:
+      beam_size: K hypotheses kept per sentence (1 = greedy).
+      length_penalty: α of the length penalty.
+      length_penalty_form: "fairseq" (n^α) or "gnmt" (((5 + n)/6)^α).
+      max_len_a, max_len_b: at most ⌊a·source_length + b⌋ generated tokens (EOS included).
+      bos_id, eos_id: the decoder's start token and the end token.
+      banned_ids: ids never generated (padding and BOS by default).
+    """
+
+    beam_size: int = 1
+    length_penalty: float = 1.0
+    length_penalty_form: str = "fairseq"
+    max_len_a: float = 1.2
+    max_len_b: int = 10
+    bos_id: int = BOS_ID
+    eos_id: int = EOS_ID
+    banned_ids: tuple[int, ...] = (PAD_ID, BOS_ID)
+
+    def validate(self, prefix: str = "") -> None:
+        """One-line ValueError for the first invalid option; ``prefix`` names its config group
+        (e.g. ``"decode."``)."""
+        p = prefix
+        if isinstance(self.beam_size, bool) or not isinstance(self.beam_size, int):
+            raise ValueError(f"{p}beam_size={self.beam_size!r} must be an integer >= 1")
+        if self.beam_size < 1:
+            raise ValueError(f"{p}beam_size={self.beam_size!r} must be an integer >= 1")
+        if self.length_penalty_form not in LENGTH_PENALTIES:
+            raise ValueError(
+                f"{p}length_penalty_form={self.length_penalty_form!r}; allowed values are "
+                f"{LENGTH_PENALTIES}"
+            )
+        if not self.max_len_a >= 0:
+            raise ValueError(f"{p}max_len_a={self.max_len_a!r} must be >= 0")
+        b = self.max_len_b
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+            raise ValueError(f"{p}max_len_b={b!r} must be an integer >= 1")
+        if self.eos_id in self.banned_ids:
+            raise ValueError(f"{p}banned_ids={self.banned_ids} must not contain eos_id")
+
+
+def length_penalty(length: jax.Array, alpha: float, form: str) -> jax.Array:
+    """lp(n) for n generated tokens (see the module docstring)."""
+    n = jnp.asarray(length, jnp.float32)
+    if form == "fairseq":
+        return n**alpha
+    if form == "gnmt":
+        return ((5.0 + n) / 6.0) ** alpha
+    raise ValueError(f"length_penalty_form={form!r}; allowed values are {LENGTH_PENALTIES}")
+
+
+def max_decode_length(src_len: int, options: SearchOptions, model_max_len: int) -> int:
+    """The static number of decoding steps for sources padded to ``src_len``."""
+    return max(1, min(int(options.max_len_a * src_len + options.max_len_b), model_max_len))
+
+
+def _row_limits(src_BS: jax.Array, options: SearchOptions, max_len: int) -> jax.Array:
+    """Per-sentence token limit ⌊a·s + b⌋ (s = unpadded source length), within [1, max_len]."""
+    s = jnp.sum(src_BS != PAD_ID, axis=1).astype(jnp.float32)
+    limit = jnp.floor(options.max_len_a * s + options.max_len_b).astype(jnp.int32)
+    return jnp.clip(limit, 1, max_len)
+
+
+def _log_probs(logits_NV: jax.Array, t: jax.Array, limit_N: jax.Array, options) -> jax.Array:
+    """Float32 log-softmax with banned ids removed and EOS forced at each row's limit."""
+    logp = jax.nn.log_softmax(logits_NV.astype(jnp.float32), axis=-1)
+    vocab = jnp.arange(logp.shape[-1])
+    banned = jnp.isin(vocab, jnp.asarray(options.banned_ids, jnp.int32))
+    logp = jnp.where(banned[None, :], NEG, logp)
+    at_limit = (t + 1 >= limit_N)[:, None]
+    return jnp.where(at_limit & (vocab[None, :] != options.eos_id), NEG, logp)
+
+
+def _step_fn(model: nn.Module, params):
+    def step(tokens_N, src_NS, cache, t, enc_out=None):
+        logits, cache = model.apply(
+            {"params": params},
+            tokens_N[:, None],
+            src_NS,
+            cache,
+            t,
+            enc_out,
+            method=type(model).decode_step,
+        )
+        return logits[:, 0], cache
+
+    return step
+
+
+def _encode(model: nn.Module, params, src_BS: jax.Array) -> jax.Array:
+    return model.apply({"params": params}, src_BS, method=type(model).encode)
+
+
+def _check_model(model: nn.Module) -> None:
+    if not isinstance(model, architectures.EncoderDecoder):
+        raise ValueError(
+            f"translation search needs an EncoderDecoder model (model.arch='encdec'), "
+            f"got {type(model).__name__}"
+        )
+
+
+@functools.partial(jax.jit, static_argnames=("model", "options"))
+def beam_search(
+    model: nn.Module, params, src_BS: jax.Array, options: SearchOptions = SearchOptions()
+) -> tuple[jax.Array, jax.Array]:
+    """Translate a batch of right-padded sources [B, S].
+
+    Returns ``(tokens [B, max_len], scores [B])``: each row holds y_1 … y_n (EOS last) then
+    padding, and the score log p(y) / lp(n) of the chosen hypothesis (see the module docstring).
+    ``beam_size`` 1 is greedy search.
+    """
+    _check_model(model)
+    B, S = src_BS.shape
+    K, cfg = options.beam_size, model.config
+    max_len = max_decode_length(S, options, cfg.max_len)
+    step = _step_fn(model, params)
+    limit_B = _row_limits(src_BS, options, max_len)
+
+    # Every sentence's K beams are rows b·K … b·K + K − 1 of the flattened batch.
+    src_N = jnp.repeat(src_BS, K, axis=0)
+    limit_N = jnp.repeat(limit_B, K)
+    enc_out = jnp.repeat(_encode(model, params, src_BS), K, axis=0)
+    cache = architectures.init_cache(cfg, B * K, max_len, S)
+    tokens_N = jnp.full((B * K,), options.bos_id, jnp.int32)
+
+    def expand(carry, logits_NV, t):
+        """One step of the search given the live hypotheses' next-token logits."""
+        live_seqs, live_logp, fin_seqs, fin_scores, fin_count = carry
+        V = logits_NV.shape[-1]
+        logp = _log_probs(logits_NV, t, limit_N, options).reshape(B, K, V)
+        cand = (live_logp[:, :, None] + logp).reshape(B, K * V)
+        scores_B2K, index_B2K = jax.lax.top_k(cand, 2 * K)
+        beam_B2K, token_B2K = index_B2K // V, index_B2K % V
+        seqs_B2KT = jnp.take_along_axis(live_seqs, beam_B2K[:, :, None], axis=1)
+        seqs_B2KT = seqs_B2KT.at[:, :, t].set(token_B2K)
+        valid = scores_B2K > NEG / 2
+        is_eos = token_B2K == options.eos_id
+
+        # Finished: EOS among the first K candidates, while the sentence is not done.
+        done_B = fin_count >= K
+        finish = is_eos & valid & (jnp.arange(2 * K) < K)[None, :] & ~done_B[:, None]
+        lp = length_penalty(t + 1, options.length_penalty, options.length_penalty_form)
+        new_scores = jnp.where(finish, scores_B2K / lp, NEG)
+        all_scores = jnp.concatenate([fin_scores, new_scores], axis=1)
+        all_seqs = jnp.concatenate([fin_seqs, seqs_B2KT], axis=1)
+        fin_scores, keep = jax.lax.top_k(all_scores, K)
+        fin_seqs = jnp.take_along_axis(all_seqs, keep[:, :, None], axis=1)
+        fin_count = fin_count + jnp.sum(finish, axis=1)
+
+        # Live: the K best candidates that do not end in EOS.
+        live_scores = jnp.where(is_eos | ~valid, NEG, scores_B2K)
+        live_logp, pick = jax.lax.top_k(live_scores, K)
+        live_seqs = jnp.take_along_axis(seqs_B2KT, pick[:, :, None], axis=1)
+        live_beam = jnp.take_along_axis(beam_B2K, pick, axis=1)
+        live_token = jnp.take_along_axis(token_B2K, pick, axis=1)
+        # Flat row of each new live beam's parent, to reorder the self-attention cache.
+        parent_N = (jnp.arange(B)[:, None] * K + live_beam).reshape(-1)
+        carry = (live_seqs, live_logp, fin_seqs, fin_scores, fin_count)
+        return carry, parent_N, live_token.reshape(-1)
+
+    def sentence_done(carry) -> jax.Array:
+        _, live_logp, _, _, fin_count = carry
+        return (fin_count >= K) | jnp.all(live_logp <= NEG / 2, axis=1)
+
+    live_logp = jnp.full((B, K), NEG, jnp.float32).at[:, 0].set(0.0)  # one real start beam
+    carry = (
+        jnp.zeros((B, K, max_len), jnp.int32),
+        live_logp,
+        jnp.zeros((B, K, max_len), jnp.int32),
+        jnp.full((B, K), NEG, jnp.float32),
+        jnp.zeros((B,), jnp.int32),
+    )
+
+    def advance(carry, cache, logits_NV, t):
+        carry, parent_N, tokens_N = expand(carry, logits_NV, t)
+        cache = dict(cache, self=jax.tree.map(lambda a: a[:, parent_N], cache["self"]))
+        return carry, cache, tokens_N
+
+    logits_NV, cache = step(tokens_N, src_N, cache, 0, enc_out)  # fills the cross-attn cache
+    carry, cache, tokens_N = advance(carry, cache, logits_NV, 0)
+
+    def cond(state):
+        t, carry, _, _ = state
+        return (t < max_len) & ~jnp.all(sentence_done(carry))
+
+    def body(state):
+        t, carry, cache, tokens_N = state
+        logits_NV, cache = step(tokens_N, src_N, cache, t)
+        carry, cache, tokens_N = advance(carry, cache, logits_NV, t)
+        return t + 1, carry, cache, tokens_N
+
+    _, carry, _, _ = jax.lax.while_loop(cond, body, (jnp.asarray(1), carry, cache, tokens_N))
+    _, _, fin_seqs, fin_scores, _ = carry
+    best = jnp.argmax(fin_scores, axis=1)
+    tokens = jnp.take_along_axis(fin_seqs, best[:, None, None], axis=1)[:, 0]
+    return tokens, jnp.max(fin_scores, axis=1)
+
+
+@functools.partial(jax.jit, static_argnames=("model", "options"))
+def greedy_search(
+    model: nn.Module, params, src_BS: jax.Array, options: SearchOptions = SearchOptions()
+) -> tuple[jax.Array, jax.Array]:
+    """Greedy translation of right-padded sources [B, S] (``options.beam_size`` is ignored).
+
+    Returns ``(tokens [B, max_len], log p(y) [B])``: each row is y_1 … y_n (EOS last) then
+    padding, where y_t = argmax p(· | y_<t, x) among the allowed ids.
+    """
+    _check_model(model)
+    B, S = src_BS.shape
+    cfg = model.config
+    max_len = max_decode_length(S, options, cfg.max_len)
+    step = _step_fn(model, params)
+    limit_B = _row_limits(src_BS, options, max_len)
+    enc_out = _encode(model, params, src_BS)
+    cache = architectures.init_cache(cfg, B, max_len, S)
+
+    def pick(state, logits_BV, t):
+        tokens, logp_sum, done, _ = state
+        logp = _log_probs(logits_BV, t, limit_B, options)
+        token = jnp.argmax(logp, axis=-1).astype(jnp.int32)
+        gained = jnp.take_along_axis(logp, token[:, None], axis=1)[:, 0]
+        token = jnp.where(done, PAD_ID, token)
+        logp_sum = logp_sum + jnp.where(done, 0.0, gained)
+        tokens = tokens.at[:, t].set(token)
+        return tokens, logp_sum, done | (token == options.eos_id), token
+
+    state = (
+        jnp.zeros((B, max_len), jnp.int32),
+        jnp.zeros((B,), jnp.float32),
+        jnp.zeros((B,), bool),
+        jnp.full((B,), options.bos_id, jnp.int32),
+    )
+    logits_BV, cache = step(state[3], src_BS, cache, 0, enc_out)
+    state = pick(state, logits_BV, 0)
+
+    def cond(loop):
+        t, state, _ = loop
+        return (t < max_len) & ~jnp.all(state[2])
+
+    def body(loop):
+        t, state, cache = loop
+        logits_BV, cache = step(state[3], src_BS, cache, t)
+        return t + 1, pick(state, logits_BV, t), cache
+
+    _, state, _ = jax.lax.while_loop(cond, body, (jnp.asarray(1), state, cache))
+    return state[0], state[1]
+
+
+def strip(tokens: np.ndarray | jax.Array, eos_id: int = EOS_ID) -> list[list[int]]:
+    """Rows of generated ids → lists of ids before the first EOS (padding removed)."""
+    out = []
+    for row in np.asarray(tokens).tolist():
+        ids = row[: row.index(eos_id)] if eos_id in row else row
+        out.append([i for i in ids if i != PAD_ID])
+    return out
+
+
+def _like_params(params, array: np.ndarray) -> jax.Array:
+    """``array`` as a jax.Array the search can combine with ``params``: on a multi-process
+    mesh, a global array replicated over the parameters' mesh (every process passes the same
+    rows), else a plain device array."""
+    leaf = jax.tree.leaves(params)[0]
+    sharding = getattr(leaf, "sharding", None)
+    if jax.process_count() == 1 or not isinstance(sharding, jax.sharding.NamedSharding):
+        return jnp.asarray(array)
+    replicated = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
+    return jax.make_array_from_process_local_data(replicated, array)
+
+
+def _fetch(array: jax.Array) -> np.ndarray:
+    """The whole value of a (possibly multi-process) array on this host."""
+    if array.is_fully_addressable:
+        return np.asarray(array)
+    return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+
+
+def translate_ids(
+    model: nn.Module,
+    params,
+    sources: Sequence[Sequence[int]],
+    options: SearchOptions = SearchOptions(),
+    batch_size: int = 64,
+    bucket: int = 16,
+    progress: str = "",
+) -> list[list[int]]:
+    """Translate source id sequences (EOS-terminated, as in training) in fixed-shape batches.
+
+    Sentences are sorted by length, padded to a multiple of ``bucket`` tokens and grouped in
+    batches of exactly ``batch_size`` rows (the last one filled with empty rows), so the search
+    compiles once per length bucket. Returns the output ids (EOS removed) in input order.
+    With ``progress`` (its label) a tqdm bar on process 0 shows the sentences done and the rate.
+    """
+    options.validate()
+    if not sources:
+        return []
+    search = greedy_search if options.beam_size == 1 else beam_search
+    lengths = np.array([len(s) for s in sources])
+    if lengths.max() > model.config.max_len:
+        raise ValueError(
+            f"a source of {lengths.max()} tokens exceeds model.max_len={model.config.max_len}"
+        )
+    order = np.argsort(lengths, kind="stable")
+    results: list[list[int]] = [[] for _ in sources]
+    bar = tqdm(
+        total=len(sources),
+        desc=progress,
+        unit="sent",
+        leave=False,
+        disable=not progress or jax.process_index() != 0,
+    )
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        width = min(-(-int(lengths[rows].max()) // bucket) * bucket, model.config.max_len)
+        src = np.full((batch_size, width), PAD_ID, np.int32)
+        for r, i in enumerate(rows):
+            src[r, : lengths[i]] = sources[i]
+        tokens, _ = search(model, params, _like_params(params, src), options)
+        for r, ids in zip(rows, strip(_fetch(tokens), options.eos_id), strict=False):
+            results[r] = ids
+        bar.update(len(rows))
+    bar.close()
+    return results
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleOptions:
+    """Options of :func:`sample` (hashable: static under jit).
+
+    Attributes:
+      max_new_tokens: tokens generated after the prompt (EOS included).
+      temperature: logits are divided by it; 0 picks the most likely token (greedy).
+      top_k: sample among the k most likely tokens (0: all).
+      top_p: sample from the smallest set of most likely tokens whose probability reaches p
+        (nucleus sampling, Holtzman et al. 2020; 1.0: all).
+      eos_id: generation stops for a row once it samples this id.
+      banned_ids: ids never sampled.
+    """
+
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    eos_id: int = EOS_ID
+    banned_ids: tuple[int, ...] = (PAD_ID, BOS_ID)
+
+    def validate(self, prefix: str = "") -> None:
+        """One-line ValueError for the first invalid option; ``prefix`` names its config group
+        (e.g. ``"decode."``)."""
+        p = prefix
+        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int):
+            raise ValueError(f"{p}max_new_tokens={self.max_new_tokens!r} must be an integer >= 1")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"{p}max_new_tokens={self.max_new_tokens!r} must be an integer >= 1")
+        if not self.temperature >= 0:
+            raise ValueError(f"{p}temperature={self.temperature!r} must be >= 0")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"{p}top_k={self.top_k!r} must be an integer >= 0 (0: off)")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"{p}top_p={self.top_p!r} must be in (0, 1]")
+
+
+def filter_logits(logits_NV: jax.Array, top_k: int = 0, top_p: float = 1.0) -> jax.Array:
+    """Float32 logits with everything outside the top-k / top-p (nucleus) set set to NEG.
+
+    The nucleus is the smallest set of most likely tokens whose total probability is ≥ p
+    (the most likely token is always kept).
+    """
+    logits = logits_NV.astype(jnp.float32)
+    if top_k:
+        kth = jax.lax.top_k(logits, top_k)[0][:, -1:]
+        logits = jnp.where(logits < kth, NEG, logits)
+    if top_p < 1.0:
+        sorted_desc = jnp.sort(logits, axis=-1)[:, ::-1]
+        probs = jax.nn.softmax(sorted_desc, axis=-1)
+        before = jnp.cumsum(probs, axis=-1) - probs  # mass of strictly more likely tokens
+        cutoff = jnp.min(jnp.where(before < top_p, sorted_desc, jnp.inf), axis=-1, keepdims=True)
+        logits = jnp.where(logits < cutoff, NEG, logits)
+    return logits
+
+
+@functools.partial(jax.jit, static_argnames=("model", "options"))
+def sample(
+    model: nn.Module,
+    params,
+    prompts_BP: jax.Array,
+    rng: jax.Array,
+    options: SampleOptions = SampleOptions(),
+) -> jax.Array:
+    """Continue right-padded prompts [B, P] (each at least one token, e.g. BOS) with a
+    ``DecoderOnly`` model.
+
+    Returns tokens [B, P + max_new_tokens]: row b is its prompt (length p_b) followed by up to
+    ``max_new_tokens`` sampled ids ending at the first EOS, then padding. The prompt is fed
+    through the same cached step (teacher-forced), so rows with different prompt lengths share
+    one loop; the key for position t is ``fold_in(rng, t)``.
+    """
+    if not isinstance(model, architectures.DecoderOnly):
+        raise ValueError(
+            f"sampling needs a DecoderOnly model (model.arch='decoder'), got {type(model).__name__}"
+        )
+    B, P = prompts_BP.shape
+    total = P + options.max_new_tokens
+    if total > model.config.max_len:
+        raise ValueError(
+            f"prompt length {P} + max_new_tokens {options.max_new_tokens} exceeds "
+            f"model.max_len={model.config.max_len}"
+        )
+    prompt_len = jnp.sum(prompts_BP != PAD_ID, axis=1)
+    seq = jnp.zeros((B, total), jnp.int32).at[:, :P].set(prompts_BP)
+    cache = architectures.init_cache(model.config, B, total)
+    vocab = jnp.arange(model.config.vocab_size)
+    banned = jnp.isin(vocab, jnp.asarray(options.banned_ids, jnp.int32))
+
+    def body(loop):
+        t, seq, done, cache = loop
+        logits, cache = model.apply(
+            {"params": params},
+            jax.lax.dynamic_slice_in_dim(seq, t, 1, axis=1),
+            cache,
+            t,
+            method=architectures.DecoderOnly.decode_step,
+        )
+        logits = jnp.where(banned[None, :], NEG, logits[:, 0].astype(jnp.float32))
+        if options.temperature == 0:
+            token = jnp.argmax(logits, axis=-1)
+        else:
+            logits = filter_logits(logits / options.temperature, options.top_k, options.top_p)
+            token = jax.random.categorical(jax.random.fold_in(rng, t), logits, axis=-1)
+        generating = t + 1 >= prompt_len
+        done = done | (t + 1 >= prompt_len + options.max_new_tokens)  # this row's budget is spent
+        current = jax.lax.dynamic_slice_in_dim(seq, t + 1, 1, axis=1)[:, 0]
+        token = jnp.where(generating, jnp.where(done, PAD_ID, token), current).astype(jnp.int32)
+        seq = jax.lax.dynamic_update_slice_in_dim(seq, token[:, None], t + 1, axis=1)
+        done = done | (generating & (token == options.eos_id))
+        return t + 1, seq, done, cache
+
+    def cond(loop):
+        t, _, done, _ = loop
+        return (t < total - 1) & ~jnp.all(done)
+
+    _, seq, _, _ = jax.lax.while_loop(
+        cond, body, (jnp.asarray(0), seq, jnp.zeros((B,), bool), cache)
+    )
+    return seq

@@ -1,0 +1,1 @@
+"""The Transformer itself: config, constants, init, sublayers, layer, stacks, models."""

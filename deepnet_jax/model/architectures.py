@@ -1,0 +1,388 @@
+"""Encoder-only (MLM), decoder-only (causal LM) and encoder-decoder (translation) models.
+
+Public API::
+
+    from deepnet_jax import build, default_config
+    cfg = default_config()            # ml_collections.ConfigDict
+    model = build(cfg)                       # EncoderOnly, DecoderOnly or EncoderDecoder
+    logits = model.apply(variables, src_BS, tgt_in_BT, deterministic=True)   # [B, T, vocab]
+
+Token id 0 is padding (masked as attention keys); sequences are right-padded. Logits are
+float32 whatever the compute dtype.
+
+Packed rows (several examples per row, see ``deepnet_jax.data``) pass ``segment_ids`` [B, T]
+(1, 2, … per example, 0 on padding) and ``positions`` [B, T] (restarting at 0 per example);
+attention then never crosses an example boundary, so each packed example gets exactly the
+logits it would get alone.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from deepnet_jax.common.tokens import PAD_ID
+from deepnet_jax.model.config import TransformerConfig, default_config, validate
+from deepnet_jax.model.embeddings import OutputProjection, PositionEmbedding, TokenEmbedding, embed
+from deepnet_jax.model.stacks import apply_layers
+
+__all__ = [
+    "Decoder",
+    "DecoderOnly",
+    "Encoder",
+    "EncoderDecoder",
+    "EncoderOnly",
+    "TransformerConfig",
+    "build",
+    "causal_mask",
+    "cross_mask",
+    "default_config",
+    "init_cache",
+    "padding_mask",
+    "segment_mask",
+    "validate",
+]
+
+
+def padding_mask(tokens_BT: jax.Array) -> jax.Array:
+    """Key-padding mask [B, 1, 1, T]: True where the token is not padding (``tokens.PAD_ID``)."""
+    return (tokens_BT != PAD_ID)[:, None, None, :]
+
+
+def causal_mask(length: int) -> jax.Array:
+    """Causal mask [1, 1, T, T]: query t may attend to keys 0 … t."""
+    return jnp.tril(jnp.ones((length, length), dtype=bool))[None, None]
+
+
+def segment_mask(q_segments_BT: jax.Array, k_segments_BS: jax.Array) -> jax.Array:
+    """Packed-example mask [B, 1, T, S]: True where query and key belong to the same example."""
+    return q_segments_BT[:, None, :, None] == k_segments_BS[:, None, None, :]
+
+
+def _self_mask(tokens_BT: jax.Array, segments_BT: jax.Array | None, causal: bool) -> jax.Array:
+    mask = padding_mask(tokens_BT)
+    if causal:
+        mask = mask & causal_mask(tokens_BT.shape[1])
+    if segments_BT is not None:
+        mask = mask & segment_mask(segments_BT, segments_BT)
+    return mask
+
+
+def cross_mask(
+    src_BS: jax.Array,
+    tgt_segments_BT: jax.Array | None = None,
+    src_segments_BS: jax.Array | None = None,
+) -> jax.Array:
+    """Cross-attention mask: source padding [B, 1, 1, S], or [B, 1, T, S] for packed rows."""
+    mask = padding_mask(src_BS)
+    if (tgt_segments_BT is None) != (src_segments_BS is None):
+        raise ValueError("packed rows need both source and target segment ids")
+    if tgt_segments_BT is not None:
+        mask = mask & segment_mask(tgt_segments_BT, src_segments_BS)
+    return mask
+
+
+class Encoder(nn.Module):
+    """Embedding + N bidirectional layers: tokens [B, S] → hidden states [B, S, D].
+
+    With ``zero_padding_embeddings`` the embedded input is zeroed at padding tokens (after
+    dropout), as torchscale's encoder does; outputs at real tokens do not depend on it.
+    """
+
+    config: TransformerConfig
+    token_embedding: TokenEmbedding
+
+    @nn.compact
+    def __call__(
+        self,
+        tokens_BS: jax.Array,
+        deterministic: bool = True,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
+    ) -> jax.Array:
+        c = self.config
+        x = embed(
+            tokens_BS,
+            self.token_embedding,
+            PositionEmbedding(c, name="embed_positions"),
+            c,
+            deterministic,
+            positions,
+        )
+        if c.zero_padding_embeddings:
+            x = x * (tokens_BS != PAD_ID)[:, :, None].astype(x.dtype)
+        return apply_layers(
+            self,
+            c,
+            "encoder",
+            x,
+            _self_mask(tokens_BS, segment_ids, causal=False),
+            None,
+            None,
+            has_cross=False,
+            deterministic=deterministic,
+        )
+
+
+class Decoder(nn.Module):
+    """Embedding + M causal layers (with cross-attention when ``has_cross``).
+
+    tokens [B, T] (and encoder output [B, S, D] with its mask [B, 1, 1, S]) → [B, T, D].
+    """
+
+    config: TransformerConfig
+    token_embedding: TokenEmbedding
+    has_cross: bool = False
+
+    @nn.compact
+    def __call__(
+        self,
+        tokens_BT: jax.Array,
+        enc_out_BSD: jax.Array | None = None,
+        enc_mask: jax.Array | None = None,
+        deterministic: bool = True,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
+        cache: dict | None = None,
+        cache_index: jax.Array | None = None,
+    ) -> jax.Array | tuple[jax.Array, dict]:
+        """With a ``cache`` (see ``init_cache``), ``tokens_BT`` sit at positions
+        ``cache_index`` … ``cache_index + T − 1``, attend to every earlier cached position and
+        the call returns ``(x, new_cache)``."""
+        c = self.config
+        if cache is None:
+            self_mask = _self_mask(tokens_BT, segment_ids, causal=True)
+        else:
+            T, slots = tokens_BT.shape[1], cache["self"]["k"].shape[2]
+            query_pos = cache_index + jnp.arange(T)
+            self_mask = (jnp.arange(slots)[None, :] <= query_pos[:, None])[None, None]
+            if positions is None:
+                positions = jnp.broadcast_to(query_pos, tokens_BT.shape)
+        x = embed(
+            tokens_BT,
+            self.token_embedding,
+            PositionEmbedding(c, name="embed_positions"),
+            c,
+            deterministic,
+            positions,
+        )
+        return apply_layers(
+            self,
+            c,
+            "decoder",
+            x,
+            self_mask,
+            enc_out_BSD,
+            enc_mask,
+            has_cross=self.has_cross,
+            deterministic=deterministic,
+            cache=cache,
+            cache_index=cache_index,
+        )
+
+
+def _logits(
+    config: TransformerConfig,
+    table: TokenEmbedding,
+    head: OutputProjection | None,
+    x_BTD: jax.Array,
+) -> jax.Array:
+    out = table.attend(x_BTD) if config.tie_embeddings else head(x_BTD)
+    return out.astype(jnp.float32)
+
+
+class EncoderOnly(nn.Module):
+    """BERT-like masked LM: tokens [B, T] → logits [B, T, vocab]."""
+
+    config: TransformerConfig
+
+    def setup(self) -> None:
+        c = self.config
+        self.embed_tokens = TokenEmbedding(c, c.tie_embeddings)
+        self.encoder = Encoder(c, self.embed_tokens)
+        self.output_projection = None if c.tie_embeddings else OutputProjection(c)
+
+    def __call__(
+        self,
+        tokens_BT: jax.Array,
+        deterministic: bool = True,
+        *,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
+    ) -> jax.Array:
+        x = self.encoder(tokens_BT, deterministic, segment_ids, positions)
+        return _logits(self.config, self.embed_tokens, self.output_projection, x)
+
+
+class DecoderOnly(nn.Module):
+    """GPT-like causal LM: tokens [B, T] → next-token logits [B, T, vocab]."""
+
+    config: TransformerConfig
+
+    def setup(self) -> None:
+        c = self.config
+        self.embed_tokens = TokenEmbedding(c, c.tie_embeddings)
+        self.decoder = Decoder(c, self.embed_tokens)
+        self.output_projection = None if c.tie_embeddings else OutputProjection(c)
+
+    def __call__(
+        self,
+        tokens_BT: jax.Array,
+        deterministic: bool = True,
+        *,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
+    ) -> jax.Array:
+        x = self.decoder(
+            tokens_BT, deterministic=deterministic, segment_ids=segment_ids, positions=positions
+        )
+        return _logits(self.config, self.embed_tokens, self.output_projection, x)
+
+    def decode_step(
+        self, tokens_BT: jax.Array, cache: dict, cache_index: jax.Array
+    ) -> tuple[jax.Array, dict]:
+        """Incremental decoding: tokens [B, T] at positions ``cache_index`` … → logits
+        [B, T, vocab] and the updated cache (``init_cache``; T = 1 per generated token)."""
+        x, cache = self.decoder(tokens_BT, cache=cache, cache_index=cache_index)
+        return _logits(self.config, self.embed_tokens, self.output_projection, x), cache
+
+
+class EncoderDecoder(nn.Module):
+    """Translation model: source [B, S] and shifted target [B, T] → logits [B, T, vocab].
+
+    With ``share_embeddings`` one table ``embed_tokens`` serves source, target (and, when
+    tied, the output projection); otherwise ``encoder_embed_tokens`` and
+    ``decoder_embed_tokens``.
+    """
+
+    config: TransformerConfig
+
+    def setup(self) -> None:
+        c = self.config
+        if c.share_embeddings:
+            self.embed_tokens = TokenEmbedding(c, c.tie_embeddings)
+            src_table = tgt_table = self.embed_tokens
+        else:
+            self.encoder_embed_tokens = TokenEmbedding(c)
+            self.decoder_embed_tokens = TokenEmbedding(c, c.tie_embeddings)
+            src_table, tgt_table = self.encoder_embed_tokens, self.decoder_embed_tokens
+        self.target_table = tgt_table
+        self.encoder = Encoder(c, src_table)
+        self.decoder = Decoder(c, tgt_table, has_cross=True)
+        self.output_projection = None if c.tie_embeddings else OutputProjection(c)
+
+    def encode(
+        self,
+        src_BS: jax.Array,
+        deterministic: bool = True,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
+    ) -> jax.Array:
+        """Source tokens [B, S] → encoder output [B, S, D]."""
+        return self.encoder(src_BS, deterministic, segment_ids, positions)
+
+    def decode(
+        self,
+        tgt_in_BT: jax.Array,
+        enc_out_BSD: jax.Array,
+        src_BS: jax.Array,
+        deterministic: bool = True,
+        *,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
+        src_segment_ids: jax.Array | None = None,
+    ) -> jax.Array:
+        """Shifted target [B, T] + encoder output → logits [B, T, vocab]."""
+        enc_mask = cross_mask(src_BS, segment_ids, src_segment_ids)
+        x = self.decoder(tgt_in_BT, enc_out_BSD, enc_mask, deterministic, segment_ids, positions)
+        return _logits(self.config, self.target_table, self.output_projection, x)
+
+    def decode_step(
+        self,
+        tgt_in_BT: jax.Array,
+        src_BS: jax.Array,
+        cache: dict,
+        cache_index: jax.Array,
+        enc_out_BSD: jax.Array | None = None,
+    ) -> tuple[jax.Array, dict]:
+        """Incremental decoding: target tokens [B, T] at positions ``cache_index`` … →
+        logits [B, T, vocab] and the updated cache (``init_cache``).
+
+        Pass the encoder output on the first step only: each layer then computes its
+        cross-attention keys/values once and keeps them in the cache; later steps pass None.
+        ``src_BS`` supplies the source padding mask on every step.
+        """
+        x, cache = self.decoder(
+            tgt_in_BT,
+            enc_out_BSD,
+            padding_mask(src_BS),
+            True,
+            cache=cache,
+            cache_index=cache_index,
+        )
+        return _logits(self.config, self.target_table, self.output_projection, x), cache
+
+    def __call__(
+        self,
+        src_BS: jax.Array,
+        tgt_in_BT: jax.Array,
+        deterministic: bool = True,
+        *,
+        src_segment_ids: jax.Array | None = None,
+        src_positions: jax.Array | None = None,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
+    ) -> jax.Array:
+        enc_out = self.encode(src_BS, deterministic, src_segment_ids, src_positions)
+        return self.decode(
+            tgt_in_BT,
+            enc_out,
+            src_BS,
+            deterministic,
+            segment_ids=segment_ids,
+            positions=positions,
+            src_segment_ids=src_segment_ids,
+        )
+
+
+def init_cache(
+    config: TransformerConfig,
+    batch_size: int,
+    max_decode_len: int,
+    src_len: int | None = None,
+) -> dict[str, dict[str, jax.Array]]:
+    """Zeroed decoding cache laid out like the scanned parameters (layers first).
+
+    ``{"self": {"k", "v"}}`` each [M, B, max_decode_len, H, K] and, for an encoder-decoder,
+    ``{"cross": {"k", "v"}}`` each [M, B, src_len, H, K] (M decoder layers, compute dtype).
+    """
+    if config.arch == "encoder":
+        raise ValueError("model.arch='encoder' has no decoder to decode with")
+    if max_decode_len > config.max_len:
+        raise ValueError(f"decoding length {max_decode_len} exceeds model.max_len={config.max_len}")
+    M, H, K = config.num_decoder_layers, config.num_heads, config.head_dim
+
+    def zeros(length: int) -> dict[str, jax.Array]:
+        shape = (M, batch_size, length, H, K)
+        return {
+            "k": jnp.zeros(shape, config.compute_dtype),
+            "v": jnp.zeros(shape, config.compute_dtype),
+        }
+
+    cache = {"self": zeros(max_decode_len)}
+    if config.arch == "encdec":
+        if src_len is None:
+            raise ValueError("an encoder-decoder cache needs src_len")
+        cache["cross"] = zeros(src_len)
+    return cache
+
+
+_MODELS = {"encoder": EncoderOnly, "decoder": DecoderOnly, "encdec": EncoderDecoder}
+
+
+def build(model_config: ml_collections.ConfigDict) -> nn.Module:
+    """Validate ``model_config`` and return the model for its ``arch``."""
+    config = TransformerConfig.from_config(model_config)
+    return _MODELS[config.arch](config)

@@ -1,0 +1,273 @@
+"""The model configuration: defaults, validation, and the frozen form modules consume.
+
+Users edit an ``ml_collections.ConfigDict`` (``default_config()``); ``validate`` checks every field
+before anything is traced and ``TransformerConfig.from_config`` freezes it into a hashable
+dataclass that Flax modules take as an attribute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from deepnet_jax.common import config_schema
+from deepnet_jax.common.config_schema import field
+from deepnet_jax.model import constants
+
+ARCHS = constants.ARCHS
+SCHEMES = ("post_ln", "pre_ln", "deepnorm", "subln", "dlcl_pre", "dlcl_post")
+ACTIVATIONS = ("relu", "gelu")
+POSITIONS = ("sinusoidal", "learned")
+# Names tagged with ``checkpoint_name`` inside each layer, saved by the "qkv_fc1" policy.
+SAVED_NAMES = ("q_proj", "k_proj", "v_proj", "qkv_proj", "fc1")
+# model.remat_policy → the jax.checkpoint policy of each layer (None: no remat)
+REMAT_POLICIES = {
+    "none": None,
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "qkv_fc1": jax.checkpoint_policies.save_only_these_names(*SAVED_NAMES),
+}
+AUTO = "auto"  # model.remat_policy resolved to a policy and a group size before a model is built
+ATTENTION_IMPLS = ("reference", "xla", "cudnn")
+DROPOUT_RNGS = ("hash", "jax")
+DLCL_WEIGHTS = ("learnable", "fix_one", "fix_avg")
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+PARAM_DTYPES = ("float32", "bfloat16")
+INITS = ("paper", "torchscale", "torchscale_bert")
+# Fields a training config leaves at 0 to take the data's value (train_config.resolve).
+DERIVED = ("vocab_size", "max_len")
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """The model's fields (``config.model``), each declared once with its default, allowed
+    values and comment; validated, frozen and hashable, as Flax modules take it."""
+
+    arch: str = field(
+        "encdec", "encoder (MLM), decoder (causal LM) or encdec (translation)", choices=ARCHS
+    )
+    scheme: str = field("deepnorm", "the residual scheme", choices=SCHEMES)
+    num_encoder_layers: int = field(6, "N: >= 1 when the arch has an encoder, else 0")
+    num_decoder_layers: int = field(6, "M: >= 1 when the arch has a decoder, else 0")
+    d_model: int = field(512, "residual width", low=1)
+    num_heads: int = field(8, "attention heads; must divide d_model", low=1)
+    ffn_dim: int = field(2048, "FFN hidden width", low=1)
+    vocab_size: int = field(
+        8000,
+        "shared by source and target; token id 0 is padding (training configs: 0, the "
+        "data's tokenizer size)",
+        low=2,
+    )
+    dropout: float = field(
+        0.1,
+        "on each sublayer's output (residual branch) and the embeddings",
+        low=0,
+        high=1,
+        high_open=True,
+    )
+    attention_dropout: float = field(
+        0.0, "on attention probabilities", low=0, high=1, high_open=True
+    )
+    activation_dropout: float = field(
+        0.0, "on the FFN hidden activation", low=0, high=1, high_open=True
+    )
+    activation: str = field(
+        "relu", "FFN nonlinearity (relu: the papers' fairseq runs)", choices=ACTIVATIONS
+    )
+    max_len: int = field(
+        256,
+        "longest sequence the model accepts, the position table's rows (training configs: "
+        "0, data.max_len)",
+        low=1,
+    )
+    positions: str = field(
+        "sinusoidal", "sinusoidal (fixed, fairseq) or learned", choices=POSITIONS
+    )
+    tie_embeddings: bool = field(False, "output projection = input embedding transposed")
+    share_embeddings: bool = field(False, "encdec only: one embedding for source and target")
+    layernorm_eps: float = field(
+        1e-5,
+        "LayerNorm epsilon (PyTorch/fairseq default)",
+        low=0,
+        high=1,
+        low_open=True,
+        high_open=True,
+    )
+    use_bias: bool = field(True, "biases in every projection (as fairseq/torchscale)")
+    scan_layers: bool = field(True, "nn.scan over depth (False: a Python loop, for comparison)")
+    scan_group_size: int = field(
+        0,
+        "nested scan: 0 one flat scan; k >= 1 an outer scan over groups of k layers, each "
+        "rematerialized as one unit; -1: k ≈ sqrt(L), a divisor of L when one is near "
+        "(stacks.group_size)",
+        low=-1,
+        resumable=True,
+    )
+    remat_policy: str = field(
+        "full",
+        "none, full (nothing saved), dots (matmul outputs), qkv_fc1 (the named projections); "
+        "auto: the least recomputation whose planned peak fits memory_budget_gb (or the "
+        "device's or host's memory), chosen with scan_group_size "
+        "(deepnet_jax/training/remat_auto.py); a training config defaults to auto, a model built "
+        "directly to full",
+        choices=(*REMAT_POLICIES, AUTO),
+        resumable=True,
+    )
+    dtype: str = field("float32", "compute dtype", choices=DTYPES)
+    param_dtype: str = field("float32", "parameter storage dtype", choices=PARAM_DTYPES)
+    dlcl_weights: str = field(
+        "learnable",
+        "dlcl_* only: learnable, fix_one (all 1), fix_avg (1/(l+1))",
+        choices=DLCL_WEIGHTS,
+    )
+    dlcl_layer_norm: bool = field(
+        True, "dlcl_pre: the per-layer LN_k of DLCL eq. 8 (False: the ablation)"
+    )
+    fused_qkv: bool = field(
+        False, "self-attention q/k/v as one [d_model, 3, heads, head_dim] kernel"
+    )
+    attention_impl: str = field(
+        "reference",
+        "reference (einsum + softmax, any dropout), xla or "
+        "cudnn (jax.nn.dot_product_attention; no attention dropout; "
+        "cudnn: GPU, bfloat16/float16)",
+        choices=ATTENTION_IMPLS,
+        resumable=True,
+    )
+    scale_embedding: bool = field(
+        True, "token embeddings times sqrt(d_model) (torchscale: no_scale_embedding=False)"
+    )
+    position_offset: int = field(
+        0, "position p reads row p + offset of the position table (fairseq/torchscale: 2)", low=0
+    )
+    zero_padding_embeddings: bool = field(
+        False, "zero the encoder's input embeddings at padding tokens (as torchscale does)"
+    )
+    init: str = field(
+        "paper",
+        "paper (the papers' Xavier-normal times the scheme's gain), torchscale "
+        "(torchscale 0.3.0's own initialization) or torchscale_bert (torchscale's "
+        "bert_init=True: N(0, 0.02^2) weights times the gain, zero biases)",
+        choices=INITS,
+    )
+    dropout_rng: str = field(
+        "hash",
+        "dropout masks: hash (a keyed integer hash of each "
+        "element's index) or jax (jax.random.bernoulli, as "
+        "flax.linen.Dropout)",
+        choices=DROPOUT_RNGS,
+    )
+
+    @classmethod
+    def from_config(cls, c: ml_collections.ConfigDict) -> TransformerConfig:
+        validate(c)
+        if c.remat_policy == AUTO:
+            _fail(
+                "remat_policy",
+                AUTO,
+                "it names no jax policy: deepnet_jax.training.remat_auto.resolve turns it into one "
+                "(the trainer and the planner do) before a model is built",
+            )
+        return cls(**{f.name: c[f.name] for f in dataclasses.fields(cls)})
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    @property
+    def compute_dtype(self):
+        return DTYPES[self.dtype]
+
+    @property
+    def storage_dtype(self):
+        return DTYPES[self.param_dtype]
+
+    def side_constants(self, side: str) -> tuple[float, float]:
+        """(α, init gain) of one side ("encoder" or "decoder") under this config's scheme."""
+        if self.scheme == "deepnorm":
+            k = constants.deepnorm(self.arch, self.num_encoder_layers, self.num_decoder_layers)
+            return k[side]["alpha"], k[side]["beta"]
+        if self.scheme == "subln":
+            k = constants.subln(self.arch, self.num_encoder_layers, self.num_decoder_layers)
+            return 1.0, k[side]["gamma"]
+        return 1.0, 1.0
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """The default model: a 6L-6L DeepNorm encoder-decoder at transformer-base width."""
+    return config_schema.config_dict(TransformerConfig)
+
+
+def _fail(field_name: str, value: Any, reason: str) -> None:
+    raise ValueError(f"model.{field_name}={value!r} is invalid: {reason}")
+
+
+def validate(c: ml_collections.ConfigDict) -> None:
+    """Raise one clear ``ValueError`` for the first invalid field of a model config: each
+    field against its declaration, then the relations between fields."""
+    fields = list(config_schema.specs(TransformerConfig))
+    unknown = sorted(set(c.keys()) - set(fields))
+    if unknown:
+        raise ValueError(
+            f"model.{unknown[0]} is not a model field; known fields: {', '.join(fields)}"
+        )
+    missing = [f for f in fields if f not in c]
+    if missing:
+        raise ValueError(f"model.{missing[0]} is missing; start from deepnet_jax.default_config()")
+    for name in DERIVED:
+        if c[name] == 0:
+            raise ValueError(
+                f"model.{name}=0 stands for the data's value and is filled by "
+                "train_config.resolve(config); set it, or resolve the training config first"
+            )
+    config_schema.check_values(c, TransformerConfig, "model.", style="invalid")
+    _validate_relations(c)
+
+
+def _validate_relations(c: ml_collections.ConfigDict) -> None:
+    for side, arch_uses in (("encoder", ("encoder", "encdec")), ("decoder", ("decoder", "encdec"))):
+        name = f"num_{side}_layers"
+        if c.arch in arch_uses and c[name] < 1:  # the declaration checked it is an integer
+            _fail(name, c[name], "must be an integer >= 1")
+        elif c.arch not in arch_uses and c[name] != 0:
+            _fail(name, c[name], f"arch={c.arch!r} has no {side}; set it to 0")
+    if c.d_model % c.num_heads:
+        _fail("num_heads", c.num_heads, f"must divide model.d_model={c.d_model}")
+    if c.positions == "sinusoidal" and c.d_model % 2:
+        _fail("d_model", c.d_model, "must be even with positions='sinusoidal'")
+    if c.share_embeddings and c.arch != "encdec":
+        _fail("share_embeddings", True, f"only arch='encdec' has two embeddings, not {c.arch!r}")
+    if c.attention_impl != "reference" and c.attention_dropout:
+        _fail(
+            "attention_impl",
+            c.attention_impl,
+            f"jax.nn.dot_product_attention has no attention dropout (attention_dropout="
+            f"{c.attention_dropout}); use 'reference' or set model.attention_dropout=0",
+        )
+    if c.attention_impl == "cudnn" and c.dtype == "float32":
+        _fail("attention_impl", "cudnn", "cuDNN attention needs model.dtype bfloat16 or float16")
+    if c.scheme == "dlcl_post" and not c.dlcl_layer_norm:
+        _fail(
+            "dlcl_layer_norm",
+            False,
+            "the per-layer LN ablation (DLCL eq. 8, Table 6) exists "
+            "only for scheme='dlcl_pre'; eq. 9's LN is part of 'dlcl_post'",
+        )
+    if c.scan_group_size and not c.scan_layers:
+        _fail(
+            "scan_group_size",
+            c.scan_group_size,
+            "groups a scanned stack; model.scan_layers=False (a Python loop) has no scan to "
+            "group: set it to 0",
+        )
+    if c.scheme.startswith("dlcl") and c.scan_layers:
+        _fail(
+            "scan_layers",
+            True,
+            f"scheme={c.scheme!r} combines all earlier layer outputs and "
+            "cannot be scanned; set model.scan_layers=False",
+        )

@@ -1,0 +1,431 @@
+"""Sublayer building blocks: projections, LayerNorm, multi-head attention and the FFN.
+
+Every parameter carries logical axis names (``embed``, ``heads``, ``kv``, ``mlp``, ``norm``) via
+``nn.with_logical_partitioning``; gains are part of each kernel's initializer (SPEC.md), never
+applied afterwards. Parameters are stored in ``config.param_dtype`` and cast to
+``config.dtype`` for compute; LayerNorm statistics and the attention softmax run in float32.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+
+from deepnet_jax.model.config import DROPOUT_RNGS, TransformerConfig
+from deepnet_jax.model.initializers import (
+    Initializer,
+    sliced_xavier_normal,
+    stacked_slices,
+    torchscale_bert_normal,
+    torchscale_uniform,
+    xavier_normal,
+)
+
+# Activation layout at sublayer boundaries: [batch, length, embed].
+ACTIVATION_AXES = ("batch", "length", "embed")
+
+
+DIAGNOSTICS = "diagnostics"  # the flax collection the stability instruments sow into
+LN_INPUT_SUFFIX = "_input"  # sown name = LayerNorm name + this (names are shared with modules)
+
+
+def record_input_norm(module: nn.Module, name: str, x: jax.Array) -> None:
+    """Sow ``<name>_input`` = mean over positions of ‖x[..., :]‖₂ (x [B, T, F], padding
+    included) into the ``diagnostics`` collection for the LayerNorm ``name`` about to read x,
+    only when that collection is mutable outside ``init`` (the stability instruments of
+    ``deepnet_jax.training.diagnostics``); otherwise nothing is computed."""
+    if module.is_mutable_collection(DIAGNOSTICS) and not module.is_initializing():
+        norms = jnp.sqrt(jnp.sum(jnp.square(x.astype(jnp.float32)), axis=-1))
+        module.sow(
+            DIAGNOSTICS,
+            f"{name}{LN_INPUT_SUFFIX}",
+            jnp.mean(norms),
+            reduce_fn=lambda _, v: v,
+            init_fn=float,
+        )
+
+
+# lowbias32 (Chris Wellons' hash-prospector, public domain): a 32-bit integer hash with two
+# multiplies; bias 0.17, among the lowest found for 2-multiply hashes.
+_LOWBIAS32 = ((16, 0x7FEB352D), (15, 0x846CA68B), (16, None))
+
+
+def _lowbias32(h: jax.Array) -> jax.Array:
+    for shift, multiplier in _LOWBIAS32:
+        h = h ^ (h >> shift)
+        if multiplier is not None:
+            h = h * jnp.uint32(multiplier)
+    return h
+
+
+def dropout_bits(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """uint32 ``shape`` of keyed hash bits: lowbias32(lowbias32(i ⊕ k0) + k1) for the flat
+    element index i, where (k0, k1) = ``jax.random.bits(key, (2,))`` are two words of the key's
+    own PRNG (any ``jax.random`` key implementation, or a raw uint32 key). For a fixed key the
+    map i → bits is a bijection of uint32, so the elements of one mask are distinct draws;
+    independence between masks comes from their keys, which the model derives with
+    ``jax.random`` (split, fold_in)."""
+    size = math.prod(shape)
+    if size >= 2**32:
+        raise ValueError(f"dropout over {size} elements: the hash counter is 32-bit (< 2**32)")
+    k0, k1 = jax.random.bits(key, (2,), jnp.uint32)
+    index = jax.lax.iota(jnp.uint32, size).reshape(shape)
+    return _lowbias32(_lowbias32(index ^ k0) + k1)
+
+
+def dropout(
+    x: jax.Array,
+    rate: float,
+    key: jax.Array | None,
+    deterministic: bool,
+    rng: str = "hash",
+) -> jax.Array:
+    """Inverted dropout: ``where(m, x / (1 − rate), 0)``, m ~ Bernoulli(1 − rate) per element.
+
+    ``rng`` picks how the mask is drawn from ``key``:
+
+    * ``"hash"``: m = :func:`dropout_bits` ≥ ⌊rate·2³²⌋ (the rate exact to 2⁻³²). About
+      ten integer operations per element, so cheap wherever XLA puts it. On XLA:CPU this matters:
+      JAX lowers threefry there as a rolled loop that materializes every round, and an unrolled
+      counter RNG (philox) is re-derived inside every fusion that reads the mask (the forward
+      select, the backward one, and again under remat).
+    * ``"jax"``: ``jax.random.bernoulli(key, 1 − rate)`` with the key's own PRNG (threefry by
+      default): the same masks as ``flax.linen.Dropout`` for the same key.
+    """
+    if not 0.0 <= rate < 1.0:
+        raise ValueError(f"dropout rate={rate!r} must be in [0, 1)")
+    if deterministic or rate == 0.0:
+        return x
+    if key is None:
+        raise ValueError("dropout with rate > 0 outside deterministic mode needs a key")
+    keep = 1.0 - rate
+    if rng == "hash":
+        mask = dropout_bits(key, x.shape) >= jnp.uint32(int(rate * 2**32))
+    elif rng == "jax":
+        mask = jax.random.bernoulli(key, keep, x.shape)
+    else:
+        raise ValueError(f"dropout rng={rng!r}; allowed values are {DROPOUT_RNGS}")
+    return jax.lax.select(mask, x / keep, jnp.zeros_like(x))
+
+
+class Dropout(nn.Module):
+    """:func:`dropout` with its key from the module's ``"dropout"`` stream (where no explicit
+    key is at hand, e.g. the embeddings); named like ``flax.linen.Dropout`` (``Dropout_0``), so
+    with ``rng="jax"`` it draws the masks that module drew."""
+
+    rate: float
+    rng: str = "hash"
+
+    @nn.compact
+    def __call__(self, x: jax.Array, deterministic: bool) -> jax.Array:
+        if deterministic or self.rate == 0.0:
+            return x
+        return dropout(x, self.rate, self.make_rng("dropout"), False, self.rng)
+
+
+def layer_norm(config: TransformerConfig, name: str, axis_name: str = "norm") -> nn.LayerNorm:
+    """LayerNorm over the last axis with float32 statistics; scale/bias on ``axis_name``."""
+    return nn.LayerNorm(
+        epsilon=config.layernorm_eps,
+        dtype=config.compute_dtype,
+        param_dtype=config.storage_dtype,
+        use_fast_variance=False,
+        scale_init=nn.with_logical_partitioning(nn.initializers.ones, (axis_name,)),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (axis_name,)),
+        name=name,
+    )
+
+
+class Projection(nn.Module):
+    """y = x·W + b, contracting the last ``len(in_shape)`` axes of x with W.
+
+    The kernel has shape ``in_shape + out_shape`` and logical names ``in_names + out_names``;
+    it is Xavier-normal with gain ``gain`` whose fans are the products of the in/out shapes,
+    the bias zero. With ``slice_gains``, the first output axis stacks ``len(slice_gains)``
+    projections (a fused kernel): slice i has gain ``slice_gains[i]`` and the fans of one slice.
+    Under ``config.init="torchscale"`` kernel and bias are both U(±gain/√fan_in) instead
+    (:func:`~deepnet_jax.model.initializers.torchscale_uniform`, per slice); under
+    ``"torchscale_bert"`` the kernel is N(0, (0.02·gain)²) per slice, the bias zero.
+    ``tag`` names the output for ``checkpoint_name``-based remat policies.
+    """
+
+    in_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+    in_names: tuple[str, ...]
+    out_names: tuple[str, ...]
+    config: TransformerConfig
+    gain: float = 1.0
+    tag: str | None = None
+    slice_gains: tuple[float, ...] | None = None
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        n_in = len(self.in_shape)
+        init, bias_init = self._initializers()
+        kernel = self.param(
+            "kernel",
+            nn.with_logical_partitioning(init, self.in_names + self.out_names),
+            self.in_shape + self.out_shape,
+            self.config.storage_dtype,
+        )
+        dtype = self.config.compute_dtype
+        y = jnp.tensordot(x.astype(dtype), kernel.astype(dtype), axes=n_in)
+        if self.config.use_bias:
+            bias = self.param(
+                "bias",
+                nn.with_logical_partitioning(bias_init, self.out_names),
+                self.out_shape,
+                self.config.storage_dtype,
+            )
+            y = y + bias.astype(dtype)
+        if self.tag is not None:
+            y = checkpoint_name(y, self.tag)
+        return y
+
+    def _initializers(self) -> tuple[Initializer, Initializer]:
+        """(kernel init, bias init) under ``config.init``."""
+        n_in, n_out = len(self.in_shape), len(self.out_shape)
+        if self.config.init == "torchscale":
+            fan_in = math.prod(self.in_shape)
+            if self.slice_gains is None:
+                init = torchscale_uniform(self.gain, fan_in)
+                return init, init
+            inits = [torchscale_uniform(g, fan_in) for g in self.slice_gains]
+            return stacked_slices(inits, n_in), stacked_slices(inits, 0)
+        if self.config.init == "torchscale_bert":
+            if self.slice_gains is None:
+                return torchscale_bert_normal(self.gain), nn.initializers.zeros
+            inits = [torchscale_bert_normal(g) for g in self.slice_gains]
+            return stacked_slices(inits, n_in), nn.initializers.zeros
+        if self.slice_gains is None:
+            init = xavier_normal(
+                self.gain, in_axis=tuple(range(n_in)), out_axis=tuple(range(n_in, n_in + n_out))
+            )
+        else:  # fans of one slice: its out axes are those after the slice axis
+            init = sliced_xavier_normal(
+                self.slice_gains,
+                slice_axis=n_in,
+                in_axis=tuple(range(n_in)),
+                out_axis=tuple(range(n_in, n_in + n_out - 1)),
+            )
+        return init, nn.initializers.zeros
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention (self, causal self or cross).
+
+    Inputs: queries ``x_q`` [B, T, D], keys/values ``x_kv`` [B, S, D] and a boolean ``mask``
+    broadcastable to [B, H, T, S] (True = may attend). Output [B, T, D].
+
+    ``dropout_key`` seeds the attention-probability dropout (required unless deterministic).
+
+    ``value_gain`` is the Xavier gain of ``v_proj`` and ``out_proj`` (β for DeepNorm, γ for
+    Sub-LN); ``q_proj``/``k_proj`` keep gain 1. ``inner_norm`` adds Sub-LN's ``inner_attn_ln``
+    on the concatenated heads before ``out_proj`` (Magneto eq. 2).
+
+    ``fuse_qkv`` (self-attention only: ``x_kv`` must be ``x_q``) computes q, k and v with one
+    ``qkv_proj`` kernel [D, 3, H, K] (slices q, k, v; fans per slice, only v scaled) instead of
+    three; :func:`fuse_qkv_params` converts parameters between the two layouts.
+    ``config.attention_impl`` picks the softmax(q·kᵀ/√K)·v computation: the einsum reference
+    (with attention dropout) or ``jax.nn.dot_product_attention`` (``xla`` or ``cudnn``).
+    """
+
+    config: TransformerConfig
+    value_gain: float = 1.0
+    inner_norm: bool = False
+    deterministic: bool = True
+    fuse_qkv: bool = False
+
+    @nn.compact
+    def __call__(
+        self,
+        x_q: jax.Array,
+        x_kv: jax.Array | None,
+        mask: jax.Array | None,
+        dropout_key: jax.Array | None = None,
+        *,
+        cache: dict[str, jax.Array] | None = None,
+        cache_index: jax.Array | None = None,
+    ) -> jax.Array | tuple[jax.Array, dict[str, jax.Array]]:
+        """Attend from ``x_q`` to ``x_kv``; with a ``cache``, also return the updated cache.
+
+        Cached decoding (``cache`` = {"k", "v"}, each [B, S_max, H, K]) has three modes:
+
+        * self-attention step (``cache_index`` given): the keys/values of ``x_kv`` [B, T, D]
+          are written at positions ``cache_index`` … ``cache_index + T − 1`` and the queries
+          attend over the whole cache (``mask`` [B|1, 1, T, S_max] hides future slots);
+        * cross-attention prefill (``x_kv`` given, no ``cache_index``): the keys/values of the
+          encoder output replace the cache;
+        * cross-attention step (``x_kv`` None): the cached keys/values are used as they are.
+        """
+        c = self.config
+        D, H, K = c.d_model, c.num_heads, c.head_dim
+
+        def proj_in(name: str, gain: float) -> Projection:
+            return Projection(
+                (D,), (H, K), ("embed",), ("heads", "kv"), c, gain, tag=name, name=name
+            )
+
+        if self.fuse_qkv:
+            if x_kv is not x_q:
+                raise ValueError("fuse_qkv is for self-attention: x_kv must be x_q")
+            qkv_BT3HK = Projection(
+                (D,),
+                (3, H, K),
+                ("embed",),
+                ("qkv", "heads", "kv"),
+                c,
+                tag="qkv_proj",
+                slice_gains=(1.0, 1.0, self.value_gain),
+                name="qkv_proj",
+            )(x_q)
+            q_BTHK, k_BSHK, v_BSHK = (qkv_BT3HK[:, :, i] for i in range(3))
+        else:
+            q_BTHK = proj_in("q_proj", 1.0)(x_q)
+        if x_kv is None:
+            if cache is None:
+                raise ValueError("attention without x_kv needs a cache holding keys and values")
+            k_BSHK, v_BSHK = cache["k"], cache["v"]
+        else:
+            if not self.fuse_qkv:
+                k_BSHK = proj_in("k_proj", 1.0)(x_kv)
+                v_BSHK = proj_in("v_proj", self.value_gain)(x_kv)
+            if cache is not None and cache_index is not None:
+                start = (0, cache_index, 0, 0)
+                k_BSHK = jax.lax.dynamic_update_slice(
+                    cache["k"], k_BSHK.astype(cache["k"].dtype), start
+                )
+                v_BSHK = jax.lax.dynamic_update_slice(
+                    cache["v"], v_BSHK.astype(cache["v"].dtype), start
+                )
+            elif cache is not None:
+                k_BSHK = k_BSHK.astype(cache["k"].dtype)
+                v_BSHK = v_BSHK.astype(cache["v"].dtype)
+
+        if c.attention_impl == "reference":
+            out_BTHK = self._reference_attention(q_BTHK, k_BSHK, v_BSHK, mask, dropout_key)
+        else:
+            dtype = c.compute_dtype
+            out_BTHK = jax.nn.dot_product_attention(
+                q_BTHK.astype(dtype),
+                k_BSHK.astype(dtype),
+                v_BSHK.astype(dtype),
+                mask=mask,
+                implementation=c.attention_impl,
+            )
+
+        if self.inner_norm:
+            B, T = out_BTHK.shape[:2]
+            out_BTD = out_BTHK.reshape(B, T, D)
+            record_input_norm(self, "inner_attn_ln", out_BTD)
+            out_BTD = layer_norm(c, "inner_attn_ln")(out_BTD)
+            out_BTHK = out_BTD.reshape(B, T, H, K)
+        out_BTD = Projection(
+            (H, K), (D,), ("heads", "kv"), ("embed",), c, self.value_gain, name="out_proj"
+        )(out_BTHK)
+        if cache is None:
+            return out_BTD
+        return out_BTD, {"k": k_BSHK, "v": v_BSHK}
+
+    def _reference_attention(
+        self,
+        q_BTHK: jax.Array,
+        k_BSHK: jax.Array,
+        v_BSHK: jax.Array,
+        mask: jax.Array | None,
+        dropout_key: jax.Array | None,
+    ) -> jax.Array:
+        """softmax(q·kᵀ/√K + mask)·v [B, T, H, K] with float32 logits and softmax, dropout on
+        the probabilities; masked logits are float32's lowest value (a row with no visible key
+        averages every value uniformly)."""
+        c = self.config
+        logits_BHTS = jnp.einsum(
+            "bthk,bshk->bhts", q_BTHK, k_BSHK, preferred_element_type=jnp.float32
+        )
+        logits_BHTS = logits_BHTS * (c.head_dim**-0.5)
+        if mask is not None:
+            logits_BHTS = jnp.where(mask, logits_BHTS, jnp.finfo(jnp.float32).min)
+        probs_BHTS = jax.nn.softmax(logits_BHTS, axis=-1).astype(c.compute_dtype)
+        probs_BHTS = dropout(
+            probs_BHTS, c.attention_dropout, dropout_key, self.deterministic, c.dropout_rng
+        )
+        return jnp.einsum("bhts,bshk->bthk", probs_BHTS, v_BSHK.astype(c.compute_dtype))
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: x [B, T, D] → fc2(φ(fc1(x))) [B, T, D].
+
+    ``gain`` is the Xavier gain of ``fc1`` and ``fc2``; ``inner_norm`` adds Sub-LN's
+    ``ffn_layernorm`` on the hidden activation before ``fc2`` (Magneto eq. 4). ``dropout_key``
+    seeds the activation dropout (required unless deterministic).
+    """
+
+    config: TransformerConfig
+    gain: float = 1.0
+    inner_norm: bool = False
+    deterministic: bool = True
+
+    @nn.compact
+    def __call__(self, x_BTD: jax.Array, dropout_key: jax.Array | None = None) -> jax.Array:
+        c = self.config
+        h_BTF = Projection(
+            (c.d_model,), (c.ffn_dim,), ("embed",), ("mlp",), c, self.gain, tag="fc1", name="fc1"
+        )(x_BTD)
+        h_BTF = (
+            jax.nn.relu(h_BTF) if c.activation == "relu" else jax.nn.gelu(h_BTF, approximate=False)
+        )
+        h_BTF = dropout(h_BTF, c.activation_dropout, dropout_key, self.deterministic, c.dropout_rng)
+        if self.inner_norm:
+            record_input_norm(self, "ffn_layernorm", h_BTF)
+            h_BTF = layer_norm(c, "ffn_layernorm", axis_name="mlp")(h_BTF)
+        return Projection(
+            (c.ffn_dim,), (c.d_model,), ("mlp",), ("embed",), c, self.gain, name="fc2"
+        )(h_BTF)
+
+
+def fuse_qkv_params(params: Any) -> Any:
+    """The same parameters in the ``fused_qkv=True`` layout: every ``self_attn``'s ``q_proj``,
+    ``k_proj`` and ``v_proj`` become one ``qkv_proj`` (kernels [..., D, H, K] stacked into
+    [..., D, 3, H, K], biases [..., H, K] into [..., 3, H, K]; a leading scanned layer axis is
+    kept). The model output is unchanged (up to float rounding)."""
+    return _map_self_attention(params, _fuse)
+
+
+def unfuse_qkv_params(params: Any) -> Any:
+    """The inverse of :func:`fuse_qkv_params`: ``qkv_proj`` split into q/k/v projections."""
+    return _map_self_attention(params, _unfuse)
+
+
+def _fuse(attn: dict) -> dict:
+    if "qkv_proj" in attn:
+        return dict(attn)
+    out = {k: v for k, v in attn.items() if k not in ("q_proj", "k_proj", "v_proj")}
+    parts = [attn[n] for n in ("q_proj", "k_proj", "v_proj")]
+    out["qkv_proj"] = {p: jnp.stack([x[p] for x in parts], axis=-3) for p in parts[0]}
+    return out
+
+
+def _unfuse(attn: dict) -> dict:
+    if "qkv_proj" not in attn:
+        return dict(attn)
+    out = {k: v for k, v in attn.items() if k != "qkv_proj"}
+    for i, name in enumerate(("q_proj", "k_proj", "v_proj")):
+        out[name] = {p: jnp.take(x, i, axis=-3) for p, x in attn["qkv_proj"].items()}
+    return out
+
+
+def _map_self_attention(tree: Any, fn: Any) -> Any:
+    if not isinstance(tree, Mapping):
+        return tree
+    return {k: fn(v) if k == "self_attn" else _map_self_attention(v, fn) for k, v in tree.items()}
+
+
+def constrain(x: jax.Array, axes: Sequence[str] = ACTIVATION_AXES) -> jax.Array:
+    """Sharding constraint by logical axis names (a no-op outside a mesh with rules)."""
+    return nn.with_logical_constraint(x, tuple(axes))

@@ -1,0 +1,1 @@
+"""A run's files: checkpoints, loading a trained run, workdir checks, metrics, plots."""

@@ -1,0 +1,113 @@
+"""Training metrics as JSON lines in ``<workdir>/metrics.jsonl`` and TensorBoard event files in
+``<workdir>/tensorboard/`` (written by process 0 only).
+
+Each line is one record: ``{"split": "train" | "eval" | <final split>, "step": <optimizer
+updates>, ...}``. Train records carry, over the interval since the last one: ``loss``
+(label-smoothed, as optimized) and ``nll`` per target token, ``perplexity`` = exp(nll),
+``accuracy``, ``lr``, ``grad_norm`` (mean), ``update_norm`` (mean over updates),
+``param_norm`` (at the interval's end), ``tokens_per_s`` (non-padding target tokens),
+``step_time_s`` and ``mfu`` (see ``deepnet_jax.scale.flops``). Eval records carry ``loss`` (plain
+NLL), ``perplexity`` and ``accuracy``, and for translation greedy ``bleu``/``chrf``. In
+TensorBoard every numeric value is the scalar ``<split>/<name>``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from typing import Any
+
+import jax
+from tensorboardX import SummaryWriter
+
+# tensorboardX names event files by the second they were opened and truncates an existing one;
+# a per-process counter in the suffix keeps two writers opened in the same second apart.
+_EVENT_FILE_IDS = itertools.count()
+FLUSH_SECS = 30  # the event-writer thread's flush period, so a live TensorBoard keeps up
+
+
+class MetricsWriter:
+    """Appends records to ``<workdir>/metrics.jsonl`` and TensorBoard scalars to
+    ``<workdir>/tensorboard/``; a resumed run appends to the same JSONL file and adds an event
+    file beside the earlier ones (TensorBoard merges them). Does nothing on processes other than
+    0. Call ``flush()`` or ``close()`` before reading the event files back."""
+
+    def __init__(self, workdir: str):
+        self.path = os.path.join(workdir, "metrics.jsonl")
+        self.tensorboard_dir = os.path.join(workdir, "tensorboard")
+        self._enabled = jax.process_index() == 0
+        self._tensorboard: SummaryWriter | None = None
+        self._purge_step: int | None = None
+        if self._enabled:
+            os.makedirs(workdir, exist_ok=True)
+
+    def rewind(self, step: int, keep_final: bool = True) -> None:
+        """Forget what a crashed run logged after its checkpoint at update ``step``, before a
+        resumed run logs it again: JSONL records past ``step`` are dropped (with
+        ``keep_final=False`` also the evaluation records at ``step``, the end-of-training ones a
+        resumed final checkpoint repeats), and TensorBoard hides events from ``step + 1`` on
+        (tensorboardX's ``purge_step``)."""
+        self._purge_step = step + 1
+        if not self._enabled or not os.path.exists(self.path):
+            return
+        kept = [
+            r
+            for r in read(os.path.dirname(self.path))
+            if r["step"] < step or (r["step"] == step and (keep_final or r["split"] == "train"))
+        ]
+        with open(self.path + ".tmp", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in kept)
+        os.replace(self.path + ".tmp", self.path)
+
+    def write(self, split: str, step: int, values: dict[str, Any]) -> None:
+        """Append ``{"split": split, "step": step, **values}`` (arrays made Python numbers or
+        lists) to the JSONL file, and each int/float value (bools excluded; lists such as the
+        per-layer diagnostics stay JSONL-only) as the TensorBoard scalar ``<split>/<name>`` at
+        ``step``."""
+        if not self._enabled:
+            return
+        record = {"split": split, "step": step, **{k: _plain(v) for k, v in values.items()}}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self._tensorboard is None:  # first write, or the first after close()
+            suffix = f".{os.getpid()}.{next(_EVENT_FILE_IDS)}"
+            self._tensorboard = SummaryWriter(
+                self.tensorboard_dir,
+                flush_secs=FLUSH_SECS,
+                filename_suffix=suffix,
+                purge_step=self._purge_step,
+            )
+            self._purge_step = None  # once, in the first event file after a rewind
+        for name, value in record.items():
+            if name in ("split", "step") or isinstance(value, bool):
+                continue
+            if isinstance(value, (int, float)):
+                self._tensorboard.add_scalar(f"{split}/{name}", value, step)
+
+    def flush(self) -> None:
+        """Put every TensorBoard event written so far on disk (the JSONL file is closed after
+        each write already).
+
+        tensorboardX's own ``flush`` does not drain its background queue, so this closes the
+        current event file; the next ``write`` opens a new one beside it. Meant for log or eval
+        intervals, not every step. Without it, events reach disk within ``FLUSH_SECS``.
+        """
+        self.close()
+
+    def close(self) -> None:
+        """Drain, flush and close the TensorBoard event file; a later ``write`` opens a new one."""
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+            self._tensorboard = None
+
+
+def _plain(value: Any) -> Any:
+    """Arrays and numpy scalars as Python numbers or (nested) lists."""
+    return value.tolist() if hasattr(value, "tolist") else value
+
+
+def read(workdir: str) -> list[dict[str, Any]]:
+    """All records of ``<workdir>/metrics.jsonl`` in order."""
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]

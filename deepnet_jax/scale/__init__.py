@@ -1,0 +1,1 @@
+"""Scaling mechanics: meshes, multi-host start-up, FLOPs, targets, HLO, rooflines."""

@@ -1,0 +1,1 @@
+"""Training: the config, the run, the loop, steps, optimizers, memory planning."""

@@ -1,0 +1,329 @@
+"""AOT memory planner: will this config's train step fit on that target, and what does it
+compute and communicate? (The command line is :mod:`deepnet_jax.cli.plan`.)
+
+:func:`plan` lowers and compiles the real train step (``train_steps.make_train_step``: forward,
+backward, AdamW, donated state) for a target's devices — a TPU slice or GPU node through the
+accelerator's own compiler, deviceless (:mod:`deepnet_jax.scale.targets`), or simulated CPU
+devices — on abstract inputs: ``jax.ShapeDtypeStruct``s carrying the mesh shardings, so nothing the
+size of the model is ever allocated. Per device it gives:
+
+* ``params`` and ``opt_state``: bytes of this device's shards, from the shardings;
+* ``batch``: the batch's shards (the bucket with the longest rows, ``data.max_len``);
+* ``layout_padding``: what the compiled program's arguments take beyond their elements
+  (XLA:TPU pads arrays to its tiles; 0 on CPU);
+* ``temporaries``: XLA's ``memory_analysis().temp_size_in_bytes`` of the compiled step
+  (activations kept for the backward pass, rematerialized recomputation buffers, gradients
+  before the update);
+* ``peak`` = arguments + temporaries + outputs not aliased with donated inputs, ``fits``
+  against the target chip's memory, and the compile time;
+* FLOPs (flops.py's, the program's matmuls with loop trips, XLA's cost analysis), collectives
+  (:mod:`deepnet_jax.scale.hlo_census`) and a roofline bound (:mod:`deepnet_jax.scale.roofline`).
+
+Temporaries are the target compiler's own: the CPU compiler's for ``cpu:N``, whose scheduling
+and fusion differ from a TPU's or GPU's (docs/scaling.md compares them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+import warnings
+from typing import Any
+
+import flax.linen as nn
+import jax
+import ml_collections
+import numpy as np
+from jax._src import config as jax_config  # the compilation cache switch as a context
+
+from deepnet_jax.data import batching, synthetic
+from deepnet_jax.model import architectures
+from deepnet_jax.model import inputs as model_inputs
+from deepnet_jax.scale import flops, hlo_census, roofline, sharding, targets
+from deepnet_jax.training import actions as train_actions
+from deepnet_jax.training import config as train_config
+from deepnet_jax.training import optimizers
+from deepnet_jax.training import steps as train_steps
+
+GIB = 2**30
+
+
+# Outputs of the step that do not reuse a donated input's buffer are its metrics (scalars and
+# per-layer norms: kilobytes); more than this means the new state is not written in place.
+NOT_ALIASED_LIMIT = 2**20
+
+
+class DoesNotFitError(ValueError):
+    """XLA refused to compile the step: it needs more memory per device than the target has."""
+
+
+@dataclasses.dataclass
+class Plan:
+    """Per-device bytes of a compiled train step (see the module docstring), and on a TPU or
+    GPU target its fit, FLOPs, collectives and roofline bound."""
+
+    target: str
+    device_kind: str
+    mesh: dict[str, int]
+    batch_shape: tuple[int, int]
+    num_params: int
+    params: int
+    opt_state: int
+    batch: int
+    layout_padding: int  # the arguments' tile padding (hlo_census.padded_nbytes; XLA:TPU)
+    temporaries: int
+    outputs_not_aliased: int
+    peak: int
+    compile_s: float
+    memory_analysis: dict[str, int]
+    device_memory: int  # bytes a device gives a run (targets.usable_bytes; 0: unknown, CPU)
+    fits: bool | None
+    model_flops: float  # flops.train_flops_per_step, global
+    program_flops: float  # matmul FLOPs of the lowered step, loop trips counted, global
+    xla_flops: float  # Compiled.cost_analysis()["flops"], per device, loop bodies once
+    xla_bytes_accessed: float  # the same for "bytes accessed"
+    expected_recompute: float | None  # program/model FLOPs the remat policy implies
+    collectives: dict[str, dict[str, int]]
+    roofline: dict[str, Any] | None
+    warnings: list[str]
+
+
+def device_bytes(tree: Any) -> int:
+    """Bytes of one device's shards of an abstract (sharded ShapeDtypeStruct) tree; every
+    device holds the same amount under these meshes, so device 0 stands for all."""
+    total = 0
+    for leaf in jax.tree.leaves(tree):
+        shape = leaf.sharding.shard_shape(leaf.shape)
+        total += int(np.prod(shape, dtype=np.int64)) * leaf.dtype.itemsize
+    return total
+
+
+def batch_shape(config: ml_collections.ConfigDict, row_multiple: int) -> tuple[int, int]:
+    """(rows, length) of the run's longest batch bucket."""
+    d = config.data
+    buckets = batching.make_buckets(
+        d.max_len,
+        d.batch_size,
+        d.get("max_tokens", 0) or 0,
+        d.get("bucket_boundaries", ()) or (),
+        row_multiple,
+    )
+    longest = max(buckets, key=lambda b: (b.length, b.rows))
+    return longest.rows, longest.length
+
+
+def plan(
+    config: ml_collections.ConfigDict,
+    devices: list[jax.Device] | None = None,
+    target: targets.Target | None = None,
+) -> Plan:
+    """Compile ``config``'s train step on abstract sharded inputs over ``devices`` — by default
+    ``target``'s compile-only devices (TPU, GPU) or the process's own (``cpu:N``, no target).
+
+    Raises :class:`DoesNotFitError` (one line) when XLA refuses to compile it for lack of memory."""
+    if devices is None:
+        on_chip = target is not None and target.platform != "cpu"
+        devices = targets.compile_devices(target) if on_chip else jax.devices()
+    if target is None and devices[0].platform != "cpu":
+        raise ValueError(
+            f"plan() on {devices[0].platform} devices needs their target "
+            "(target=targets.parse('v5p-8'), say): its chip's memory and peak judge the plan"
+        )
+    target = target or targets.parse(f"cpu:{len(devices)}")
+    config = train_config.resolve(config)  # model fields derived from the data
+    step = _Step.build(config, devices)
+    lowered, compiled, compile_s = _compile(step, target)
+    return _plan(config, target, devices[0], step, lowered, compiled, compile_s)
+
+
+@dataclasses.dataclass
+class _Step:
+    """The trainer's jitted step and its abstract arguments on a mesh."""
+
+    mesh: jax.sharding.Mesh
+    rules: Any
+    state: sharding.ShardedState
+    batch: dict[str, jax.ShapeDtypeStruct]
+    fn: Any
+
+    @classmethod
+    def build(cls, config: ml_collections.ConfigDict, devices: list[jax.Device]) -> _Step:
+        mesh = sharding.make_mesh(config.mesh, devices)
+        rules = sharding.logical_axis_rules(config.mesh)
+        arch = config.model.arch
+        model = architectures.build(config.model)
+        rows, length = batch_shape(config, sharding.data_parallel_size(mesh))
+        example = synthetic.batch(
+            arch, 1, max(config.model.vocab_size, 8), length, np.random.default_rng(0)
+        )
+        rows_sharding = sharding.batch_sharding(mesh)
+        batch = {
+            k: jax.ShapeDtypeStruct((rows, length), v.dtype, sharding=rows_sharding)
+            for k, v in example.items()
+            if k in _batch_keys(arch)
+        }
+        optimizer = optimizers.make_optimizer(config)
+        small = {k: v[:, :8] for k, v in example.items()}  # shapes for init only
+        state = sharding.sharded_state(
+            lambda: model_inputs.init_variables(model, arch, small), optimizer.init, mesh, rules
+        )
+        fn = train_steps.make_train_step(  # the trainer's step, with its non-finite gate
+            train_steps.make_loss_fn(model, arch, config.label_smoothing),
+            optimizer,
+            jax.random.key(0),
+            layer_grad_norms=bool(config.diagnostics.every),
+            halt_after=train_actions.halt_after(config),
+            state_shardings=sharding.state_shardings(state),
+        )
+        return cls(mesh, rules, state, batch, fn)
+
+    def args(self) -> tuple[Any, ...]:
+        scalar = jax.ShapeDtypeStruct((), np.int32)
+        lr = jax.ShapeDtypeStruct((), np.float32)
+        abstract = self.state.abstract
+        return abstract["params"], abstract["opt_state"], self.batch, scalar, lr, scalar
+
+
+def _compile(step: _Step, target: targets.Target) -> tuple[Any, Any, float]:
+    """(lowered, compiled, seconds to lower and compile); :class:`DoesNotFitError` when XLA runs out
+    of memory."""
+    start = time.perf_counter()
+    # a compile-only (deviceless) compiler cannot load an executable from jax's persistent
+    # compilation cache (it has no client): leave the cache out of it, and where the process
+    # has already decided to use one (jax decides once), drop the warning of the failed read
+    cache = jax_config.enable_compilation_cache(target.platform == "cpu")
+    quiet = warnings.catch_warnings()
+    with jax.set_mesh(step.mesh), nn.logical_axis_rules(step.rules), cache, quiet:
+        warnings.filterwarnings("ignore", "Error reading persistent compilation cache")
+        lowered = step.fn.lower(*step.args())
+        try:
+            compiled = lowered.compile()
+        except Exception as e:  # XLA's runtime error type is not public
+            message = " ".join(str(e).split())
+            if "RESOURCE_EXHAUSTED" not in message:
+                raise
+            raise DoesNotFitError(_does_not_fit(message, target)) from None
+    return lowered, compiled, time.perf_counter() - start
+
+
+def _does_not_fit(message: str, target: targets.Target) -> str:
+    """One line from XLA's RESOURCE_EXHAUSTED message ("… required for HLO temporaries (291.12G)
+    exceeds available HBM (15.75G)"): what the step needs and what a device has."""
+    sizes = re.findall(r"\(([\d.]+\s*[KMGT]i?B?)\)", message)
+    if len(sizes) >= 2:
+        return (
+            f"does not fit on {target.name}: the train step needs {sizes[0]} per device, "
+            f"a {target.chip.name} has {sizes[1]} available to it (XLA: RESOURCE_EXHAUSTED)"
+        )
+    return (
+        f"does not fit on {target.name}: a {target.chip.name} has "
+        f"{target.chip.memory_bytes / GIB:.1f} GiB (XLA: {message[:200]})"
+    )
+
+
+def does_not_fit_line(plan: Plan) -> str:
+    """The one line for a plan that compiled but whose peak exceeds the chip's memory."""
+    return (
+        f"does not fit on {plan.target}: the train step needs {plan.peak / GIB:.2f} GiB per "
+        f"device at its peak, a {plan.device_kind} gives a run {plan.device_memory / GIB:.1f} GiB"
+    )
+
+
+def _memory(compiled: Any) -> dict[str, int]:
+    analysis = compiled.memory_analysis()
+    names = (
+        "argument_size_in_bytes",
+        "output_size_in_bytes",
+        "alias_size_in_bytes",
+        "temp_size_in_bytes",
+        "generated_code_size_in_bytes",
+    )
+    return {name: int(getattr(analysis, name)) for name in names}
+
+
+def _plan(
+    config: ml_collections.ConfigDict,
+    target: targets.Target,
+    device: jax.Device,
+    step: _Step,
+    lowered: Any,
+    compiled: Any,
+    compile_s: float,
+) -> Plan:
+    memory = _memory(compiled)
+    not_aliased = memory["output_size_in_bytes"] - memory["alias_size_in_bytes"]
+    peak = memory["argument_size_in_bytes"] + memory["temp_size_in_bytes"] + not_aliased
+    n = step.mesh.size
+    program_flops = float(hlo_census.matmul_flops(lowered.as_text(dialect="hlo")))
+    shapes = {k: v.shape for k, v in step.batch.items()}
+    model_flops = flops.train_flops_per_step(config.model, shapes)
+    cost = compiled.cost_analysis() or {}
+    compiled_hlo = hlo_census.parse(compiled.as_text())  # parsed once for the figures below
+    moved = hlo_census.collectives(compiled_hlo, n)
+    parameters = hlo_census.entry_parameters(compiled_hlo)
+    padding = sum(hlo_census.padded_nbytes(t) - hlo_census.nbytes(t) for t in parameters)
+    usable = targets.usable_bytes(target)
+    hbm = max(
+        float(cost.get("bytes accessed", 0.0)),
+        memory["argument_size_in_bytes"] + memory["output_size_in_bytes"],
+    )
+    chip = target.chip
+    roof = None
+    if chip.peak_flops:
+        sent = sum(c.bytes for c in moved.values())
+        roof = roofline.bound(chip, program_flops / n, model_flops / n, hbm, sent)
+    abstract = step.state.abstract
+    return Plan(
+        target=target.name,
+        device_kind=device.device_kind,
+        mesh=dict(step.mesh.shape),
+        batch_shape=next(iter(shapes.values())),
+        num_params=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract["params"])),
+        params=device_bytes(abstract["params"]),
+        opt_state=device_bytes(abstract["opt_state"]),
+        batch=device_bytes(step.batch),
+        layout_padding=padding,
+        temporaries=memory["temp_size_in_bytes"],
+        outputs_not_aliased=not_aliased,
+        peak=peak,
+        compile_s=compile_s,
+        memory_analysis=memory,
+        device_memory=usable,
+        fits=peak <= usable if usable else None,
+        model_flops=model_flops,
+        program_flops=program_flops,
+        xla_flops=float(cost.get("flops", 0.0)),
+        xla_bytes_accessed=float(cost.get("bytes accessed", 0.0)),
+        expected_recompute=flops.remat_flops_ratio(config.model, shapes),
+        collectives={k: dataclasses.asdict(v) for k, v in moved.items()},
+        roofline=dataclasses.asdict(roof) if roof else None,
+        warnings=_warnings(not_aliased, hlo_census.unknown_loops(compiled_hlo), target),
+    )
+
+
+def _warnings(not_aliased: int, unknown_loops: int, target: targets.Target) -> list[str]:
+    """What makes a plan's figures doubtful, one sentence each."""
+    warnings = []
+    if not_aliased > NOT_ALIASED_LIMIT:
+        warnings.append(
+            f"{not_aliased / 2**20:.1f} MiB of the step's outputs are not written over its "
+            "donated inputs: the new state is a second copy (its output shardings differ from "
+            "the state's)"
+        )
+    if unknown_loops:
+        warnings.append(
+            f"{unknown_loops} loop(s) of the compiled step have no known trip count: their "
+            "FLOPs and collectives are counted once"
+        )
+    if target.platform == "cuda" and target.num_hosts > 1:
+        warnings.append(
+            "the roofline charges all collectives to NVLink; between the hosts of a GPU cluster "
+            "the network is several times slower, so the bound is optimistic"
+        )
+    return warnings
+
+
+def _batch_keys(arch: str) -> tuple[str, ...]:
+    keys = ("inputs", "targets", "weights")
+    return ("src", *keys) if arch == "encdec" else keys

@@ -1,0 +1,166 @@
+"""What a training run shows while it trains: the progress bar, one log line per ``log_every``
+micro-batches (the interval's means, also written as a ``train`` metrics record) and warnings.
+Everything is printed by process 0 only."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from tqdm import tqdm
+
+from deepnet_jax.common.console import say
+from deepnet_jax.runs import metrics as metrics_lib
+
+SOURCE_BLIND_NATS = 0.1  # source sensitivity below this after the warm-up: a warning
+
+
+class Interval:
+    """Host-side sums of the per-step metrics between two log lines."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.steps = 0
+        self.updates = 0
+        self.update_norm = 0.0
+        self.param_norm = 0.0
+        self.flops = 0.0
+        self.skipped = 0  # steps with a non-finite loss or gradient (nan_policy="skip")
+        self.start = time.perf_counter()
+
+    def add(self, metrics: dict[str, Any], boundary: bool, flops: float) -> None:
+        for k in ("loss_sum", "nll_sum", "weight", "correct", "grad_norm"):
+            self.sums[k] = self.sums.get(k, 0.0) + float(metrics[k])
+        self.steps += 1
+        self.flops += flops
+        if boundary:
+            self.updates += 1
+            self.update_norm += float(metrics["update_norm"])
+            self.param_norm = float(metrics["param_norm"])
+
+    def record(self, lr: float, peak_flops_per_s: float) -> dict[str, float]:
+        elapsed = time.perf_counter() - self.start
+        sums = {k: self.sums.get(k, 0.0) for k in ("loss_sum", "nll_sum", "weight", "correct")}
+        w = max(sums["weight"], 1.0)
+        nll = sums["nll_sum"] / w
+        steps = max(self.steps, 1)
+        return {
+            "loss": sums["loss_sum"] / w,
+            "nll": nll,
+            "perplexity": float(np.exp(min(nll, 50.0))),
+            "accuracy": sums["correct"] / w,
+            "lr": lr,
+            "grad_norm": self.sums.get("grad_norm", 0.0) / steps,
+            "update_norm": self.update_norm / max(self.updates, 1),
+            "param_norm": self.param_norm,
+            "tokens_per_s": sums["weight"] / elapsed,
+            "step_time_s": elapsed / (self.steps + self.skipped or 1),
+            "mfu": self.flops / elapsed / peak_flops_per_s,
+            "skipped_steps": self.skipped,
+        }
+
+
+def log_line(updates: int, total: int, r: dict[str, float]) -> str:
+    """``step u/T | loss … | nll … | acc … | lr … | gnorm … | tok/s | ms/step | mfu``."""
+    return (
+        f"step {updates}/{total} | loss {r['loss']:.3f} | nll {r['nll']:.3f} | "
+        f"acc {r['accuracy']:.3f} | lr {r['lr']:.2e} | gnorm {r['grad_norm']:.2f} | "
+        f"{r['tokens_per_s']:.0f} tok/s | {r['step_time_s'] * 1e3:.0f} ms/step | "
+        f"mfu {100 * r['mfu']:.1f}%"
+    )
+
+
+def source_blind_warning(result: dict[str, Any], updates: int, warmup_steps: int) -> str:
+    """A one-line warning when, past the warm-up, the validation NLL barely depends on the
+    source (``source_sensitivity`` < 0.1 nats per target token); else ``""``."""
+    sensitivity = result.get("source_sensitivity")
+    if sensitivity is None or updates <= warmup_steps or sensitivity >= SOURCE_BLIND_NATS:
+        return ""
+    return (
+        f"warning: source sensitivity {sensitivity:.3f} nats at update {updates} (< "
+        f"{SOURCE_BLIND_NATS} after the warm-up): the decoder is ignoring its source, "
+        "predicting targets from the target prefix alone"
+    )
+
+
+def scored_set(result: dict[str, Any], translates: bool, max_len: int) -> str:
+    """What a loss figure was computed on, from :meth:`Validator.loss`'s counts: ``1,943
+    pairs (116 cut to 64 tokens)``; records left out (empty texts) are named too."""
+    text = f"{result['loss_examples']:,} {'pairs' if translates else 'examples'}"
+    notes = []
+    if result.get("loss_truncated"):
+        notes.append(f"{result['loss_truncated']:,} cut to {max_len} tokens")
+    if result.get("loss_dropped"):
+        notes.append(f"{result['loss_dropped']:,} empty left out")
+    return text + (f" ({', '.join(notes)})" if notes else "")
+
+
+class Progress:
+    """The progress bar over micro-batches and the interval behind each log line.
+
+    ``interval`` collects the checked metrics of each step; :meth:`log` closes it into a log
+    line and a ``train`` record; time spent in :meth:`paused` (validation, probes) is not
+    training time.
+    """
+
+    def __init__(
+        self,
+        config: ml_collections.ConfigDict,
+        writer: metrics_lib.MetricsWriter | None,
+        learning_rates: np.ndarray,
+        peak_flops_per_s: float,
+    ):
+        self.config, self.writer = config, writer
+        self.learning_rates, self.peak = learning_rates, peak_flops_per_s
+        self.interval = Interval()
+        self.last_record: dict[str, float] = {}
+        self.first_loss: float | None = None  # the first step's loss in this process
+        self.bar: tqdm | None = None
+
+    def steps(self, start: int, micro_steps: int) -> tqdm:
+        """The micro-step indices ``start … micro_steps − 1`` behind a progress bar."""
+        self.bar = tqdm(
+            range(start, micro_steps),
+            desc="train",
+            unit="batch",
+            initial=start,
+            disable=jax.process_index() != 0,
+        )
+        return self.bar
+
+    def due(self, step: int, last: bool) -> bool:
+        """Whether micro-step ``step`` (0-based) ends a log interval."""
+        return (step + 1) % self.config.log_every == 0 or last
+
+    def log(self, updates: int) -> None:
+        """Close the interval: a log line, the bar's postfix and a ``train`` record."""
+        lr = float(self.learning_rates[max(updates - 1, 0)])
+        record = self.interval.record(lr, self.peak)
+        self.last_record = record
+        self.bar.set_postfix(
+            loss=f"{record['loss']:.3f}",
+            lr=f"{record['lr']:.2e}",
+            tok_s=f"{record['tokens_per_s']:.0f}",
+        )
+        say(log_line(updates, self.config.total_steps, record))
+        if self.writer:
+            self.writer.write("train", updates, record)
+        self.interval = Interval()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Leave the time spent inside out of the interval's training time."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.interval.start += time.perf_counter() - started
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

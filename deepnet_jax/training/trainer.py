@@ -1,0 +1,396 @@
+"""The training loop and its parts: the run's fixed pieces (:class:`Run`), the state and its
+setup or restore (:func:`initial_state`), one step (:func:`advance`), the loop
+(:func:`train_loop`), and the end of a run (:func:`finish`, :func:`stopped`).
+
+The loop dispatches step i + 1 before it reads step i's metrics (:class:`StepReader`), so the
+host never waits for the device between steps; logging, validation, the stability instruments,
+checkpoints and the stop signal are the periodic actions of :mod:`deepnet_jax.training.actions`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from deepnet_jax.data import pipeline
+from deepnet_jax.model import architectures
+from deepnet_jax.model import inputs as model_inputs
+from deepnet_jax.runs import checkpoint, plots
+from deepnet_jax.runs import loading as run_loading
+from deepnet_jax.runs import metrics as metrics_lib
+from deepnet_jax.runs import workdir as workdir_lib
+from deepnet_jax.scale import flops, sharding
+from deepnet_jax.training import config as train_config
+from deepnet_jax.training import data as train_data
+from deepnet_jax.training import diagnostics, fingerprint, optimizers, preemption, remat_auto
+from deepnet_jax.training import steps as train_steps
+from deepnet_jax.training.actions import (
+    EvalContext,
+    Instruments,
+    StepReader,
+    StepRecord,
+    Validator,
+    halt_after,
+    replicated,
+)
+from deepnet_jax.training.progress import Progress, say, scored_set
+
+
+@dataclasses.dataclass
+class Run:
+    """What stays fixed during a run: its config, workdir and mesh, the model and its data
+    (``batches``: the training stream), the compiled step, the schedule and the writers."""
+
+    config: ml_collections.ConfigDict
+    workdir: str | None
+    mesh: jax.sharding.Mesh
+    model: nn.Module
+    data: train_data.Data
+    batches: Any  # grain-like iterator: next(), get_state(), set_state()
+    plan: sharding.ShardedState
+    train_step: Any
+    learning_rates: np.ndarray
+    checkpointer: checkpoint.Checkpointer | None
+    writer: metrics_lib.MetricsWriter | None
+    fingerprint: dict[str, Any]  # saved with every checkpoint (fingerprint.record)
+
+    def place(self, local_batch: dict[str, np.ndarray]) -> train_steps.Batch:
+        """This process's rows → global arrays split over the data-parallel devices."""
+        return pipeline.global_batch(local_batch, sharding.batch_sharding(self.mesh))
+
+    def eval_context(self) -> EvalContext:
+        c = self.config
+        return EvalContext(
+            c, self.workdir, self.model, self.data, self.place, self.checkpointer, self.writer
+        )
+
+
+@dataclasses.dataclass
+class TrainState:
+    """The state the loop advances: parameters, optimizer state, micro-batches done, and the
+    non-finite gate (int32 device scalar: consecutive non-finite steps, see
+    :func:`deepnet_jax.training.steps.make_train_step`)."""
+
+    params: Any
+    opt_state: Any
+    step: int
+    bad_in_a_row: jax.Array
+
+    def tree(self) -> dict[str, Any]:
+        return {"params": self.params, "opt_state": self.opt_state}
+
+
+def build_run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> Run:
+    """The model, the data stream, the sharded-state plan, the step and the writers.
+
+    ``config`` as the user wrote it: the fields derived from the data (``model.vocab_size``,
+    ``model.max_len``) are filled here (``train_config.resolve``), the model vocabulary from
+    the tokenizer the data was prepared with; ``Run.config`` (what checkpoints keep) holds
+    the resolved values. A workdir's checkpoints are compared with the run first
+    (:mod:`deepnet_jax.training.fingerprint`): the config before the data is prepared, the derived
+    fields and the tokenizer once it is; a mismatch stops the run with nothing touched.
+    """
+    saved = fingerprint.read(workdir)
+    fingerprint.check_config(saved, config, workdir)  # before the data is prepared
+    provisional = train_config.resolve(config)
+    data = train_data.make_data(provisional, sharding.data_parallel_size(mesh))
+    config = train_config.resolve(config, data.tokenizer_size)
+    tokenizer = fingerprint.tokenizer_sha256(data)
+    for line in fingerprint.check(saved, config, tokenizer, workdir):
+        say(line)
+    batches = data.train_iterator()
+    start_state = batches.get_state()
+    example = next(batches)  # shapes for init; the stream is rewound below
+    batches.set_state(start_state)
+    optimizer = optimizers.make_optimizer(config)
+    model, plan = _model_and_state(remat_auto.stand_in(config), example, optimizer, mesh)
+    checkpointer = _checkpointer(config, workdir, plan)  # free space: before auto compiles
+    if remat_auto.is_auto(config):  # the least recomputation that fits, planned on the mesh
+        config = remat_auto.resolve(config, list(mesh.devices.flat))
+        model, plan = _model_and_state(config, example, optimizer, mesh)
+    train_step = train_steps.make_train_step(
+        train_steps.make_loss_fn(model, config.model.arch, config.label_smoothing),
+        optimizer,
+        jax.random.key(config.seed + 2),  # the dropout keys' base
+        layer_grad_norms=bool(config.diagnostics.every),
+        halt_after=halt_after(config),
+        state_shardings=sharding.state_shardings(plan),
+    )
+    writer = metrics_lib.MetricsWriter(workdir) if workdir else None
+    lrs = optimizers.learning_rates(config)
+    return Run(
+        *(config, workdir, mesh, model, data, batches, plan, train_step, lrs, checkpointer),
+        writer,
+        fingerprint.record(tokenizer),
+    )
+
+
+def _model_and_state(
+    config: ml_collections.ConfigDict,
+    example: dict[str, np.ndarray],
+    optimizer: optax.GradientTransformation,
+    mesh: jax.sharding.Mesh,
+) -> tuple[nn.Module, sharding.ShardedState]:
+    """``config``'s model and the sharded plan of its state (abstract: nothing allocated)."""
+    model, arch = architectures.build(config.model), config.model.arch
+    plan = sharding.sharded_state(
+        lambda: model_inputs.init_variables(model, arch, example, config.seed),
+        optimizer.init,
+        mesh,
+        sharding.logical_axis_rules(config.mesh),
+    )
+    return model, plan
+
+
+def _checkpointer(
+    config: ml_collections.ConfigDict, workdir: str | None, plan: sharding.ShardedState
+) -> checkpoint.Checkpointer | None:
+    """The run's checkpointer (None without a workdir or checkpoints), once the workdir's
+    disk has room for ``max_to_keep`` checkpoints of ``plan``'s state."""
+    if not (workdir and config.checkpoint_every):
+        return None
+    needed = workdir_lib.checkpoint_bytes_needed(
+        train_steps.nbytes(plan.abstract),
+        train_steps.nbytes(plan.abstract["params"]),
+        config.max_to_keep,
+    )
+    workdir_lib.check_free_space(workdir, needed)
+    return checkpoint.Checkpointer(workdir, config.checkpoint_every, config.max_to_keep)
+
+
+def initial_state(run: Run) -> tuple[TrainState, float | None]:
+    """The newest restorable checkpoint's state (the data stream set to its position) and the
+    best validation score so far; a fresh state and None without one."""
+    params = opt_state = best = None
+    start = 0
+    if run.checkpointer:
+        target = {**run.plan.abstract, "step": np.asarray(0, np.int64)}  # nothing allocated
+        restored = run.checkpointer.restore_newest(target, warn=lambda m: say(f"warning: {m}"))
+        if restored is not None:
+            latest, state, data_state = restored
+            params, opt_state, start = state["params"], state["opt_state"], int(state["step"])
+            run.batches.set_state(data_state)
+            best = run.checkpointer.best_score()
+            say(f"resuming from {run.checkpointer.directory}/{latest} (step {start})")
+    if params is None:  # a step-0 checkpoint holds imported parameters (interop.torchscale)
+        params, opt_state = run.plan.create()
+    if run.writer:  # what a crashed run logged after this checkpoint (all of it, if none) is redone
+        k, total = run.config.grad_accum_steps, run.config.total_steps
+        run.writer.rewind(start // k, keep_final=0 < start < total * k)
+    if run.workdir and isinstance(run.data, train_data.CorpusData) and jax.process_index() == 0:
+        os.makedirs(run.workdir, exist_ok=True)  # the tokenizer travels with the run
+        shutil.copyfile(run.data.pipeline.tokenizer_path, run_loading.tokenizer_path(run.workdir))
+    gate = jax.jit(lambda: jnp.zeros((), jnp.int32), out_shardings=replicated(run.mesh))()
+    return TrainState(params, opt_state, start, gate), best
+
+
+def next_batch(run: Run, signals: preemption.StopSignals) -> tuple[dict, float]:
+    """The next host batch with this process's stop flags, and the global batch's FLOPs."""
+    batch = next(run.batches)
+    global_shapes = {n: (v.shape[0] * jax.process_count(), *v.shape[1:]) for n, v in batch.items()}
+    step_flops = flops.train_flops_per_step(run.config.model, global_shapes)
+    rows = next(iter(batch.values())).shape[0]
+    return {**batch, preemption.STOP_KEY: signals.flags(rows)}, step_flops
+
+
+def advance(run: Run, state: TrainState, batch: dict) -> tuple[TrainState, dict[str, Any]]:
+    """Dispatch one micro-step (asynchronously): the next state and the step's device metrics."""
+    lr = run.learning_rates[state.step // run.config.grad_accum_steps]
+    params, opt_state, metrics = run.train_step(
+        state.params, state.opt_state, run.place(batch), state.step, lr, state.bad_in_a_row
+    )
+    return TrainState(params, opt_state, state.step + 1, metrics[train_steps.BAD_IN_A_ROW]), metrics
+
+
+def save(run: Run, state: TrainState) -> None:
+    """Start the checkpoint of ``state`` (its steps' metrics already read and checked)."""
+    tree = {**state.tree(), "step": np.asarray(state.step, np.int64)}
+    run.checkpointer.save(state.step, tree, run.batches.get_state(), run.config, run.fingerprint)
+
+
+def train_loop(
+    run: Run,
+    state: TrainState,
+    progress: Progress,
+    validator: Validator,
+    instruments: Instruments | None,
+    signals: preemption.StopSignals,
+) -> tuple[TrainState, bool]:
+    """Train to ``total_steps`` updates or an agreed stop signal; returns the state and
+    whether a signal stopped it (its checkpoint then written)."""
+    c, k = run.config, run.config.grad_accum_steps
+    micro_steps = c.total_steps * k
+    reader = StepReader(c, run.workdir, run.checkpointer)
+    for step in progress.steps(state.step, micro_steps):
+        batch, step_flops = next_batch(run, signals)
+        state, metrics = advance(run, state, batch)
+        updates, boundary = (step + 1) // k, (step + 1) % k == 0
+        last = step + 1 == micro_steps
+        record = StepRecord(metrics, step, boundary, step_flops)
+        reader.push(record, progress.interval, state.tree())
+        if progress.due(step, last):
+            reader.drain(progress.interval, state.tree())
+            progress.log(updates)
+        if boundary and c.eval_every and updates % c.eval_every == 0 and not last:
+            with progress.paused():
+                validator(state.params, updates)
+        if instruments and boundary and instruments.due(updates):
+            reader.drain(progress.interval, state.tree())  # this step's layer gradient norms
+            with progress.paused():
+                instruments.measure(state.params, updates, reader.layer_grads)
+        saved = run.checkpointer and boundary and (updates % c.checkpoint_every == 0 or last)
+        if saved or (run.checkpointer and reader.stop_agreed):
+            reader.drain(progress.interval, state.tree())  # never save an unchecked state
+            save(run, state)
+        if reader.stop_agreed:  # every process sees it after the same step
+            break
+    progress.close()
+    progress.first_loss = reader.first_loss
+    return state, reader.stop_agreed
+
+
+def stopped(run: Run, signal_name: str | None, step: int) -> dict[str, Any]:
+    """End a run stopped by a signal: wait for the checkpoint of ``step`` micro-batches to be
+    written, say where it is, and return ``{"stopped": True, ...}``."""
+    c = run.config
+    cause = signal_name or "a signal to another process"
+    updates = step // c.grad_accum_steps
+    line = f"stopped by {cause} after update {updates}/{c.total_steps}; "
+    if run.checkpointer:
+        run.checkpointer.close()  # the asynchronous saves are complete on disk
+        line += f"checkpoint {os.path.join(run.checkpointer.directory, str(step))} saved; "
+        line += "run the same command again to resume"
+    else:
+        reason = "no workdir" if not run.workdir else "checkpoint_every=0"
+        line += f"nothing saved ({reason})"
+    if run.writer:
+        run.writer.close()
+    say(line)
+    return {"stopped": True, "message": line, "step": step, "steps": updates}
+
+
+def final_evaluation(
+    run: Run, validator: Validator, params: Any, progress: Progress
+) -> dict[str, Any]:
+    """The last validation, then the ``final_split`` (loss; beam-search BLEU/chrF and samples
+    for translation): the run's results, as ``eval.json`` holds them, each figure with the
+    size of its set (``*_loss_examples`` behind loss, perplexity, accuracy and source
+    sensitivity; ``*_sentences`` / ``*_unseen_sentences`` behind BLEU and chrF)."""
+    c = run.config
+    result = validator(params, c.total_steps)
+    out: dict[str, Any] = {
+        "eval_loss": result["loss"],
+        "eval_perplexity": result["perplexity"],
+        "eval_accuracy": result["accuracy"],
+        "first_train_loss": progress.first_loss,
+        "train_loss": progress.last_record.get("loss"),
+        "steps": c.total_steps,
+    }
+    for name in ("source_sensitivity", "loss_examples", "loss_truncated", "loss_dropped"):
+        if name in result:
+            out[f"eval_{name}"] = result[name]
+    if validator.with_bleu:
+        out["eval_bleu_greedy"] = result["bleu"]
+        out["eval_bleu_sentences"] = result["bleu_sentences"]
+        out["eval_distinct_hypotheses"] = result["distinct_hypotheses"]
+        out["eval_unseen_sentences"] = result["unseen_sentences"]
+        if "unseen_bleu" in result:
+            out["eval_unseen_bleu_greedy"] = result["unseen_bleu"]
+    if isinstance(run.data, train_data.CorpusData) and c.final_split:
+        out.update(_final_split(run, validator, params))
+    return out
+
+
+def _final_split(run: Run, validator: Validator, params: Any) -> dict[str, Any]:
+    """``<split>_*`` results of ``final_split``, with the lines that report them (the loss
+    line, then for translation the BLEU line), each naming the set behind its figures."""
+    c = run.config
+    split, beam = c.final_split, c.decode.beam_size
+    final = validator.loss(params, split)
+    out = {f"{split}_{name}": v for name, v in final.items()}
+    line = f"{split}: loss {final['loss']:.3f}, perplexity {final['perplexity']:.2f}"
+    if validator.ctx.translates:
+        line += f", source sensitivity {final['source_sensitivity']:.2f} nats"
+    say(f"{line} on {scored_set(final, validator.ctx.translates, c.data.max_len)}")
+    if validator.ctx.translates:
+        scores = validator.translation_scores(params, split, beam, 0)
+        out.update({f"{split}_{name}": v for name, v in scores.items()})
+        if run.writer:
+            names = ("bleu", "chrf", "sentences", "unseen_bleu", "unseen_chrf", "unseen_sentences")
+            record = {k: scores[k] for k in names if k in scores}
+            run.writer.write(split, c.total_steps, record)
+        say(f"{split}: {_bleu_sets(scores, beam, c.data.max_len)}")
+    return out
+
+
+def _bleu_sets(scores: dict[str, Any], beam: int, max_len: int) -> str:
+    """The BLEU/chrF part of the final line, each figure with its set: all sentences (sources
+    cut to ``max_len − 1`` pieces counted) and those whose source is unseen in training."""
+    text = f"beam {beam} on all {scores['sentences']:,} sentences"
+    cut = scores["truncated_sources"]
+    if cut:
+        text += f" ({cut:,} source{'s' if cut > 1 else ''} cut to {max_len - 1} pieces)"
+    text += (
+        f": BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f}, "
+        f"{scores['distinct_hypotheses']:.0%} distinct hypotheses"
+    )
+    if scores["unseen_sentences"] == scores["sentences"]:
+        text += "; no source occurs in the training split"
+    elif "unseen_bleu" in scores:
+        text += (
+            f"; on the {scores['unseen_sentences']:,} whose source is not in the training "
+            f"split: BLEU {scores['unseen_bleu']:.2f}, chrF {scores['unseen_chrf']:.2f}"
+        )
+    else:
+        text += "; every source occurs in the training split"
+    return text + f" ({scores['bleu_signature']})"
+
+
+def finish(run: Run, results: dict[str, Any]) -> None:
+    """Close the checkpoints, print the results and write ``eval.json`` and the figures."""
+    c = run.config
+    if run.checkpointer:
+        run.checkpointer.close()
+    if not run.workdir:  # the numbers; the strings (signatures, samples) were printed above
+        say(json.dumps({k: v for k, v in results.items() if isinstance(v, (int, float))}))
+    if not run.workdir or jax.process_index() != 0:
+        return
+    os.makedirs(run.workdir, exist_ok=True)
+    with open(os.path.join(run.workdir, "eval.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    say(f"results: {os.path.join(run.workdir, 'eval.json')}")
+    if run.writer:
+        run.writer.close()
+        say(f"curves: {plots.plot_curves(run.workdir)}")
+        if c.diagnostics.every and c.diagnostics.plot:
+            say(f"diagnostics: {', '.join(diagnostics.plot(run.workdir))}")
+
+
+def train(run: Run) -> dict[str, Any]:
+    """Set up or restore the state, train, and evaluate (or end on a stop signal)."""
+    state, best = initial_state(run)
+    ctx = run.eval_context()
+    validator = Validator(ctx, best)
+    instruments = None
+    if run.config.diagnostics.every:
+        instruments = Instruments(ctx, state.params, state.step == 0, run.plan.create_params)
+    peak, peak_source = flops.peak_flops_per_device(run.config.peak_flops)
+    say(f"MFU is measured against {peak / 1e12:.3g} TFLOP/s per device ({peak_source})")
+    progress = Progress(run.config, run.writer, run.learning_rates, peak * run.mesh.size)
+    with preemption.StopSignals() as signals:  # the handlers are given back on leaving
+        state, stop = train_loop(run, state, progress, validator, instruments, signals)
+    if stop:
+        return stopped(run, signals.received, state.step)
+    results = final_evaluation(run, validator, state.params, progress)
+    finish(run, results)
+    return results
