@@ -67,7 +67,7 @@ import numpy as np
 import optax
 
 from deepnet_jax.data import synthetic
-from deepnet_jax.model import architectures, stacks
+from deepnet_jax.model import architectures, remat
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.training import optimizers
 from deepnet_jax.training import steps as train_steps
@@ -244,7 +244,7 @@ def measure_row(setup: Setup, row: Row) -> dict[str, Any]:
         **stats,
         "step_s_median": step_s,
         "params": param_count(params_abs),
-        "group_size": stacks.group_size(TransformerConfig.from_config(config), row.depth),
+        "group_size": remat.group_size(TransformerConfig.from_config(config), row.depth),
     }
 
 

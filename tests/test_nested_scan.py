@@ -14,7 +14,7 @@ from conftest import init_params, model_args, random_tokens, tiny_config
 from test_training import small_config
 
 from deepnet_jax.decoding import search
-from deepnet_jax.model import architectures, stacks
+from deepnet_jax.model import architectures, remat
 from deepnet_jax.model.config import SCHEMES, TransformerConfig
 from deepnet_jax.runs import metrics
 from deepnet_jax.training import train
@@ -100,7 +100,7 @@ def test_grouped_equals_flat(arch, scheme):
 def test_group_size(size, L, expected):
     c = architectures.default_config()
     c.scan_group_size = size
-    assert stacks.group_size(TransformerConfig.from_config(c), L) == expected
+    assert remat.group_size(TransformerConfig.from_config(c), L) == expected
 
 
 def test_decoding_and_instruments_with_groups():

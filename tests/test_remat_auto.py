@@ -12,7 +12,7 @@ import pytest
 from conftest import xla_flags
 from test_training import small_config
 
-from deepnet_jax.model import architectures
+from deepnet_jax.model import architectures, remat
 from deepnet_jax.runs import checkpoint
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import memory_plan, remat_auto, train
@@ -57,13 +57,13 @@ def _peaks(planned) -> dict[tuple[str, int], int]:
     c = _config()
     return {
         (p, k): planned(remat_auto.candidate(c, p, k), jax.devices()).peak
-        for p, k in remat_auto.CANDIDATES
+        for p, k in remat.CANDIDATES
     }
 
 
 def test_each_budget_picks_the_first_candidate_that_fits(memoized):
     peaks = _peaks(memoized)
-    order = list(remat_auto.CANDIDATES)
+    order = list(remat.CANDIDATES)
     # the candidates trade recomputation for memory: no recomputation plans the largest peak,
     # and the grouped full remat the smallest (residual-dominated model)
     assert peaks[order[0]] == max(peaks.values())
@@ -151,17 +151,17 @@ def test_the_training_default_is_auto_a_built_model_full():
 
 
 def test_on_cpu_the_budget_is_the_hosts_memory_shared_by_its_devices(monkeypatch):
-    monkeypatch.setattr(remat_auto, "host_memory_bytes", lambda: 16 * GIB)
+    monkeypatch.setattr(remat, "host_memory_bytes", lambda: 16 * GIB)
     devices = jax.devices()
-    budget, source = remat_auto.budget_bytes(_config(), devices)
-    assert budget == int(16 * GIB * (1 - remat_auto.HEADROOM["cpu"]) / len(devices))
+    budget, source = remat_auto.run_budget(_config(), devices)
+    assert budget == int(16 * GIB * (1 - remat.HEADROOM["cpu"]) / len(devices))
     assert source.startswith("host memory 16.0 GiB less 25% headroom"), source
     c = _config()
     c.memory_budget_gb = 2.5  # a budget set wins over the host's
-    assert remat_auto.budget_bytes(c, devices) == (int(2.5 * GIB), "memory_budget_gb=2.5")
-    monkeypatch.setattr(remat_auto, "host_memory_bytes", lambda: 0)
+    assert remat_auto.run_budget(c, devices) == (int(2.5 * GIB), "memory_budget_gb=2.5")
+    monkeypatch.setattr(remat, "host_memory_bytes", lambda: 0)
     with pytest.raises(ValueError, match=r"reports no device memory limit; set memory_budget_gb"):
-        remat_auto.budget_bytes(_config(), devices)
+        remat_auto.run_budget(_config(), devices)
 
 
 def test_host_memory_is_the_lower_of_physical_and_the_cgroup_limit(tmp_path):
@@ -169,10 +169,10 @@ def test_host_memory_is_the_lower_of_physical_and_the_cgroup_limit(tmp_path):
     v2, v1 = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes"
     v2.write_text("max\n")  # cgroup v2 without a limit
     v1.write_text("9223372036854771712\n")  # cgroup v1 without a limit
-    assert remat_auto.host_memory_bytes([str(v2), str(v1)]) == physical
+    assert remat.host_memory_bytes([str(v2), str(v1)]) == physical
     v2.write_text(f"{physical // 4}\n")
-    assert remat_auto.host_memory_bytes([str(v2), str(v1)]) == physical // 4
-    assert remat_auto.host_memory_bytes([str(tmp_path / "absent")]) == physical
+    assert remat.host_memory_bytes([str(v2), str(v1)]) == physical // 4
+    assert remat.host_memory_bytes([str(tmp_path / "absent")]) == physical
 
 
 def test_a_default_run_plans_once_and_trains_without_recomputation(capsys, monkeypatch):
@@ -197,6 +197,6 @@ def test_a_default_run_plans_once_and_trains_without_recomputation(capsys, monke
 def test_a_group_size_set_beside_auto_is_kept():
     c = _config()
     c.model.scan_group_size = 4
-    assert remat_auto.candidates(c) == [("dots", 4), ("full", 4)]
+    assert remat.candidates(c.model) == [("dots", 4), ("full", 4)]
     c.model.scan_group_size, c.model.scan_layers = 0, False  # unscanned: no groups
-    assert remat_auto.candidates(c) == [("none", 0), ("dots", 0), ("qkv_fc1", 0), ("full", 0)]
+    assert remat.candidates(c.model) == [("none", 0), ("dots", 0), ("qkv_fc1", 0), ("full", 0)]

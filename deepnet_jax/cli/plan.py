@@ -11,7 +11,7 @@ figures, the fit against the chip's memory, FLOPs, collectives and a roofline bo
 then the same as JSON). A step that XLA cannot fit: one ``does not fit`` line, exit 2. With
 ``--config.model.remat_policy=auto --config.memory_budget_gb=<GiB>`` it plans each candidate
 policy and group size in turn (:mod:`deepnet_jax.training.remat_auto`; on a TPU or GPU target the
-budget defaults to the chip's memory less ``remat_auto.HEADROOM``), prints the line naming the first
+budget defaults to the chip's memory less ``remat.HEADROOM``), prints the line naming the first
 that fits, then that candidate's figures. A bad config or flag: one ``error:`` line, exit 1.
 """
 

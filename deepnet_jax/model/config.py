@@ -10,28 +10,18 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import ml_collections
 
 from deepnet_jax.common import config_schema
 from deepnet_jax.common.config_schema import field
 from deepnet_jax.model import constants
+from deepnet_jax.model.remat import AUTO, POLICIES
 
 ARCHS = constants.ARCHS
 SCHEMES = ("post_ln", "pre_ln", "deepnorm", "subln", "dlcl_pre", "dlcl_post")
 ACTIVATIONS = ("relu", "gelu")
 POSITIONS = ("sinusoidal", "learned")
-# Names tagged with ``checkpoint_name`` inside each layer, saved by the "qkv_fc1" policy.
-SAVED_NAMES = ("q_proj", "k_proj", "v_proj", "qkv_proj", "fc1")
-# model.remat_policy → the jax.checkpoint policy of each layer (None: no remat)
-REMAT_POLICIES = {
-    "none": None,
-    "full": jax.checkpoint_policies.nothing_saveable,
-    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-    "qkv_fc1": jax.checkpoint_policies.save_only_these_names(*SAVED_NAMES),
-}
-AUTO = "auto"  # model.remat_policy resolved to a policy and a group size before a model is built
 ATTENTION_IMPLS = ("reference", "xla", "cudnn")
 DROPOUT_RNGS = ("hash", "jax")
 DLCL_WEIGHTS = ("learnable", "fix_one", "fix_avg")
@@ -103,7 +93,7 @@ class TransformerConfig:
         0,
         "nested scan: 0 one flat scan; k >= 1 an outer scan over groups of k layers, each "
         "rematerialized as one unit; -1: k ≈ sqrt(L), a divisor of L when one is near "
-        "(stacks.group_size)",
+        "(deepnet_jax/model/remat.py)",
         low=-1,
         resumable=True,
     )
@@ -114,7 +104,7 @@ class TransformerConfig:
         "device's or host's memory), chosen with scan_group_size "
         "(deepnet_jax/training/remat_auto.py); a training config defaults to auto, a model built "
         "directly to full",
-        choices=(*REMAT_POLICIES, AUTO),
+        choices=(*POLICIES, AUTO),
         resumable=True,
     )
     dtype: str = field("float32", "compute dtype", choices=DTYPES)

@@ -6,9 +6,10 @@ backward pass keeps one residual [B, T, D] per layer (the scan carry) and recomp
 internals. ``scan_layers=False`` unrolls the same layers in Python (``layers_0``, ``layers_1``,
 …) for comparison; ``deepnet_jax.model.layout`` converts parameters between the two layouts.
 
-Nested scan (``model.scan_group_size`` = k; -1: k ≈ √L, see :func:`group_size`): an outer
-scan over G = ⌊L/k⌋ groups, each group one rematerialized unit (nothing saved but its input)
-holding an inner scan over its k layers, and the remaining r = L − G·k layers (if any) as one
+Nested scan (``model.scan_group_size`` = k; -1: k ≈ √L, see
+:func:`deepnet_jax.model.remat.group_size`): an outer scan over G = ⌊L/k⌋ groups, each group
+one rematerialized unit (nothing saved but its input, ``remat.GROUP_POLICY``) holding an inner
+scan over its k layers, and the remaining r = L − G·k layers (if any) as one
 more rematerialized group after them. The backward pass then keeps G (+ 1) group inputs and,
 while it works through one group, that group's k per-layer residuals — about 2√L residuals
 instead of L — at the price of one more forward pass of every layer. A remainder costs a second
@@ -27,25 +28,15 @@ with a constant carry and runs as an unrolled, per-layer rematerialized loop.
 
 from __future__ import annotations
 
-import math
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from deepnet_jax.model.config import REMAT_POLICIES, TransformerConfig
+from deepnet_jax.model import remat
+from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.model.sublayers import DIAGNOSTICS, constrain, layer_norm
 from deepnet_jax.model.transformer_layer import TransformerLayer, residual_scheme
-
-
-def remat_policy(name: str):
-    """The ``jax.checkpoint`` policy for a ``model.remat_policy`` name (None: no remat)."""
-    if name not in REMAT_POLICIES:
-        raise ValueError(
-            f"model.remat_policy={name!r}; allowed values are {', '.join(REMAT_POLICIES)}"
-        )
-    return REMAT_POLICIES[name]
 
 
 def _layer_class(config: TransformerConfig, scanned: bool):
@@ -53,7 +44,7 @@ def _layer_class(config: TransformerConfig, scanned: bool):
         return TransformerLayer
     # prevent_cse=False is safe (and faster) only inside scan, as jax.checkpoint documents.
     return nn.remat(
-        TransformerLayer, policy=remat_policy(config.remat_policy), prevent_cse=not scanned
+        TransformerLayer, policy=remat.policy(config.remat_policy), prevent_cse=not scanned
     )
 
 
@@ -113,9 +104,9 @@ def apply_layers(
     forward_only = (
         cache is not None or owner.is_initializing() or owner.is_mutable_collection(DIAGNOSTICS)
     )
-    if group_size(config, L) and not forward_only:
+    if remat.group_size(config, L) and not forward_only:
         layer = _layer_class(config, scanned=True)(**kwargs, carry_output=True, name="layers")
-        x_BTD, new_cache = _grouped_scan(layer, L, group_size(config, L), args, keys), None
+        x_BTD, new_cache = _grouped_scan(layer, L, remat.group_size(config, L), args, keys), None
     elif config.scan_layers:
         scanned = nn.scan(
             _layer_class(config, scanned=True),
@@ -147,22 +138,6 @@ def apply_layers(
     return x_BTD if cache is None else (x_BTD, new_cache)
 
 
-def group_size(config: TransformerConfig, L: int) -> int:
-    """Layers per rematerialized group of a nested scan over ``L`` layers; 0: one flat scan.
-
-    ``model.scan_group_size`` k ≥ 1 (at most L), or -1: k ≈ √L, which makes the L/k + k
-    residuals the backward pass keeps (module docstring) smallest — the smallest divisor of L
-    that is ≥ √L when it keeps L/k + k ≤ 3√L (no remainder group), else ⌈√L⌉.
-    """
-    k = config.scan_group_size if config.scan_layers else 0
-    if k == -1:
-        k = math.isqrt(L - 1) + 1  # ⌈√L⌉
-        divisor = next(d for d in range(k, L + 1) if L % d == 0)
-        if L // divisor + divisor <= 3 * math.sqrt(L):
-            k = divisor
-    return min(k, L)
-
-
 def _grouped_scan(layer: nn.Module, L: int, k: int, args: tuple, keys: jax.Array | None):
     """``layer`` (parameters stacked [L, …]) applied L times as ⌊L/k⌋ rematerialized groups of
     k scanned layers, then one rematerialized group of the L mod k left (module docstring).
@@ -190,7 +165,7 @@ def _grouped_scan(layer: nn.Module, L: int, k: int, args: tuple, keys: jax.Array
         """n scanned layers as one rematerialized unit that saves nothing but its input."""
         return nn.remat(
             scan(one_layer, n),
-            policy=jax.checkpoint_policies.nothing_saveable,
+            policy=remat.GROUP_POLICY,
             prevent_cse=not in_scan,  # False is safe only inside a scan (jax.checkpoint)
         )
 
