@@ -68,6 +68,7 @@ import optax
 
 from deepnet_jax.data import synthetic
 from deepnet_jax.model import architectures, remat
+from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.training import optimizers
 from deepnet_jax.training import steps as train_steps
@@ -167,7 +168,7 @@ def abstract_state(
     model: nn.Module, optimizer: optax.GradientTransformation, batch: dict, seed: int
 ) -> tuple[Any, Any]:
     """Shapes of the params and the optimizer state, without allocating either."""
-    params = jax.eval_shape(functools.partial(train_steps.init_params, model, ARCH, batch, seed))
+    params = jax.eval_shape(functools.partial(model_inputs.init_params, model, ARCH, batch, seed))
     return params, jax.eval_shape(optimizer.init, params)
 
 
@@ -228,7 +229,7 @@ def measure_row(setup: Setup, row: Row) -> dict[str, Any]:
     lr_abs = jax.ShapeDtypeStruct((), jnp.float32)
     step = make_train_step(model, optimizer)
     stats = lower_and_compile(step, (params_abs, opt_abs, abstract(batch), step_abs, lr_abs))
-    params = train_steps.init_params(model, ARCH, batch, setup.seed)
+    params = model_inputs.init_params(model, ARCH, batch, setup.seed)
     step_s = median_step_seconds(
         stats.pop("compiled"),
         params,
@@ -252,7 +253,7 @@ def one_layer_param_bytes(setup: Setup) -> int:
     """float32 bytes of one layer's parameters (= its gradient), from a 1-layer scanned model."""
     model = architectures.build(model_config(setup, Row("scan", 1)))
     params = jax.eval_shape(
-        functools.partial(train_steps.init_params, model, ARCH, example_batch(setup), setup.seed)
+        functools.partial(model_inputs.init_params, model, ARCH, example_batch(setup), setup.seed)
     )
     return F32_BYTES * param_count(params[SIDE]["layers"])
 

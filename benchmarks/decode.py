@@ -45,9 +45,9 @@ from configs import default as default_config
 from deepnet_jax.common.tokens import BOS_ID, EOS_ID, FIRST_CONTENT_ID
 from deepnet_jax.decoding import search
 from deepnet_jax.model import architectures
+from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.runs import loading as run_loading
 from deepnet_jax.training import config as train_config
-from deepnet_jax.training import steps as train_steps
 
 
 def _model_config(smoke: bool):
@@ -74,7 +74,7 @@ def generation_row(config, batch: int, src_len: int, length: int, repeats: int) 
     src = jnp.asarray(
         rng.integers(FIRST_CONTENT_ID, config.vocab_size, (batch, src_len)), jnp.int32
     )
-    params = train_steps.init_params(model, "encdec", {"src": src, "inputs": src[:, :8]}, seed=0)
+    params = model_inputs.init_params(model, "encdec", {"src": src, "inputs": src[:, :8]}, seed=0)
     bos = BOS_ID
 
     @jax.jit
@@ -189,7 +189,7 @@ def beam_row(config, workdir: str | None, sentences: int, batch: int) -> dict:
             for _ in range(sentences)
         ]
         example = {"src": np.ones((1, 8), np.int32), "inputs": np.ones((1, 8), np.int32)}
-        params = train_steps.init_params(model, "encdec", example, seed=0)
+        params = model_inputs.init_params(model, "encdec", example, seed=0)
         what = "random sources, random parameters"
     search.translate_ids(model, params, sources, options, batch)  # compiles every bucket
     start = time.perf_counter()

@@ -33,6 +33,7 @@ import numpy as np
 from configs import default as default_config
 from deepnet_jax.common.tokens import PAD_ID
 from deepnet_jax.model import architectures
+from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.training import actions as train_actions
 from deepnet_jax.training import data as train_data
 from deepnet_jax.training import optimizers
@@ -74,7 +75,7 @@ def measure(config, batches: int, steps: int) -> dict:
     pipeline_tps = sum(_tokens(b) for b in pulled) / pipeline_s
 
     model = architectures.build(config.model)
-    params = train_steps.init_params(model, config.model.arch, first, config.seed)
+    params = model_inputs.init_params(model, config.model.arch, first, config.seed)
     optimizer = optimizers.make_optimizer(config)
     opt_state = optimizer.init(params)
     loss_fn = train_steps.make_loss_fn(model, config.model.arch)

@@ -49,6 +49,7 @@ import numpy as np
 
 from benchmarks.host_memory import malloc_env, minor_page_faults
 from deepnet_jax.model import architectures
+from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.scale import flops
 from deepnet_jax.training import actions as train_actions
 from deepnet_jax.training import config as train_config
@@ -131,7 +132,7 @@ class Variant:
     def __init__(self, name: str, c: ml_collections.ConfigDict, batch: dict[str, np.ndarray]):
         self.name = name
         model = architectures.build(c.model)
-        self.params = train_steps.init_params(model, "decoder", batch, c.seed)
+        self.params = model_inputs.init_params(model, "decoder", batch, c.seed)
         optimizer = optimizers.make_optimizer(c)
         self.opt_state = optimizer.init(self.params)
         self.batch = jax.device_put(batch)

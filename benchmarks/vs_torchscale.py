@@ -145,6 +145,7 @@ class OursTrainer:
         import jax
 
         from deepnet_jax.model import architectures
+        from deepnet_jax.model import inputs as model_inputs
         from deepnet_jax.training import actions as train_actions
         from deepnet_jax.training import optimizers, remat_auto
         from deepnet_jax.training import steps as train_steps
@@ -155,7 +156,7 @@ class OursTrainer:
         )
         self.model_config = config.model
         model = architectures.build(config.model)
-        self.params = train_steps.init_params(model, row.arch, batches[0], config.seed)
+        self.params = model_inputs.init_params(model, row.arch, batches[0], config.seed)
         self.param_count = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(self.params))
         optimizer = optimizers.make_optimizer(config)
         self.opt_state = optimizer.init(self.params)

@@ -13,7 +13,6 @@ import tempfile
 import deepnet_jax  # noqa: F401 (first: it imports jax with the CPU hosts' plugin noise dropped)
 
 # isort: on
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -21,6 +20,7 @@ import numpy as np
 import pytest
 
 from deepnet_jax.model import architectures
+from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.model.config import ARCHS, SCHEMES
 
 # The tests run on the CPU; the tpu and gpu-plan extras (installed for the TPU/GPU compile tests,
@@ -112,9 +112,11 @@ def built(arch: str, scheme: str, **overrides):
 
 
 def init_params(model, arch: str, src, tgt=None, seed: int = 0):
-    """Unboxed parameters of ``model`` (initialized under jit)."""
-    variables = jax.jit(model.init)(jax.random.key(seed), *model_args(arch, src, tgt))
-    return nn.unbox(variables["params"])
+    """``model_inputs.init_params`` for token arrays: ``src`` (encdec: the encoder's input,
+    else the model's inputs) and the decoder's ``tgt`` (default ``src``)."""
+    decoder_inputs = src if tgt is None else tgt
+    batch = {"src": src, "inputs": decoder_inputs} if arch == "encdec" else {"inputs": src}
+    return model_inputs.init_params(model, arch, batch, seed)
 
 
 def jit_apply(model):

@@ -182,6 +182,7 @@ def test_a_default_run_plans_once_and_trains_without_recomputation(capsys, monke
     real = memory_plan.plan
     monkeypatch.setattr(memory_plan, "plan", lambda c, *a: calls.append(c) or real(c, *a))
     c = small_config("decoder", "deepnorm", steps=2)
+    c.model.remat_policy = train_config.default_config().model.remat_policy  # the default
     c.eval_batches = 1
     assert c.model.remat_policy == "auto"
     assert train.run(c)["steps"] == 2

@@ -12,6 +12,7 @@ import optax
 import pytest
 
 from deepnet_jax.model import architectures
+from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.runs import checkpoint
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import losses, optimizers, remat_auto, train
@@ -156,7 +157,7 @@ def test_runs_differing_only_in_learning_rate_or_schedule_lower_the_same_train_s
         model = architectures.build(c.model)
         tokens = jax.ShapeDtypeStruct((2, 8), jnp.int32)
         params = jax.eval_shape(
-            lambda: train_steps.init_params(
+            lambda: model_inputs.init_params(
                 model, "decoder", {"inputs": jnp.ones((2, 8), jnp.int32)}, 0
             )
         )

@@ -29,6 +29,9 @@ def small_config(arch: str, scheme: str, steps: int = 40):
     c.optimizer.learning_rate = 3e-3
     c.schedule.warmup_steps = 10
     c.total_steps, c.log_every, c.eval_batches = steps, 10, 2
+    # A fixed policy: the training default (auto) adds a planning compile to every run, and
+    # its own tests (test_remat_auto.py, the subprocess runs of test_reliability.py) cover it.
+    m.remat_policy = "full"
     return c
 
 

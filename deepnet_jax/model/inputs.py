@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import flax.linen as nn
 import jax
 
 PACKING_KEYS = ("segment_ids", "positions", "src_segment_ids", "src_positions")
@@ -37,3 +38,10 @@ def init_variables(model: Any, arch: str, batch: Mapping[str, Any], seed: int = 
         {"params": jax.random.key(seed), "dropout": jax.random.key(seed + 1)},
         *model_args(arch, batch),
     )
+
+
+def init_params(model: Any, arch: str, batch: Mapping[str, Any], seed: int = 0) -> Any:
+    """Unboxed parameters of ``model`` for inputs shaped like ``batch``, with the keys of
+    :func:`init_variables`, initialized under jit (eager scan and remat dispatch are slow)."""
+    init = jax.jit(init_variables, static_argnums=(0, 1))
+    return nn.unbox(init(model, arch, batch, seed)["params"])

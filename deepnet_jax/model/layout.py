@@ -2,8 +2,9 @@
 
 Scanned stacks keep one subtree ``layers`` whose arrays have a leading axis of size L; unrolled
 stacks keep ``layers_0`` … ``layers_{L-1}`` with the per-layer arrays. Both functions take and
-return plain (unboxed) parameter trees, e.g. ``nn.unbox(variables["params"])``, and leave every
-other entry untouched, so one call converts a whole model.
+return plain (unboxed) parameter trees, e.g. ``nn.unbox(variables["params"])``, of jax or numpy
+arrays, and leave every other entry untouched, so one call converts a whole model. The torchscale
+import and export (``deepnet_jax.interop.torchscale.params``) convert through them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 _STACKED = "layers"
 _PER_LAYER = re.compile(r"^layers_(\d+)$")
@@ -44,9 +46,16 @@ def stack_layers(params: Mapping[str, Any]) -> dict[str, Any]:
         if indices != list(range(len(indices))):
             raise ValueError(f"per-layer keys are not layers_0 … layers_{len(indices) - 1}")
         per_layer = [params[f"layers_{i}"] for i in indices]
-        out[_STACKED] = jax.tree.map(lambda *a: jnp.stack(a), *per_layer)
+        out[_STACKED] = jax.tree.map(_stack, *per_layer)
     for key, value in params.items():
         if _PER_LAYER.match(key):
             continue
         out[key] = stack_layers(value) if isinstance(value, Mapping) else value
     return out
+
+
+def _stack(*arrays: Any) -> Any:
+    """One [L, …] array of L per-layer arrays: numpy for numpy (kept on the host), else jax."""
+    if all(isinstance(a, np.ndarray) for a in arrays):
+        return np.stack(arrays)
+    return jnp.stack(arrays)

@@ -187,11 +187,6 @@ def split_loss(eval_step: Callable, params: Any, batches: Iterator[Batch]) -> di
     return result
 
 
-def init_params(model: nn.Module, arch: str, example: Batch, seed: int) -> Any:
-    """Unboxed float parameters of ``model`` for inputs shaped like ``example``."""
-    return nn.unbox(model_inputs.init_variables(model, arch, example, seed)["params"])
-
-
 def nbytes(tree: Any) -> int:
     """Bytes of the arrays (or shape/dtype structs) of ``tree``."""
     return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))

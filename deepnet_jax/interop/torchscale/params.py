@@ -27,11 +27,9 @@ from deepnet_jax.interop.torchscale.state_dict import (
     expected_params,
     fuse_layer,
     ours_shape,
-    stack,
     unfuse_layer,
-    unstack,
 )
-from deepnet_jax.model import architectures
+from deepnet_jax.model import architectures, layout
 from deepnet_jax.model.config import DTYPES
 
 
@@ -105,7 +103,7 @@ def params_from_torchscale(
     if config.fused_qkv:
         flat = fuse_layer(flat)
     if config.scan_layers:
-        flat = stack(flat)
+        flat = _flat(layout.stack_layers(traverse_util.unflatten_dict(flat)))
     _check_tree(flat, config)
     return traverse_util.unflatten_dict(flat)
 
@@ -123,13 +121,18 @@ def params_to_torchscale(params: Any, config: ml_collections.ConfigDict) -> dict
     }
     _check_tree(flat, config)
     if config.scan_layers:
-        flat = unstack(flat)
+        flat = _flat(layout.unstack_layers(traverse_util.unflatten_dict(flat)))
     if config.fused_qkv:
         flat = unfuse_layer(flat)
     out: dict[str, np.ndarray] = {}
     for e in table:
         out[e.name] = np.ascontiguousarray(LAYOUTS[e.layout][1](flat[e.path], e.shape))
     return out
+
+
+def _flat(tree: Mapping[str, Any]) -> dict[Path, np.ndarray]:
+    """A parameter tree as {path: numpy array}."""
+    return {path: np.asarray(a) for path, a in traverse_util.flatten_dict(tree).items()}
 
 
 def _unboxed(params: Any) -> Any:

@@ -31,7 +31,7 @@ appears under each of its torchscale names (e.g. ``decoder.output_projection.wei
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import flax.linen as nn
 import jax
@@ -209,32 +209,3 @@ def unfuse_layer(params: dict[Path, np.ndarray]) -> dict[Path, np.ndarray]:
 
 def _is_self_qkv(path: Path) -> bool:
     return len(path) > 2 and path[-3] == "self_attn" and path[-2] in QKV
-
-
-def stack(per_layer: dict[Path, np.ndarray]) -> dict[Path, np.ndarray]:
-    """``layers_i`` paths → one ``layers`` path whose arrays stack the layers on axis 0."""
-    out: dict[Path, np.ndarray] = {}
-    grouped: dict[Path, dict[int, np.ndarray]] = {}
-    for path, a in per_layer.items():
-        index = next((i for i, k in enumerate(path) if k.startswith("layers_")), None)
-        if index is None:
-            out[path] = a
-            continue
-        key = (*path[:index], "layers", *path[index + 1 :])
-        grouped.setdefault(key, {})[int(path[index].removeprefix("layers_"))] = a
-    for key, layers in grouped.items():
-        out[key] = np.stack([layers[i] for i in range(len(layers))])
-    return out
-
-
-def unstack(params: Mapping[Path, np.ndarray]) -> dict[Path, np.ndarray]:
-    """The inverse of :func:`stack` (paths without a ``layers`` key are kept)."""
-    out: dict[Path, np.ndarray] = {}
-    for path, a in params.items():
-        if "layers" not in path:
-            out[path] = a
-            continue
-        index = path.index("layers")
-        for i in range(a.shape[0]):
-            out[(*path[:index], f"layers_{i}", *path[index + 1 :])] = a[i]
-    return out
