@@ -12,7 +12,7 @@ import pytest
 from test_data_pipeline import _train_config, corpus  # noqa: F401 (fixture)
 
 from deepnet_jax.cli import evaluate, sample, translate
-from deepnet_jax.decoding import search
+from deepnet_jax.decoding import sampling, search
 from deepnet_jax.runs import loading as run_loading
 from deepnet_jax.training import train
 
@@ -175,19 +175,19 @@ def test_cli_errors_are_one_line(translation_run, lm_run):
 
 def test_sample_continues_each_prompt(lm_run):
     run = run_loading.load_run(lm_run)
-    greedy = search.SampleOptions(max_new_tokens=8, temperature=0.0)
+    greedy = sampling.SampleOptions(max_new_tokens=8, temperature=0.0)
     texts = sample.sample_texts(run, ["the", "a b"], greedy, num_samples=2, seed=0)
     assert [len(t) for t in texts] == [2, 2]
     assert texts[0][0] == texts[0][1]  # temperature 0: both samples are the greedy one
     assert all(t[0].startswith(p) for t, p in zip(texts, ["the", "a b"], strict=True))
     assert sample.sample_texts(run, ["the"], greedy, seed=7) == [[texts[0][0]]]
-    hot = search.SampleOptions(max_new_tokens=8, temperature=1.0, top_p=0.9)
+    hot = sampling.SampleOptions(max_new_tokens=8, temperature=1.0, top_p=0.9)
     draws = sample.sample_texts(run, ["the"], hot, num_samples=4, seed=1)[0]
     assert len(draws) == 4
     with pytest.raises(ValueError, match=r"exceeds model\.max_len=64"):
-        sample.sample_texts(run, ["the"], search.SampleOptions(max_new_tokens=100))
+        sample.sample_texts(run, ["the"], sampling.SampleOptions(max_new_tokens=100))
     with pytest.raises(ValueError, match=r"--top_p=0\.0 must be in \(0, 1\]"):
-        sample.sample_texts(run, ["the"], search.SampleOptions(top_p=0.0))
+        sample.sample_texts(run, ["the"], sampling.SampleOptions(top_p=0.0))
 
 
 def test_cli_main_is_reusable_in_process(translation_run, tmp_path):

@@ -12,9 +12,10 @@ import pytest
 from deepnet_jax.common import config_schema
 from deepnet_jax.common.config_schema import field
 from deepnet_jax.data import pipeline
+from deepnet_jax.decoding import options as decoding_options
 from deepnet_jax.model import config as model_config
 from deepnet_jax.training import config as train_config
-from deepnet_jax.training import diagnostics
+from deepnet_jax.training import optimizers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -87,12 +88,10 @@ def test_unknown_and_missing_fields():
 
 
 def test_a_default_the_declaration_refuses_is_caught_here():
-    for group in (*train_config.GROUPS.values(), model_config.TransformerConfig):
-        c = config_schema.config_dict(group)
-        config_schema.check_values(c, group, "")
-    config_schema.check_values(
-        diagnostics.default_config(), diagnostics.DiagnosticsFields, "diagnostics."
-    )
+    for group in train_config.GROUPS.values():
+        c = config_schema.config_dict(group.fields)
+        config_schema.check_values(c, group.fields, "")
+    train_config.check_groups(train_config.default_config())  # each group's own check too
 
 
 def test_each_default_is_declared_once():
@@ -110,9 +109,9 @@ def test_each_default_is_declared_once():
         **derived,
         **training,
     }
-    assert c.optimizer.to_dict() == config_schema.defaults(train_config.OptimizerFields)
-    assert c.schedule.to_dict() == config_schema.defaults(train_config.ScheduleFields)
-    assert c.decode.to_dict() == config_schema.defaults(train_config.DecodeFields)
+    assert c.optimizer.to_dict() == config_schema.defaults(optimizers.OptimizerFields)
+    assert c.schedule.to_dict() == config_schema.defaults(optimizers.ScheduleFields)
+    assert c.decode.to_dict() == config_schema.defaults(decoding_options.DecodeFields)
     data = {**config_schema.defaults(pipeline.DataOptions), "data_dir": pipeline.default_data_dir()}
     assert c.data.to_dict() == data
     top = {k: v for k, v in c.items() if not isinstance(v, ml_collections.ConfigDict)}

@@ -10,7 +10,7 @@ import pytest
 from conftest import arch_scheme_params, built, init_params, jit_apply, random_tokens, tiny_config
 
 from deepnet_jax.common import tokens
-from deepnet_jax.decoding import search
+from deepnet_jax.decoding import sampling, search
 from deepnet_jax.model import architectures
 from deepnet_jax.model.config import SCHEMES
 
@@ -178,17 +178,17 @@ def test_thousand_layer_decoder_compiles_once():
 def test_filter_logits_top_k_and_top_p():
     logits = jnp.log(jnp.asarray([[0.5, 0.2, 0.15, 0.1, 0.05]]))
     kept = lambda x: np.asarray(x[0] > search.NEG / 2)  # noqa: E731
-    np.testing.assert_array_equal(kept(search.filter_logits(logits, top_k=2)), [1, 1, 0, 0, 0])
-    np.testing.assert_array_equal(kept(search.filter_logits(logits, top_p=0.7)), [1, 1, 0, 0, 0])
-    np.testing.assert_array_equal(kept(search.filter_logits(logits, top_p=0.71)), [1, 1, 1, 0, 0])
-    np.testing.assert_array_equal(kept(search.filter_logits(logits, top_p=0.1)), [1, 0, 0, 0, 0])
+    np.testing.assert_array_equal(kept(sampling.filter_logits(logits, top_k=2)), [1, 1, 0, 0, 0])
+    np.testing.assert_array_equal(kept(sampling.filter_logits(logits, top_p=0.7)), [1, 1, 0, 0, 0])
+    np.testing.assert_array_equal(kept(sampling.filter_logits(logits, top_p=0.71)), [1, 1, 1, 0, 0])
+    np.testing.assert_array_equal(kept(sampling.filter_logits(logits, top_p=0.1)), [1, 0, 0, 0, 0])
 
 
 def test_sample_keeps_prompts_and_greedy_matches_argmax():
     _, model, params = built("decoder", "subln")
     prompts = jnp.asarray([[1, 5, 6, 7], [1, 9, 0, 0]], jnp.int32)
-    options = search.SampleOptions(max_new_tokens=5, temperature=0.0)
-    out = np.asarray(search.sample(model, params, prompts, jax.random.key(0), options))
+    options = sampling.SampleOptions(max_new_tokens=5, temperature=0.0)
+    out = np.asarray(sampling.sample(model, params, prompts, jax.random.key(0), options))
     np.testing.assert_array_equal(out[0, :4], [1, 5, 6, 7])
     np.testing.assert_array_equal(out[1, :2], [1, 9])
     # Each generated token is the argmax (pad and BOS banned) of a full forward pass.
@@ -200,12 +200,12 @@ def test_sample_keeps_prompts_and_greedy_matches_argmax():
         for t in range(prompt_len - 1, end - 1):
             assert out[row, t + 1] == int(jnp.argmax(logits[row, t]))
         assert np.all(out[row, end:] == 0)
-    sampled = search.sample(
+    sampled = sampling.sample(
         model,
         params,
         prompts,
         jax.random.key(1),
-        search.SampleOptions(max_new_tokens=5, temperature=1.0, top_k=3),
+        sampling.SampleOptions(max_new_tokens=5, temperature=1.0, top_k=3),
     )
     assert sampled.shape == (2, 9) and np.all(np.asarray(sampled)[:, 0] == 1)
 
@@ -214,8 +214,8 @@ def test_sample_gives_every_row_exactly_its_budget():
     _, model, params = built("decoder", "subln")
     prompts = jnp.asarray([[1, 5, 6, 7], [1, 9, 0, 0]], jnp.int32)
     # EOS banned too, so no row stops early: each gets exactly max_new_tokens new tokens
-    options = search.SampleOptions(max_new_tokens=2, temperature=0.0, banned_ids=(0, 1, 2))
-    out = np.asarray(search.sample(model, params, prompts, jax.random.key(0), options))
+    options = sampling.SampleOptions(max_new_tokens=2, temperature=0.0, banned_ids=(0, 1, 2))
+    out = np.asarray(sampling.sample(model, params, prompts, jax.random.key(0), options))
     assert out.shape == (2, 6)
     assert [int((row != 0).sum()) for row in out] == [4 + 2, 2 + 2]
     assert np.all(out[1, 4:] == 0)  # the short prompt's row stops at its own budget
@@ -228,7 +228,7 @@ def test_bad_options_fail_with_one_line_errors():
     with pytest.raises(ValueError, match="length_penalty_form='x'"):
         search.SearchOptions(length_penalty_form="x").validate()
     with pytest.raises(ValueError, match="top_p=0"):
-        search.SampleOptions(top_p=0).validate()
+        sampling.SampleOptions(top_p=0).validate()
     with pytest.raises(ValueError, match="EncoderDecoder"):
         _, lm, lm_params = built("decoder", "deepnorm")
         search.beam_search(lm, lm_params, jnp.ones((1, 3), jnp.int32))

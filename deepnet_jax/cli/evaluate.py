@@ -24,6 +24,7 @@ from absl import flags
 from deepnet_jax.cli import command
 from deepnet_jax.cli import flags as cli_flags
 from deepnet_jax.data import DataPreparationError, pipeline, registry, sources
+from deepnet_jax.decoding import options as decoding_options
 from deepnet_jax.decoding import scoring
 from deepnet_jax.runs import loading as run_loading
 from deepnet_jax.scale import sharding
@@ -52,7 +53,7 @@ def evaluate_run(
         )
     if limit < 0:
         raise ValueError(f"--limit={limit} must be >= 0")
-    options = run_loading.search_options(config, beam_size, length_penalty)
+    options = decoding_options.search_options(config.decode, beam_size, length_penalty)
     options.validate(prefix="--")
     batch_size = run_loading.positive("batch_size", batch_size, config.decode.batch_size)
     data = pipeline.DataPipeline(

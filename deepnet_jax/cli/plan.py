@@ -27,6 +27,7 @@ from ml_collections import config_flags
 
 from deepnet_jax.cli import command
 from deepnet_jax.scale import targets
+from deepnet_jax.training import config as train_config
 from deepnet_jax.training import memory_plan, plan_report, remat_auto, train
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file.", lock_config=True)
@@ -58,7 +59,7 @@ def _plan(target: targets.Target) -> memory_plan.Plan:
     config = _CONFIG.value
     devices = _devices(target)
     train.validate(config, len(devices))
-    if remat_auto.is_auto(config):  # the chosen candidate's plan
+    if train_config.is_auto(config):  # the chosen candidate's plan
         return remat_auto.choose(config, devices, print, target)[1]
     return memory_plan.plan(config, devices, target)
 

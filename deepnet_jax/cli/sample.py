@@ -6,7 +6,7 @@
 Each prompt is encoded with the run's ``tokenizer.model`` after the start marker the run's
 examples begin with (BOS for ``data.lm_chunking="document"``; EOS, the separator between texts,
 for ``"stream"``), and continued ``--num_samples`` times with cached sampling
-(``search.sample``: temperature, top-k, nucleus top-p; temperature 0 is greedy). Each sample
+(``sampling.sample``: temperature, top-k, nucleus top-p; temperature 0 is greedy). Each sample
 is printed (the prompt and its continuation), followed by a line of dashes.
 """
 
@@ -21,7 +21,7 @@ from absl import flags
 from deepnet_jax.cli import command
 from deepnet_jax.cli import flags as cli_flags
 from deepnet_jax.common.tokens import BOS_ID, EOS_ID, PAD_ID
-from deepnet_jax.decoding import search
+from deepnet_jax.decoding import sampling, search
 from deepnet_jax.runs import loading as run_loading
 
 _PROMPT = flags.DEFINE_multi_string("prompt", [""], "Prompt text (repeat for several).")
@@ -38,7 +38,7 @@ for _shared in cli_flags.RUN_FLAGS:
 def sample_texts(
     run: run_loading.LoadedRun,
     prompts: list[str],
-    options: search.SampleOptions,
+    options: sampling.SampleOptions,
     num_samples: int = 1,
     seed: int = 0,
 ) -> list[list[str]]:
@@ -65,7 +65,7 @@ def sample_texts(
     for i, e in enumerate(encoded):
         rows[i * num_samples : (i + 1) * num_samples, : len(e)] = e
     with run.context():
-        tokens = search.sample(
+        tokens = sampling.sample(
             run.model, run.params, jax.numpy.asarray(rows), jax.random.key(seed), options
         )
     tokens = np.asarray(tokens)
@@ -82,7 +82,7 @@ def execute(arguments: list[str]) -> None:
     """Sample continuations of ``--prompt`` from the run of ``--workdir``; one per line out."""
     del arguments  # none
     run = cli_flags.load_run()
-    options = search.SampleOptions(
+    options = sampling.SampleOptions(
         max_new_tokens=_MAX_NEW_TOKENS.value,
         temperature=_TEMPERATURE.value,
         top_k=_TOP_K.value,

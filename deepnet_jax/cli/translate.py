@@ -18,6 +18,7 @@ from absl import flags
 from deepnet_jax.cli import command
 from deepnet_jax.cli import flags as cli_flags
 from deepnet_jax.data import pipeline
+from deepnet_jax.decoding import options as decoding_options
 from deepnet_jax.decoding import search
 from deepnet_jax.runs import loading as run_loading
 
@@ -45,8 +46,8 @@ def execute(arguments: list[str]) -> None:
     """Translate stdin's lines with the run of ``--workdir``; one hypothesis per line out."""
     del arguments  # none
     run = cli_flags.load_run()
-    options = run_loading.search_options(
-        run.config, cli_flags.BEAM_SIZE.value, cli_flags.LENGTH_PENALTY.value
+    options = decoding_options.search_options(
+        run.config.decode, cli_flags.BEAM_SIZE.value, cli_flags.LENGTH_PENALTY.value
     )
     options.validate(prefix="--")
     batch_size = run_loading.positive(

@@ -21,6 +21,11 @@ from typing import Any
 import ml_collections
 
 KINDS = ("int", "float", "bool", "str", "choice", "increasing_ints")
+FRACTION = {
+    "low": 0,
+    "high": 1,
+    "high_open": True,
+}  # a field's range [0, 1): field(..., **FRACTION)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,14 +147,19 @@ def check_names(config: Any, names: Sequence[str], prefix: str, missing_ok: bool
             raise ValueError(f"config field {prefix}{name} is missing (start from base.get_config)")
 
 
-def check_values(config: Any, group: type, prefix: str, style: str = "plain") -> None:
-    """One error for the first field of ``config`` whose value its :class:`Spec` refuses.
+def check_values(
+    config: Any, group: type, prefix: str, style: str = "plain", skip: Sequence[str] = ()
+) -> None:
+    """One error for the first field of ``config`` (but those in ``skip``) whose value its
+    :class:`Spec` refuses.
 
     ``style`` words it: ``"plain"`` — ``optimizer.name='sgd'; allowed values are ('adamw',)``,
     ``total_steps=0 must be an integer >= 1``; ``"invalid"`` (the model's) —
     ``model.arch='gpt' is invalid: allowed values are 'encoder', 'decoder', 'encdec'``.
     """
     for name, spec in specs(group).items():
+        if name in skip:
+            continue
         value = config[name]
         reason = spec.problem(value)
         if reason is not None:

@@ -196,9 +196,11 @@ def _fail(field_name: str, value: Any, reason: str) -> None:
     raise ValueError(f"model.{field_name}={value!r} is invalid: {reason}")
 
 
-def validate(c: ml_collections.ConfigDict) -> None:
+def validate(c: ml_collections.ConfigDict, derived_ok: bool = False) -> None:
     """Raise one clear ``ValueError`` for the first invalid field of a model config: each
-    field against its declaration, then the relations between fields."""
+    field against its declaration, then the relations between fields. ``derived_ok``: a
+    training config's model, whose :data:`DERIVED` fields may still be 0 (the data's value,
+    filled by ``deepnet_jax.training.config.resolve``)."""
     fields = list(config_schema.specs(TransformerConfig))
     unknown = sorted(set(c.keys()) - set(fields))
     if unknown:
@@ -208,13 +210,13 @@ def validate(c: ml_collections.ConfigDict) -> None:
     missing = [f for f in fields if f not in c]
     if missing:
         raise ValueError(f"model.{missing[0]} is missing; start from deepnet_jax.default_config()")
-    for name in DERIVED:
-        if c[name] == 0:
-            raise ValueError(
-                f"model.{name}=0 stands for the data's value and is filled by "
-                "train_config.resolve(config); set it, or resolve the training config first"
-            )
-    config_schema.check_values(c, TransformerConfig, "model.", style="invalid")
+    unfilled = [name for name in DERIVED if c[name] == 0]
+    if unfilled and not derived_ok:
+        raise ValueError(
+            f"model.{unfilled[0]}=0 stands for the data's value and is filled by "
+            "train_config.resolve(config); set it, or resolve the training config first"
+        )
+    config_schema.check_values(c, TransformerConfig, "model.", style="invalid", skip=unfilled)
     _validate_relations(c)
 
 

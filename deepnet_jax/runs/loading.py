@@ -29,7 +29,6 @@ import ml_collections
 import numpy as np
 
 from deepnet_jax.data.tokenizer import Tokenizer
-from deepnet_jax.decoding import search
 from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.model.config import AUTO
@@ -58,23 +57,6 @@ class LoadedRun:
         rules = sharding.logical_axis_rules(self.config.mesh)
         with jax.set_mesh(self.mesh), nn.logical_axis_rules(rules):
             yield
-
-
-def search_options(
-    config: ml_collections.ConfigDict,
-    beam_size: int | None = None,
-    length_penalty: float | None = None,
-) -> search.SearchOptions:
-    """The run's ``decode`` search options, with ``beam_size`` / ``length_penalty`` overridden
-    when given (not validated: callers validate with their own field prefix)."""
-    d = config.decode
-    return search.SearchOptions(
-        beam_size=d.beam_size if beam_size is None else beam_size,
-        length_penalty=float(d.length_penalty if length_penalty is None else length_penalty),
-        length_penalty_form=d.length_penalty_form,
-        max_len_a=float(d.max_len_a),
-        max_len_b=d.max_len_b,
-    )
 
 
 def positive(flag: str, value: int | None, default: int) -> int:

@@ -127,14 +127,27 @@ def logical_axis_rules(mesh_config: ml_collections.ConfigDict) -> tuple[tuple[st
 LOGICAL_AXIS_RULES = logical_axis_rules(default_config())
 
 
-def mesh_shape(mesh_config: ml_collections.ConfigDict, device_count: int) -> tuple[int, ...]:
-    """The (data, fsdp, tensor) sizes for ``device_count`` devices, -1 filled in."""
+def validate(mesh_config: ml_collections.ConfigDict) -> None:
+    """One-line error for the first bad ``mesh.*`` field, before the devices are known: an axis
+    size that is neither a positive integer nor -1, two axes at -1, or a bad ``mesh.rules``."""
+    _check_sizes(mesh_config)
+    logical_axis_rules(mesh_config)
+
+
+def _check_sizes(mesh_config: ml_collections.ConfigDict) -> list[int]:
+    """The (data, fsdp, tensor) sizes as given, each a positive integer or -1 (at most one)."""
     sizes = [mesh_config.get(a) for a in MESH_AXES]
     for axis, size in zip(MESH_AXES, sizes, strict=True):
         if isinstance(size, bool) or not isinstance(size, int) or (size < 1 and size != -1):
             raise ValueError(f"mesh.{axis}={size!r} must be a positive integer or -1")
     if sizes.count(-1) > 1:
         raise ValueError(f"mesh={dict(zip(MESH_AXES, sizes, strict=True))}: at most one axis -1")
+    return sizes
+
+
+def mesh_shape(mesh_config: ml_collections.ConfigDict, device_count: int) -> tuple[int, ...]:
+    """The (data, fsdp, tensor) sizes for ``device_count`` devices, -1 filled in."""
+    sizes = _check_sizes(mesh_config)
     known = int(np.prod([s for s in sizes if s != -1]))
     if -1 in sizes:
         if device_count % known:

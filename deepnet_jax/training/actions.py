@@ -20,9 +20,9 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
+from deepnet_jax.decoding import options as decoding_options
 from deepnet_jax.decoding import scoring
 from deepnet_jax.runs import checkpoint
-from deepnet_jax.runs import loading as run_loading
 from deepnet_jax.runs import metrics as metrics_lib
 from deepnet_jax.training import diagnostics, preemption
 from deepnet_jax.training import steps as train_steps
@@ -164,7 +164,7 @@ class Validator:
         printing the samples."""
         c, pipeline = self.ctx.config, self.ctx.data.pipeline
         pairs = pipeline.translation_set(split)
-        options = run_loading.search_options(c, beam)
+        options = decoding_options.search_options(c.decode, beam)
         label = f"{split}, " + ("greedy" if beam == 1 else f"beam {beam}")
         hyps, scores = scoring.translate_split(
             self.ctx.model,

@@ -1,94 +1,47 @@
-"""Every training configuration field, declared once with its default, allowed values and a
-one-line comment (:mod:`deepnet_jax.common.config_schema`).
+"""The training config: every field declared once, by the module that owns it, with its default,
+allowed values and one-line comment (:mod:`deepnet_jax.common.config_schema`), and gathered here
+in one table, :data:`GROUPS` (``{prefix: Group(fields, default, check)}``).
 
-``default_config()`` is the schema of a training config: ``train.validate`` rejects a field it
-does not hold (a typo such as ``nan_polcy``), a config that lacks one of its fields, and a value
-a field's declaration refuses. Experiment configs (``configs/*.py``) start from it and change
-what they need; its data is the synthetic reversal task. ``docs/config.md`` is generated from
-these declarations (``python -m deepnet_jax.training.config > docs/config.md``).
+:func:`default_config` (what ``configs/*.py`` start from: the synthetic reversal task), the
+checks (:func:`validate`: unknown and missing fields, each group's values, then the relations
+across groups) and ``docs/config.md`` (``python -m deepnet_jax.training.config >
+docs/config.md``) all iterate that table.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 from typing import Any
 
+import jax
 import ml_collections
 
 from deepnet_jax.common import config_schema
-from deepnet_jax.common.config_schema import field
+from deepnet_jax.common.config_schema import FRACTION, field
+from deepnet_jax.data import pipeline, registry
 from deepnet_jax.data.pipeline import DataOptions
-from deepnet_jax.data.pipeline import default_config as data_default
 from deepnet_jax.data.sources import SPLITS
-from deepnet_jax.decoding.search import LENGTH_PENALTIES
+from deepnet_jax.decoding import options as decoding_options
+from deepnet_jax.decoding.options import DecodeFields
+from deepnet_jax.model import architectures, remat
+from deepnet_jax.model import config as model_config
 from deepnet_jax.model.config import TransformerConfig
+from deepnet_jax.scale import distributed, sharding
 from deepnet_jax.scale.distributed import DistributedFields
-from deepnet_jax.scale.distributed import default_config as distributed_default
 from deepnet_jax.scale.sharding import MeshFields
-from deepnet_jax.scale.sharding import default_config as mesh_default
+from deepnet_jax.training import optimizers
 from deepnet_jax.training.diagnostics import DiagnosticsFields
-from deepnet_jax.training.diagnostics import default_config as diagnostics_default
-from deepnet_jax.training.optimizers import OPTIMIZERS, SCHEDULES
 
 NAN_POLICIES = ("halt", "skip")
-RATE = {"low": 0, "high": 1, "high_open": True}  # [0, 1)
-
-
-@dataclasses.dataclass(frozen=True)
-class OptimizerFields:
-    """``config.optimizer``."""
-
-    name: str = field(
-        "adamw", "adamw (decoupled weight decay; adam with weight_decay=0)", choices=OPTIMIZERS
-    )
-    learning_rate: float = field(5e-4, "peak learning rate (> 0)")
-    b1: float = field(0.9, "Adam β1", **RATE)
-    b2: float = field(0.98, "Adam β2 (fairseq's transformer setting)", **RATE)
-    eps: float = field(1e-8, "Adam ε", low=0)
-    weight_decay: float = field(0.0, "decoupled weight decay (AdamW)", low=0)
-    grad_clip: float = field(0.0, "global-norm clipping threshold; 0 disables", low=0)
-
-
-@dataclasses.dataclass(frozen=True)
-class ScheduleFields:
-    """``config.schedule`` (see ``optimizers.learning_rate_schedule``)."""
-
-    name: str = field("inverse_sqrt", "the learning-rate schedule", choices=SCHEDULES)
-    warmup_steps: int = field(4000, "linear warm-up updates (all schedules but constant)", low=0)
-    warmup_init_lr: float = field(1e-7, "learning rate at step 0 of the warm-up (<= lr)", low=0)
-    end_lr: float = field(0.0, "polynomial/linear/cosine: learning rate at total_steps", low=0)
-    power: float = field(1.0, "polynomial: decay exponent (1 = linear)", low=0, low_open=True)
-
-
-@dataclasses.dataclass(frozen=True)
-class DecodeFields:
-    """``config.decode``: translation decoding (``deepnet_jax/decoding/search.py``)."""
-
-    beam_size: int = field(
-        5, "beam of the final evaluation (validation is greedy)", low=1, resumable=True
-    )
-    length_penalty: float = field(1.0, "α of the length penalty", resumable=True)
-    length_penalty_form: str = field(
-        "fairseq", "fairseq (n^α) or gnmt (((5 + n)/6)^α)", choices=LENGTH_PENALTIES, resumable=True
-    )
-    max_len_a: float = field(
-        1.2, "at most ⌊a·source_length + b⌋ output tokens", low=0, resumable=True
-    )
-    max_len_b: int = field(10, "(see max_len_a)", low=1, resumable=True)
-    batch_size: int = field(64, "sentences per decoding batch", low=1, resumable=True)
-    eval_sentences: int = field(
-        500, "validation sentences greedy-translated for BLEU; 0: no BLEU", low=0, resumable=True
-    )
-    num_samples: int = field(
-        3, "sample translations printed (and kept in eval.json)", low=0, resumable=True
-    )
 
 
 @dataclasses.dataclass(frozen=True)
 class RunFields:
     """The top-level fields of a training config."""
 
-    label_smoothing: float = field(0.1, "label-smoothed cross-entropy ε (0 disables)", **RATE)
+    label_smoothing: float = field(0.1, "label-smoothed cross-entropy ε (0 disables)", **FRACTION)
     grad_accum_steps: int = field(1, "micro-batches per optimizer update (optax.MultiSteps)", low=1)
     total_steps: int = field(400, "optimizer updates", low=1, resumable=True)
     log_every: int = field(20, "micro-batches between log lines", low=1, resumable=True)
@@ -135,22 +88,47 @@ class RunFields:
     )
 
 
-GROUPS: dict[str, type] = {  # config.<name> declared as dataclasses, checked by check_values
-    "data": DataOptions,
-    "optimizer": OptimizerFields,
-    "schedule": ScheduleFields,
-    "decode": DecodeFields,
-    "": RunFields,
-}
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """One group of a training config, declared by the module that owns it: the dataclass of
+    its fields (:mod:`deepnet_jax.common.config_schema`), the ``ConfigDict`` of its defaults
+    (``default``; None: the declared ones) and the check of its values on their own
+    (``check``; None: each value against its declaration). Relations across groups are
+    :func:`validate`'s."""
+
+    fields: type
+    default: Callable[[], ml_collections.ConfigDict] | None = None
+    check: Callable[[ml_collections.ConfigDict], None] | None = None
+
+    def defaults(self) -> ml_collections.ConfigDict:
+        return self.default() if self.default else config_schema.config_dict(self.fields)
+
+    def validate(self, values: ml_collections.ConfigDict, prefix: str) -> None:
+        if self.check:
+            self.check(values)
+        else:
+            config_schema.check_values(values, self.fields, prefix)
 
 
-SCHEMA: dict[str, type] = {  # every declared group of a training config
-    "": RunFields,
-    "model": TransformerConfig,
-    **{k: v for k, v in GROUPS.items() if k},
-    "diagnostics": DiagnosticsFields,
-    "mesh": MeshFields,
-    "distributed": DistributedFields,
+def _model_default() -> ml_collections.ConfigDict:
+    c = config_schema.config_dict(TransformerConfig)
+    c.vocab_size = c.max_len = 0  # derived from the data (resolve)
+    return c
+
+
+# config.<prefix> -> its group ("" is the top level), in the order the checks and the docs run.
+GROUPS: dict[str, Group] = {
+    "": Group(RunFields),
+    "model": Group(
+        TransformerConfig, _model_default, functools.partial(model_config.validate, derived_ok=True)
+    ),
+    "data": Group(DataOptions, pipeline.default_config),
+    "optimizer": Group(optimizers.OptimizerFields),
+    "schedule": Group(optimizers.ScheduleFields),
+    "decode": Group(DecodeFields, check=decoding_options.validate),
+    "diagnostics": Group(DiagnosticsFields),
+    "mesh": Group(MeshFields, sharding.default_config, sharding.validate),
+    "distributed": Group(DistributedFields, check=distributed.validate),
 }
 # Undeclared groups that may change on resume too: mesh.rules only moves arrays between devices.
 RESUMABLE_GROUPS = ("mesh.rules",)
@@ -167,8 +145,8 @@ def resumable_fields() -> frozenset[str]:
     ``decode.beam_size``, ``mesh.data``, …): the fields a run may change when it resumes."""
     return frozenset(
         f"{name}.{field_name}" if name else field_name
-        for name, group in SCHEMA.items()
-        for field_name in config_schema.resumable(group)
+        for name, group in GROUPS.items()
+        for field_name in config_schema.resumable(group.fields)
     )
 
 
@@ -179,24 +157,15 @@ def may_change_on_resume(path: str) -> bool:
 
 
 def default_config() -> ml_collections.ConfigDict:
-    """Every training field with its default (the schema ``train.validate`` checks against)."""
-    c = config_schema.config_dict(RunFields)
-    c.model = config_schema.config_dict(TransformerConfig)  # deepnet_jax/model/config.py
-    c.model.vocab_size = c.model.max_len = 0  # derived from the data (resolve)
-    c.data = data_default()  # DataOptions' defaults, data_dir from $DEEPNET_JAX_DATA
+    """Every training field with its default (the schema :func:`validate` checks against): each
+    group's defaults (:data:`GROUPS`), then :data:`TRAINING_DEFAULTS`."""
+    c = GROUPS[""].defaults()
     for name, group in GROUPS.items():
-        if name and name != "data":
-            c[name] = config_schema.config_dict(group)
-    c.diagnostics = (
-        diagnostics_default()
-    )  # stability instruments: deepnet_jax/training/diagnostics.py
-    c.mesh = (
-        mesh_default()
-    )  # devices per mesh axis and logical-axis rules: deepnet_jax/scale/sharding.py
-    c.distributed = distributed_default()  # multi-host start-up: deepnet_jax/scale/distributed.py
+        if name:
+            c[name] = group.defaults()
     for path, value in TRAINING_DEFAULTS.items():
-        group, name = path.rsplit(".", 1)
-        c[group][name] = value
+        group_name, name = path.rsplit(".", 1)
+        c[group_name][name] = value
     return c
 
 
@@ -217,12 +186,10 @@ def resolve(
     return config
 
 
-def check_values(config: ml_collections.ConfigDict) -> None:
-    """One error for the first value a declared field of :data:`GROUPS` refuses."""
+def check_groups(config: ml_collections.ConfigDict) -> None:
+    """One error for the first value a group of :data:`GROUPS` refuses on its own."""
     for name, group in GROUPS.items():
-        config_schema.check_values(
-            config[name] if name else config, group, f"{name}." if name else ""
-        )
+        group.validate(config[name] if name else config, f"{name}." if name else "")
 
 
 def reference() -> str:
@@ -230,16 +197,18 @@ def reference() -> str:
     parts = [
         "# Configuration fields",
         "",
-        "Generated from the declarations in `deepnet_jax/training/config.py` and",
-        "`deepnet_jax/model/config.py` by `python -m deepnet_jax.training.config`; every",
-        "config starts from `configs/base.py` (these defaults) and changes what it needs.",
+        "Generated by `python -m deepnet_jax.training.config` from the table of groups in",
+        "`deepnet_jax/training/config.py` (`GROUPS`), each declared by the module that owns",
+        "it; every config starts from `configs/base.py` (these defaults) and changes what it",
+        "needs.",
         "`mesh.rules` maps each logical axis to mesh axes (`deepnet_jax/scale/sharding.py`,",
         "`DEFAULT_RULES`).",
         "",
         "Derived fields: a training config leaves `model.vocab_size` and `model.max_len` at 0,",
-        "and the run fills them from its data (`train_config.resolve`): the tokenizer's size",
-        "(`data.vocab_size` for the synthetic task) and `data.max_len`. A value set explicitly",
-        "is kept (at least the data's). Saved runs hold the values they trained with.",
+        "and the run fills them from its data (`resolve` in `deepnet_jax/training/config.py`):",
+        "the tokenizer's size (`data.vocab_size` for the synthetic task) and `data.max_len`. A",
+        "value set explicitly is kept (at least the data's). Saved runs hold the values they",
+        "trained with.",
         "",
         "On resume: a run that resumes from the checkpoints in its workdir may change the",
         'fields marked "may change" (and `mesh.rules`); every other field, the derived ones',
@@ -247,12 +216,15 @@ def reference() -> str:
         "(`deepnet_jax/training/fingerprint.py`).",
         "",
     ]
-    for name, group in SCHEMA.items():
+    for name, group in GROUPS.items():
         parts += [
             f"## {name or 'top level'}",
             "",
+            f"Declared by `{group.fields.__module__.replace('.', '/')}.py`"
+            f" (`{group.fields.__name__}`).",
+            "",
             config_schema.markdown_table(
-                group, f"{name}." if name else "", overrides=TRAINING_DEFAULTS
+                group.fields, f"{name}." if name else "", overrides=TRAINING_DEFAULTS
             ),
             "",
         ]
@@ -277,6 +249,108 @@ def _check_level(config: Any, schema: ml_collections.ConfigDict, prefix: str) ->
             _check_level(config[name], schema[name], f"{prefix}{name}.")
 
 
+def validate(config: ml_collections.ConfigDict, device_count: int | None = None) -> None:
+    """One clear error for the first invalid training field, before any data is prepared or
+    anything compiled: unknown and missing fields, each group's own check (:data:`GROUPS`),
+    then the relations across groups. ``device_count``: the devices the mesh spans (default:
+    all)."""
+    check_fields(config)  # typos and missing fields first
+    check_groups(config)  # each group on its own
+    check_budget(config)  # memory_budget_gb and remat_policy='auto'
+    resolved = resolve(stand_in(config))  # fields derived from the data
+    architectures.build(resolved.model)  # the model as the run will build it
+    _check_across(resolved, jax.device_count() if device_count is None else device_count)
+    if resolved.data.dataset == registry.SYNTHETIC:
+        _check_synthetic(resolved)
+    else:
+        _check_corpus(resolved)
+
+
+def _check_across(config: ml_collections.ConfigDict, device_count: int) -> None:
+    """The relations between groups that every dataset shares."""
+    if config.model.attention_impl == "cudnn" and jax.default_backend() != "gpu":
+        raise ValueError(
+            f"model.attention_impl='cudnn' needs a GPU; this backend is "
+            f"{jax.default_backend()!r}: allowed here are 'reference' and 'xla'"
+        )
+    if config.data.dataset not in registry.NAMES:
+        raise ValueError(
+            f"data.dataset={config.data.dataset!r}; allowed values are {registry.NAMES}"
+        )
+    optimizers.validate(config)  # the learning rate and the schedule's relations to it
+    if config.data.max_len > config.model.max_len:
+        raise ValueError(
+            f"data.max_len={config.data.max_len} exceeds model.max_len={config.model.max_len}"
+        )
+    data, fsdp, _ = sharding.mesh_shape(config.mesh, device_count)
+    if config.data.dataset == registry.SYNTHETIC and config.data.batch_size % (data * fsdp):
+        raise ValueError(
+            f"data.batch_size={config.data.batch_size} does not divide over the {data * fsdp} "
+            "data-parallel devices (mesh.data × mesh.fsdp)"
+        )
+
+
+def _check_synthetic(config: ml_collections.ConfigDict) -> None:
+    """The synthetic task has no splits and no corpus batching."""
+    if config.final_split:
+        raise ValueError(
+            f"final_split={config.final_split!r} needs a corpus; data.dataset="
+            f"{registry.SYNTHETIC!r} is evaluated on its held-out batches (use final_split='')"
+        )
+    for name in ("max_tokens", "bucket_boundaries", "packing", "source_dir"):
+        if config.data.get(name):
+            raise ValueError(
+                f"data.{name}={config.data[name]!r} is not used by "
+                f"data.dataset={registry.SYNTHETIC!r}"
+            )
+
+
+def _check_corpus(config: ml_collections.ConfigDict) -> None:
+    """A corpus's data options together, and a model vocabulary that holds the tokenizer's."""
+    options = pipeline.DataOptions.from_config(config.data, config.seed)
+    options.validate()
+    if options.tokenizer != "char" and config.model.vocab_size < options.vocab_size:
+        raise ValueError(
+            f"model.vocab_size={config.model.vocab_size} is smaller than "
+            f"data.vocab_size={options.vocab_size} (the tokenizer's pieces)"
+        )
+
+
+def is_auto(config: ml_collections.ConfigDict) -> bool:
+    """Whether ``config`` asks for ``model.remat_policy='auto'`` (planned by the trainer:
+    :mod:`deepnet_jax.training.remat_auto`)."""
+    return _policy(config) == remat.AUTO
+
+
+def _policy(config: ml_collections.ConfigDict) -> Any:
+    model = config.get("model")
+    return (
+        model.get("remat_policy") if isinstance(model, (ml_collections.ConfigDict, dict)) else None
+    )
+
+
+def check_budget(config: ml_collections.ConfigDict) -> None:
+    """The error of a ``memory_budget_gb`` set beside a concrete policy (nothing would read
+    it)."""
+    budget = config.get("memory_budget_gb")
+    if not is_auto(config) and isinstance(budget, (int, float)) and budget > 0:
+        raise ValueError(
+            f"memory_budget_gb={budget} is read only by model.remat_policy='auto' (this "
+            f"config has {_policy(config)!r}); set it to 0 or the policy to 'auto'"
+        )
+
+
+def stand_in(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """``config`` itself, or for ``auto`` a copy with auto's first candidate policy: what
+    validation builds (the candidates differ only in the remat policy and the group size, which
+    change no parameter's shape; ``scan_group_size`` is kept, for the model's own check)."""
+    if not is_auto(config):
+        return config
+    c = config.copy_and_resolve_references()
+    c.model.remat_policy = remat.CANDIDATES[0][0]
+    return c
+
+
 USAGE = """usage: python -m deepnet_jax.training.config > docs/config.md
 
 Prints docs/config.md: every training config field's default, allowed values and comment."""
@@ -284,7 +358,9 @@ Prints docs/config.md: every training config field's default, allowed values and
 if __name__ == "__main__":
     import sys
 
+    from deepnet_jax.training import config as declared  # the package's module, not __main__
+
     if sys.argv[1:]:  # --help, or anything else: this command takes no arguments
         print(USAGE)
         sys.exit(0 if sys.argv[1] in ("-h", "--help") else 2)
-    print(reference(), end="")
+    print(declared.reference(), end="")

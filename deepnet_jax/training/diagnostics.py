@@ -38,10 +38,9 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
-from deepnet_jax.common import config_schema, tokens
+from deepnet_jax.common import tokens
 from deepnet_jax.common.config_schema import field
 from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.model.sublayers import DIAGNOSTICS, LN_INPUT_SUFFIX
@@ -63,15 +62,6 @@ class DiagnosticsFields:
     plot: bool = field(
         True, "with every > 0: render diagnostics_*.png in the workdir at the end", resumable=True
     )
-
-
-def default_config() -> ml_collections.ConfigDict:
-    """``config.diagnostics`` with its defaults."""
-    return config_schema.config_dict(DiagnosticsFields)
-
-
-def validate(c: ml_collections.ConfigDict) -> None:
-    config_schema.check_values(c, DiagnosticsFields, "diagnostics.")
 
 
 def feature_module(arch: str) -> str:

@@ -5,20 +5,49 @@ step), with gradient accumulation (``optax.MultiSteps``) and ``nan_policy="skip"
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
 
+from deepnet_jax.common.config_schema import FRACTION, field
+
 SCHEDULES = ("inverse_sqrt", "polynomial", "linear", "cosine", "constant")
 OPTIMIZERS = ("adamw",)
 
 
+@dataclasses.dataclass(frozen=True)
+class OptimizerFields:
+    """``config.optimizer``."""
+
+    name: str = field(
+        "adamw", "adamw (decoupled weight decay; adam with weight_decay=0)", choices=OPTIMIZERS
+    )
+    learning_rate: float = field(5e-4, "peak learning rate (> 0)")
+    b1: float = field(0.9, "Adam β1", **FRACTION)
+    b2: float = field(0.98, "Adam β2 (fairseq's transformer setting)", **FRACTION)
+    eps: float = field(1e-8, "Adam ε", low=0)
+    weight_decay: float = field(0.0, "decoupled weight decay (AdamW)", low=0)
+    grad_clip: float = field(0.0, "global-norm clipping threshold; 0 disables", low=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleFields:
+    """``config.schedule`` (see :func:`learning_rate_schedule`)."""
+
+    name: str = field("inverse_sqrt", "the learning-rate schedule", choices=SCHEDULES)
+    warmup_steps: int = field(4000, "linear warm-up updates (all schedules but constant)", low=0)
+    warmup_init_lr: float = field(1e-7, "learning rate at step 0 of the warm-up (<= lr)", low=0)
+    end_lr: float = field(0.0, "polynomial/linear/cosine: learning rate at total_steps", low=0)
+    power: float = field(1.0, "polynomial: decay exponent (1 = linear)", low=0, low_open=True)
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
     """One clear error for the learning rate or a schedule field out of line with it or with
-    ``total_steps`` (each field's own type and range are checked by its declaration in
-    ``train_config``, first)."""
+    ``total_steps`` (each field's own type and range are checked by its declaration first)."""
     s, lr = config.schedule, config.optimizer.learning_rate
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
         raise ValueError(f"optimizer.learning_rate={lr!r} must be a number > 0")

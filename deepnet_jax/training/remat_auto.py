@@ -27,23 +27,13 @@ import jax
 import ml_collections
 
 from deepnet_jax.model import remat
-from deepnet_jax.model.remat import AUTO, GIB
+from deepnet_jax.model.remat import GIB
+from deepnet_jax.training.config import check_budget, is_auto
 from deepnet_jax.training.progress import say
 
 if TYPE_CHECKING:
     from deepnet_jax.scale.targets import Target
     from deepnet_jax.training.memory_plan import Plan
-
-
-def _policy(config: ml_collections.ConfigDict):
-    model = config.get("model")
-    return (
-        model.get("remat_policy") if isinstance(model, (ml_collections.ConfigDict, dict)) else None
-    )
-
-
-def is_auto(config: ml_collections.ConfigDict) -> bool:
-    return _policy(config) == AUTO
 
 
 def candidate(config: ml_collections.ConfigDict, policy: str, group: int):
@@ -70,26 +60,6 @@ def run_budget(
     )
 
 
-def check(config: ml_collections.ConfigDict) -> None:
-    """The error of a ``memory_budget_gb`` set beside a concrete policy (nothing would read
-    it)."""
-    budget = config.get("memory_budget_gb")
-    if not is_auto(config) and isinstance(budget, (int, float)) and budget > 0:
-        raise ValueError(
-            f"memory_budget_gb={budget} is read only by model.remat_policy='auto' (this "
-            f"config has {_policy(config)!r}); set it to 0 or the policy to 'auto'"
-        )
-
-
-def stand_in(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """``config`` itself, or for ``auto`` a copy with ``remat_policy='none'``: what validation
-    builds (the candidates differ only in the two fields auto sets, which change no parameter's
-    shape; ``scan_group_size`` is kept, for the model's own check of it)."""
-    if not is_auto(config):
-        return config
-    return candidate(config, remat.CANDIDATES[0][0], config.model.scan_group_size)
-
-
 def choose(
     config: ml_collections.ConfigDict,
     devices: Sequence[jax.Device],
@@ -97,10 +67,10 @@ def choose(
     target: Target | None = None,
 ) -> tuple[ml_collections.ConfigDict, Plan]:
     """The first candidate of ``config`` (``remat_policy='auto'``, already validated: see
-    :func:`stand_in`) whose planned peak fits, and its plan."""
+    ``deepnet_jax.training.config.stand_in``) whose planned peak fits, and its plan."""
     from deepnet_jax.training import memory_plan as planner
 
-    check(config)
+    check_budget(config)
     configs = {pair: candidate(config, *pair) for pair in remat.candidates(config.model)}
     budget, source = run_budget(config, devices, target)  # its errors before any compile
     tried = []
@@ -138,7 +108,7 @@ def resolve(
 ) -> ml_collections.ConfigDict:
     """``config`` itself unless ``model.remat_policy='auto'``; then a copy with the chosen
     policy and group size (see :func:`choose`). ``config`` is validated already."""
-    check(config)
+    check_budget(config)
     return choose(config, devices, report)[0] if is_auto(config) else config
 
 

@@ -15,73 +15,16 @@ import flax.linen as nn
 import jax
 import ml_collections
 
-from deepnet_jax.data import DataPreparationError, pipeline, registry
-from deepnet_jax.data.registry import SYNTHETIC
-from deepnet_jax.model import architectures
+from deepnet_jax.data import DataPreparationError, registry
 from deepnet_jax.runs import checkpoint
-from deepnet_jax.runs import loading as run_loading
 from deepnet_jax.runs import workdir as workdir_lib
 from deepnet_jax.scale import distributed, sharding
 from deepnet_jax.training import config as train_config
-from deepnet_jax.training import diagnostics, fingerprint, optimizers, remat_auto, trainer
+from deepnet_jax.training import fingerprint, trainer
 from deepnet_jax.training.actions import NonFiniteError
 
 DATASETS = registry.NAMES  # every data.dataset value, from the dataset registry
-
-
-def validate(config: ml_collections.ConfigDict, device_count: int | None = None) -> None:
-    """One clear error for the first invalid training field (the model is checked by build).
-
-    ``device_count``: the devices the mesh spans (default: all).
-    """
-    train_config.check_fields(config)  # typos and missing fields first
-    train_config.check_values(config)  # each declared field against its declaration
-    resolved = train_config.resolve(remat_auto.stand_in(config))  # fields derived from data
-    architectures.build(resolved.model)  # the model's own checks, before any data is prepared
-    remat_auto.check(config)  # memory_budget_gb and remat_policy='auto'
-    config = resolved
-    if config.model.attention_impl == "cudnn" and jax.default_backend() != "gpu":
-        raise ValueError(
-            f"model.attention_impl='cudnn' needs a GPU; this backend is "
-            f"{jax.default_backend()!r}: allowed here are 'reference' and 'xla'"
-        )
-    if config.data.dataset not in DATASETS:
-        raise ValueError(f"data.dataset={config.data.dataset!r}; allowed values are {DATASETS}")
-    optimizers.validate(config)  # the learning rate and the schedule's relations to it
-    run_loading.search_options(config).validate(prefix="decode.")
-    if config.data.max_len > config.model.max_len:
-        raise ValueError(
-            f"data.max_len={config.data.max_len} exceeds model.max_len={config.model.max_len}"
-        )
-    diagnostics.validate(config.diagnostics)
-    sharding.logical_axis_rules(config.mesh)
-    device_count = jax.device_count() if device_count is None else device_count
-    dp = sharding.mesh_shape(config.mesh, device_count)
-    dp = dp[0] * dp[1]  # data × fsdp: the devices a batch's rows are split over
-    if config.data.dataset == SYNTHETIC and config.data.batch_size % dp:
-        raise ValueError(
-            f"data.batch_size={config.data.batch_size} does not divide over the {dp} "
-            "data-parallel devices (mesh.data × mesh.fsdp)"
-        )
-    if config.data.dataset == SYNTHETIC:
-        if config.final_split:
-            raise ValueError(
-                f"final_split={config.final_split!r} needs a corpus; data.dataset="
-                f"{SYNTHETIC!r} is evaluated on its held-out batches (use final_split='')"
-            )
-        for name in ("max_tokens", "bucket_boundaries", "packing", "source_dir"):
-            if config.data.get(name):
-                raise ValueError(
-                    f"data.{name}={config.data[name]!r} is not used by data.dataset={SYNTHETIC!r}"
-                )
-        return
-    options = pipeline.DataOptions.from_config(config.data, config.seed)
-    options.validate()
-    if options.tokenizer != "char" and config.model.vocab_size < options.vocab_size:
-        raise ValueError(
-            f"model.vocab_size={config.model.vocab_size} is smaller than "
-            f"data.vocab_size={options.vocab_size} (the tokenizer's pieces)"
-        )
+validate = train_config.validate  # one clear error for the first invalid training field
 
 
 # What train.py reports as a one-line error: bad configs and environments, not bugs.

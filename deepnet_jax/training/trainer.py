@@ -113,9 +113,9 @@ def build_run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> R
     example = next(batches)  # shapes for init; the stream is rewound below
     batches.set_state(start_state)
     optimizer = optimizers.make_optimizer(config)
-    model, plan = _model_and_state(remat_auto.stand_in(config), example, optimizer, mesh)
+    model, plan = _model_and_state(train_config.stand_in(config), example, optimizer, mesh)
     checkpointer = _checkpointer(config, workdir, plan)  # free space: before auto compiles
-    if remat_auto.is_auto(config):  # the least recomputation that fits, planned on the mesh
+    if train_config.is_auto(config):  # the least recomputation that fits, planned on the mesh
         config = remat_auto.resolve(config, list(mesh.devices.flat))
         model, plan = _model_and_state(config, example, optimizer, mesh)
     train_step = train_steps.make_train_step(
