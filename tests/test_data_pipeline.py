@@ -253,6 +253,9 @@ def _train_config(corpus, dataset="local_parallel", arch="encdec", **data_overri
     m.arch, m.d_model, m.num_heads, m.ffn_dim, m.vocab_size, m.max_len = arch, 32, 4, 64, 300, 64
     m.num_encoder_layers = 2 if arch != "decoder" else 0
     m.num_decoder_layers = 2 if arch != "encoder" else 0
+    # These runs test the data and the run's outputs: full spares each one auto's planning
+    # compile (auto: test_remat_auto.py and the two-process run of test_reliability.py).
+    m.remat_policy = "full"
     opts = _options(corpus, dataset, **data_overrides).__dict__.copy()
     opts.pop("seed")
     opts["bucket_boundaries"] = list(opts["bucket_boundaries"])

@@ -30,6 +30,7 @@ def _outputs(out, name):
     return payload, table
 
 
+@pytest.mark.slow  # four runs; the other experiments' smokes share its machinery (common.py)
 def test_model_update_smoke(tmp_path):
     model_update.main(["--setting=smoke", f"--out={tmp_path}"])
     payload, table = _outputs(tmp_path, "model_update")

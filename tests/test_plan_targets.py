@@ -99,13 +99,13 @@ def test_default_config_on_v5e_4():
 @needs_libtpu
 @pytest.mark.parametrize(
     "scheme, remat, group",
-    [
-        ("subln", "none", 0),
+    [  # the default run: a saving policy and the nested scan; the rest under -m slow
+        pytest.param("subln", "none", 0, marks=pytest.mark.slow),
         ("subln", "dots", 0),
-        ("subln", "full", 0),
-        ("deepnorm", "full", 0),
+        pytest.param("subln", "full", 0, marks=pytest.mark.slow),
+        pytest.param("deepnorm", "full", 0, marks=pytest.mark.slow),
         ("deepnorm", "full", -1),
-        ("pre_ln", "dots", -1),
+        pytest.param("pre_ln", "dots", -1, marks=pytest.mark.slow),
     ],
 )
 def test_compiled_flops_are_the_analytic_count_with_remat_recompute(scheme, remat, group):
@@ -125,7 +125,11 @@ def test_compiled_flops_are_the_analytic_count_with_remat_recompute(scheme, rema
 
 @pytest.mark.parametrize(
     "config, scheme, remat",
-    [(default, "subln", "full"), (default, "deepnorm", "dots"), (bert_mlm, "pre_ln", "full")],
+    [
+        pytest.param(default, "subln", "full", marks=pytest.mark.slow),
+        (default, "deepnorm", "dots"),
+        (bert_mlm, "pre_ln", "full"),
+    ],
 )
 def test_remat_flops_of_the_encoder_decoder_and_the_encoder(config, scheme, remat):
     """The lowered program is the same for any target: these plan on one CPU device."""

@@ -173,6 +173,7 @@ def test_sigterm_to_one_process_stops_both_after_the_same_update(tmp_path):
             "--config.distributed.num_processes=2",
             f"--config.distributed.process_id={pid}",
             "--config.distributed.initialization_timeout=60",
+            "--config.model.remat_policy=auto",  # both processes must agree on its budget
         )
         for pid in (0, 1)
     ]

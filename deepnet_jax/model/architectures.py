@@ -26,7 +26,7 @@ import ml_collections
 from deepnet_jax.common.tokens import PAD_ID
 from deepnet_jax.model.config import TransformerConfig, default_config, validate
 from deepnet_jax.model.embeddings import OutputProjection, PositionEmbedding, TokenEmbedding, embed
-from deepnet_jax.model.stacks import apply_layers
+from deepnet_jax.model.stacks import Side, StackInputs, apply_layers
 
 __all__ = [
     "Decoder",
@@ -113,16 +113,9 @@ class Encoder(nn.Module):
         )
         if c.zero_padding_embeddings:
             x = x * (tokens_BS != PAD_ID)[:, :, None].astype(x.dtype)
+        side = Side(c, "encoder", has_cross=False, deterministic=deterministic)
         return apply_layers(
-            self,
-            c,
-            "encoder",
-            x,
-            _self_mask(tokens_BS, segment_ids, causal=False),
-            None,
-            None,
-            has_cross=False,
-            deterministic=deterministic,
+            self, side, StackInputs(x, _self_mask(tokens_BS, segment_ids, causal=False))
         )
 
 
@@ -168,19 +161,11 @@ class Decoder(nn.Module):
             deterministic,
             positions,
         )
-        return apply_layers(
-            self,
-            c,
-            "decoder",
-            x,
-            self_mask,
-            enc_out_BSD,
-            enc_mask,
-            has_cross=self.has_cross,
-            deterministic=deterministic,
-            cache=cache,
-            cache_index=cache_index,
+        side = Side(c, "decoder", has_cross=self.has_cross, deterministic=deterministic)
+        inputs = StackInputs(
+            x, self_mask, enc_out_BSD, enc_mask, cache=cache, cache_index=cache_index
         )
+        return apply_layers(self, side, inputs)
 
 
 def _logits(

@@ -24,9 +24,17 @@ run the flat scan, with identical results.
 DLCL (Wang et al. 2019, eq. 8–9) feeds layer l+1 a learned combination of *all* earlier outputs
 y_0 … y_l, so its carry grows with depth and has no fixed shape; it cannot be expressed as a scan
 with a constant carry and runs as an unrolled, per-layer rematerialized loop.
+
+Interface: every stack kind (:data:`KINDS`: scanned, grouped, unrolled, DLCL) is one function
+``(owner, side: Side, inputs: StackInputs) -> (x [B, T, D], cache | None)``; :func:`stack_kind`
+picks one and :func:`apply_layers` runs it and the side's final LayerNorm. The parameter paths
+are those of the kind (``layers`` stacked [L, …], or ``layers_{i}``), whichever runs them.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
 
 import flax.linen as nn
 import jax
@@ -37,6 +45,64 @@ from deepnet_jax.model import remat
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.model.sublayers import DIAGNOSTICS, constrain, layer_norm
 from deepnet_jax.model.transformer_layer import TransformerLayer, residual_scheme
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """One side's stack, fixed at trace time: the model ``config``, the side's ``name``
+    ("encoder" or "decoder"), whether its layers cross-attend to an encoder (``has_cross``) and
+    whether dropout is off (``deterministic``)."""
+
+    config: TransformerConfig
+    name: str
+    has_cross: bool
+    deterministic: bool
+
+    @property
+    def num_layers(self) -> int:
+        return num_layers(self.config, self.name)
+
+    def layer_kwargs(self) -> dict:
+        """The attributes every :class:`TransformerLayer` of this side takes."""
+        return dict(
+            config=self.config,
+            side=self.name,
+            has_cross=self.has_cross,
+            deterministic=self.deterministic,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class StackInputs:
+    """What one side's layers read.
+
+    Attributes:
+      x: the embedded input [B, T, D].
+      self_mask: self-attention mask [B|1, 1, T|1, T] (None: none).
+      enc_out, enc_mask: the encoder output [B, S, D] and its mask [B, 1, 1|T, S], for
+        cross-attention (None: none, or read from the cache while decoding).
+      keys: one dropout key per layer [L, …] (None: no dropout fires).
+      cache, cache_index: a decoding cache stacked over layers ([L, B, …] leaves, see
+        ``architectures.init_cache``) and the position this call writes (None: no decoding).
+    """
+
+    x: jax.Array
+    self_mask: jax.Array | None
+    enc_out: jax.Array | None = None
+    enc_mask: jax.Array | None = None
+    keys: jax.Array | None = None
+    cache: dict | None = None
+    cache_index: jax.Array | None = None
+
+    def attention_inputs(self) -> tuple:
+        """``(self_mask, enc_out, enc_mask)``: what every layer reads besides x."""
+        return self.self_mask, self.enc_out, self.enc_mask
+
+    def key(self, i: int) -> jax.Array | None:
+        return None if self.keys is None else self.keys[i]
+
+
+StackFn = Callable[[nn.Module, Side, StackInputs], tuple[jax.Array, dict | None]]
 
 
 def _layer_class(config: TransformerConfig, scanned: bool):
@@ -68,125 +134,147 @@ def dlcl_weight_init(size: int, fill: str) -> np.ndarray:
     return tril if fill == "one" else tril / (rows + 1)
 
 
-def apply_layers(
-    owner: nn.Module,
-    config: TransformerConfig,
-    side: str,
-    x_BTD: jax.Array,
-    self_mask: jax.Array | None,
-    enc_out_BSD: jax.Array | None,
-    enc_mask: jax.Array | None,
-    has_cross: bool,
-    deterministic: bool,
-    cache: dict | None = None,
-    cache_index: jax.Array | None = None,
-) -> jax.Array | tuple[jax.Array, dict]:
-    """Run one side's layers (and its final LN) as submodules of ``owner``.
+def apply_layers(owner: nn.Module, side: Side, inputs: StackInputs) -> jax.Array | tuple:
+    """Run one side's layers (the kind :func:`stack_kind` picks) and its final LN as
+    submodules of ``owner``, the Encoder/Decoder whose compact ``__call__`` is running.
 
-    ``owner`` is the Encoder/Decoder whose compact ``__call__`` is running; layers are created
-    in its scope (``owner/layers`` scanned, ``owner/layers_{i}`` unrolled).
-
-    With a decoding ``cache`` (every leaf stacked over layers, [L, B, …], see
-    ``architectures.init_cache``) the stack returns ``(x, new_cache)``: a scanned stack scans over
-    the cache's layer axis together with the parameters, so one layer body is compiled.
+    Returns x [B, T, D], or with a decoding ``inputs.cache`` ``(x, new_cache)``: a scanned
+    stack scans over the cache's layer axis together with the parameters, so one layer body is
+    compiled. ``inputs.keys`` is filled here (:func:`layer_dropout_keys`).
     """
-    L = num_layers(config, side)
-    keys = layer_dropout_keys(owner, config, L, deterministic)
-    args = (x_BTD, self_mask, enc_out_BSD, enc_mask)
-    if config.scheme.startswith("dlcl"):
-        x_BTD, new_cache = _dlcl(
-            owner, config, side, *args, keys, has_cross, deterministic, cache, cache_index
-        )
-        return x_BTD if cache is None else (x_BTD, new_cache)
-    kwargs = dict(config=config, side=side, has_cross=has_cross, deterministic=deterministic)
-    # Grouping only changes what the backward pass keeps: init, cached decoding and the
-    # instruments' probe (forward only) take the flat scan over the same parameters.
-    forward_only = (
-        cache is not None or owner.is_initializing() or owner.is_mutable_collection(DIAGNOSTICS)
-    )
-    if remat.group_size(config, L) and not forward_only:
-        layer = _layer_class(config, scanned=True)(**kwargs, carry_output=True, name="layers")
-        x_BTD, new_cache = _grouped_scan(layer, L, remat.group_size(config, L), args, keys), None
-    elif config.scan_layers:
-        scanned = nn.scan(
-            _layer_class(config, scanned=True),
-            variable_axes={"params": 0, DIAGNOSTICS: 0},  # instruments: one entry per layer
-            split_rngs={"params": True, "dropout": True},
-            in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, 0, 0, nn.broadcast),
-            length=L,
-            metadata_params={nn.PARTITION_NAME: "layers"},
-        )
-        layers = scanned(**kwargs, carry_output=True, name="layers")
-        x_BTD, new_cache = layers(*args, keys, cache, cache_index)
-    else:
-        layer_cls = _layer_class(config, scanned=False)
-        per_layer = []
-        for i in range(L):
-            key = None if keys is None else keys[i]
-            layer = layer_cls(**kwargs, name=f"layers_{i}")
-            if cache is None:
-                x_BTD = layer(x_BTD, *args[1:], key)
-            else:
-                x_BTD, layer_cache = layer(
-                    x_BTD, *args[1:], key, _layer_slice(cache, i), cache_index
-                )
-                per_layer.append(layer_cache)
-        new_cache = _stack_layers(per_layer) if cache is not None else None
-    if has_final_norm(config):
-        x_BTD = layer_norm(config, "layer_norm")(x_BTD)
+    keys = layer_dropout_keys(owner, side.config, side.num_layers, side.deterministic)
+    inputs = dataclasses.replace(inputs, keys=keys)
+    x_BTD, new_cache = KINDS[stack_kind(owner, side, inputs)](owner, side, inputs)
+    if has_final_norm(side.config):
+        x_BTD = layer_norm(side.config, "layer_norm")(x_BTD)
     x_BTD = constrain(x_BTD)
-    return x_BTD if cache is None else (x_BTD, new_cache)
+    return x_BTD if inputs.cache is None else (x_BTD, new_cache)
 
 
-def _grouped_scan(layer: nn.Module, L: int, k: int, args: tuple, keys: jax.Array | None):
-    """``layer`` (parameters stacked [L, …]) applied L times as ⌊L/k⌋ rematerialized groups of
-    k scanned layers, then one rematerialized group of the L mod k left (module docstring).
+def stack_kind(owner: nn.Module, side: Side, inputs: StackInputs) -> str:
+    """The key of :data:`KINDS` that runs this side. Grouping only changes what the backward
+    pass keeps, so init, cached decoding and the instruments' probe (forward only) take the
+    flat scan over the same parameters."""
+    c = side.config
+    if c.scheme.startswith("dlcl"):
+        return "dlcl"
+    forward_only = (
+        inputs.cache is not None
+        or owner.is_initializing()
+        or owner.is_mutable_collection(DIAGNOSTICS)
+    )
+    if remat.group_size(c, side.num_layers) and not forward_only:
+        return "grouped"
+    return "scanned" if c.scan_layers else "unrolled"
 
-    The scans are Flax's function forms over the one ``layer`` module, so its parameters keep
+
+def _scanned(owner: nn.Module, side: Side, inputs: StackInputs) -> tuple[jax.Array, dict | None]:
+    """``nn.scan`` over the layers: parameters (and a cache) stacked [L, …] under ``layers``."""
+    scanned = nn.scan(
+        _layer_class(side.config, scanned=True),
+        variable_axes={"params": 0, DIAGNOSTICS: 0},  # instruments: one entry per layer
+        split_rngs={"params": True, "dropout": True},
+        in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, 0, 0, nn.broadcast),
+        length=side.num_layers,
+        metadata_params={nn.PARTITION_NAME: "layers"},
+    )
+    layers = scanned(**side.layer_kwargs(), carry_output=True, name="layers")
+    return layers(
+        inputs.x, *inputs.attention_inputs(), inputs.keys, inputs.cache, inputs.cache_index
+    )
+
+
+def _unrolled(owner: nn.Module, side: Side, inputs: StackInputs) -> tuple[jax.Array, dict | None]:
+    """A Python loop over ``layers_0`` … ``layers_{L-1}`` (the cache sliced and restacked)."""
+    layer_cls = _layer_class(side.config, scanned=False)
+    x_BTD, per_layer = inputs.x, []
+    for i in range(side.num_layers):
+        layer = layer_cls(**side.layer_kwargs(), name=f"layers_{i}")
+        x_BTD, layer_cache = _call_layer(layer, x_BTD, inputs, i)
+        per_layer.append(layer_cache)
+    return x_BTD, _stack_layers(per_layer) if inputs.cache is not None else None
+
+
+def _call_layer(
+    layer: nn.Module, x_BTD: jax.Array, inputs: StackInputs, i: int
+) -> tuple[jax.Array, dict | None]:
+    """Layer ``i`` on ``x_BTD``: ``(y, its cache | None)``."""
+    if inputs.cache is None:
+        return layer(x_BTD, *inputs.attention_inputs(), inputs.key(i)), None
+    return layer(
+        x_BTD,
+        *inputs.attention_inputs(),
+        inputs.key(i),
+        _layer_slice(inputs.cache, i),
+        inputs.cache_index,
+    )
+
+
+def _grouped(owner: nn.Module, side: Side, inputs: StackInputs) -> tuple[jax.Array, None]:
+    """The layers (parameters stacked [L, …] under ``layers``) applied as ⌊L/k⌋
+    rematerialized groups of k scanned layers, then one rematerialized group of the L mod k
+    left (module docstring). Training only: no cache.
+
+    The scans are Flax's function forms over the one layer module, so its parameters keep
     their path; ``nn.map_variables`` hands each part its view of the stacked arrays ([G, k, …]
     for the groups, [r, …] for the rest), and the gradients flow back into the [L, …] leaves.
     """
-    x_BTD, *broadcast = args
+    L = side.num_layers
+    k = remat.group_size(side.config, L)
+    layer = _layer_class(side.config, scanned=True)(
+        **side.layer_kwargs(), carry_output=True, name="layers"
+    )
+    x_BTD, broadcast = inputs.x, inputs.attention_inputs()
     G, r = divmod(L, k)
-
-    def scan(fn, length: int):
-        return nn.scan(
-            fn,
-            variable_axes={"params": 0},
-            split_rngs={"params": False},  # apply only: the parameters exist already
-            in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, 0),
-            length=length,
-        )
-
-    def one_layer(mdl, x, self_mask, enc_out, enc_mask, key):
-        return mdl(x, self_mask, enc_out, enc_mask, key)  # (x, None): carry, no output
-
-    def group(n: int, in_scan: bool):
-        """n scanned layers as one rematerialized unit that saves nothing but its input."""
-        return nn.remat(
-            scan(one_layer, n),
-            policy=remat.GROUP_POLICY,
-            prevent_cse=not in_scan,  # False is safe only inside a scan (jax.checkpoint)
-        )
-
-    def view(start: int, stop: int, shape: tuple[int, ...]):
-        def trans_in(variables):
-            return jax.tree.map(
-                lambda a: a[start:stop].reshape(*shape, *a.shape[1:]), nn.unbox(variables)
-            )
-
-        return trans_in
-
-    def part_keys(start: int, stop: int, shape: tuple[int, ...]):
-        return None if keys is None else keys[start:stop].reshape(*shape, *keys.shape[1:])
-
     if G:
-        groups = nn.map_variables(scan(group(k, True), G), "params", view(0, G * k, (G, k)))
-        x_BTD, _ = groups(layer, x_BTD, *broadcast, part_keys(0, G * k, (G, k)))
+        groups = nn.map_variables(
+            _scan_layers(_group(k, in_scan=True), G), "params", _view(0, G * k, (G, k))
+        )
+        x_BTD, _ = groups(layer, x_BTD, *broadcast, _part(inputs.keys, 0, G * k, (G, k)))
     if r:
-        rest = nn.map_variables(group(r, False), "params", view(G * k, L, (r,)))
-        x_BTD, _ = rest(layer, x_BTD, *broadcast, part_keys(G * k, L, (r,)))
-    return x_BTD
+        rest = nn.map_variables(_group(r, in_scan=False), "params", _view(G * k, L, (r,)))
+        x_BTD, _ = rest(layer, x_BTD, *broadcast, _part(inputs.keys, G * k, L, (r,)))
+    return x_BTD, None
+
+
+def _scan_layers(fn: Callable, length: int) -> Callable:
+    """``fn(layer, x, self_mask, enc_out, enc_mask, key)`` scanned ``length`` times over the
+    layer's (already created) parameters and the keys."""
+    return nn.scan(
+        fn,
+        variable_axes={"params": 0},
+        split_rngs={"params": False},  # apply only: the parameters exist already
+        in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, 0),
+        length=length,
+    )
+
+
+def _one_layer(layer: nn.Module, x, self_mask, enc_out, enc_mask, key):
+    return layer(x, self_mask, enc_out, enc_mask, key)  # (x, None): carry, no output
+
+
+def _group(n: int, in_scan: bool) -> Callable:
+    """n scanned layers as one rematerialized unit that saves nothing but its input."""
+    return nn.remat(
+        _scan_layers(_one_layer, n),
+        policy=remat.GROUP_POLICY,
+        prevent_cse=not in_scan,  # False is safe only inside a scan (jax.checkpoint)
+    )
+
+
+def _view(start: int, stop: int, shape: tuple[int, ...]) -> Callable:
+    """Layers ``start:stop`` of stacked variables, reshaped to ``shape`` + the layer's own."""
+
+    def trans_in(variables):
+        return jax.tree.map(
+            lambda a: a[start:stop].reshape(*shape, *a.shape[1:]), nn.unbox(variables)
+        )
+
+    return trans_in
+
+
+def _part(keys: jax.Array | None, start: int, stop: int, shape: tuple[int, ...]):
+    return None if keys is None else keys[start:stop].reshape(*shape, *keys.shape[1:])
 
 
 def _layer_slice(cache: dict, i: int) -> dict:
@@ -213,43 +301,16 @@ def layer_dropout_keys(
     return jax.random.split(owner.make_rng("dropout"), L)
 
 
-def _dlcl(
-    owner,
-    config,
-    side,
-    x_BTD,
-    self_mask,
-    enc_out_BSD,
-    enc_mask,
-    keys,
-    has_cross,
-    deterministic,
-    cache=None,
-    cache_index=None,
-):
+def _dlcl(owner: nn.Module, side: Side, inputs: StackInputs) -> tuple[jax.Array, dict | None]:
     """DLCL stack: x_{l+1} = Σ_k W[l, k]·LN_k(y_k) (pre) or LN(Σ_k W[l, k]·y_k) (post).
 
     W is lower-triangular [(L+1), (L+1)]; row l < L feeds layer l+1 and row L forms the stack
-    output (followed by the final LN for dlcl_pre). The combination is position-wise, so cached
-    decoding only needs each layer's attention cache. Returns ``(output, new_cache | None)``.
+    output (followed by the final LN for dlcl_pre, in :func:`apply_layers`). The combination is
+    position-wise, so cached decoding only needs each layer's attention cache.
     """
-    L = num_layers(config, side)
-    pre = config.scheme == "dlcl_pre"
-    use_ln = config.dlcl_layer_norm
-    if config.dlcl_weights == "learnable":
-        # Logical axes unmapped: a tiny matrix, replicated.
-        W = owner.param(
-            "dlcl_weights",
-            nn.with_logical_partitioning(
-                lambda key, shape, dtype: jnp.asarray(dlcl_weight_init(shape[0], "avg"), dtype),
-                (None, None),
-            ),
-            (L + 1, L + 1),
-            jnp.float32,
-        )
-        W = W * jnp.asarray(dlcl_weight_init(L + 1, "one"))  # keep it lower-triangular
-    else:
-        W = jnp.asarray(dlcl_weight_init(L + 1, config.dlcl_weights.removeprefix("fix_")))
+    config, L = side.config, side.num_layers
+    W = _dlcl_weights(owner, config, L)
+    pre, use_ln = config.scheme == "dlcl_pre", config.dlcl_layer_norm
     layer_cls = _layer_class(config, scanned=False)
 
     def push(y: jax.Array, k: int) -> jax.Array:
@@ -262,25 +323,34 @@ def _dlcl(
             x = layer_norm(config, f"combine_layer_norm_{row}")(x)
         return constrain(x)
 
-    history = [push(x_BTD, 0)]
-    per_layer = []
+    history, per_layer = [push(inputs.x, 0)], []
     for i in range(L):
-        layer = layer_cls(
-            config=config,
-            side=side,
-            has_cross=has_cross,
-            deterministic=deterministic,
-            name=f"layers_{i}",
-        )
-        inputs = (combine(history, i), self_mask, enc_out_BSD, enc_mask)
-        key = None if keys is None else keys[i]
-        if cache is None:
-            y = layer(*inputs, key)
-        else:
-            y, layer_cache = layer(*inputs, key, _layer_slice(cache, i), cache_index)
-            per_layer.append(layer_cache)
+        layer = layer_cls(**side.layer_kwargs(), name=f"layers_{i}")
+        y, layer_cache = _call_layer(layer, combine(history, i), inputs, i)
+        per_layer.append(layer_cache)
         history.append(push(y, i + 1))
-    out = combine(history, L)
-    if pre:
-        out = layer_norm(config, "layer_norm")(out)
-    return out, (_stack_layers(per_layer) if cache is not None else None)
+    return combine(history, L), _stack_layers(per_layer) if inputs.cache is not None else None
+
+
+def _dlcl_weights(owner: nn.Module, config: TransformerConfig, L: int) -> jax.Array:
+    """The [(L+1), (L+1)] lower-triangular combination weights (a parameter when learnable)."""
+    if config.dlcl_weights != "learnable":
+        return jnp.asarray(dlcl_weight_init(L + 1, config.dlcl_weights.removeprefix("fix_")))
+    W = owner.param(  # logical axes unmapped: a tiny matrix, replicated
+        "dlcl_weights",
+        nn.with_logical_partitioning(
+            lambda key, shape, dtype: jnp.asarray(dlcl_weight_init(shape[0], "avg"), dtype),
+            (None, None),
+        ),
+        (L + 1, L + 1),
+        jnp.float32,
+    )
+    return W * jnp.asarray(dlcl_weight_init(L + 1, "one"))  # keep it lower-triangular
+
+
+KINDS: dict[str, StackFn] = {  # stack_kind(...) -> the function that runs it
+    "scanned": _scanned,
+    "grouped": _grouped,
+    "unrolled": _unrolled,
+    "dlcl": _dlcl,
+}

@@ -12,6 +12,9 @@ def get_config() -> ml_collections.ConfigDict:
     m.d_model, m.num_heads, m.ffn_dim, m.vocab_size, m.max_len = 32, 4, 64, 12, 16
     m.num_encoder_layers, m.num_decoder_layers = 3, 2
     m.dropout = 0.1  # dropout keys must be restored too
+    # What these runs test is stopping and resuming, not the remat choice: full spares each run
+    # auto's planning compile. auto is run by test_remat_auto.py and the two-process test.
+    m.remat_policy = "full"
     c.data.max_len, c.data.batch_size = 12, 16
     c.optimizer.learning_rate = 3e-3
     c.optimizer.grad_clip = 1.0
