@@ -11,7 +11,7 @@ from conftest import init_params, jit_apply, model_args, random_tokens, tiny_con
 from flax.traverse_util import flatten_dict
 from test_decoding import _incremental_logits
 
-from deepnet_jax.model import architectures, constants, sublayers
+from deepnet_jax.model import architectures, attention, constants
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import losses, train
 
@@ -38,7 +38,7 @@ def test_fused_qkv_gives_the_unfused_outputs_for_converted_params(arch, scheme, 
     params = init_params(model, arch, jnp.ones((1, 4), jnp.int32))
     fused_cfg = tiny_config(arch, scheme, scan_layers=scan, fused_qkv=True)
     fused_model = architectures.build(fused_cfg)
-    fused_params = sublayers.fuse_qkv_params(params)
+    fused_params = attention.fuse_qkv_params(params)
     # the converted tree is exactly the tree the fused model initializes
     expected = jax.eval_shape(lambda: init_params(fused_model, arch, jnp.ones((1, 4), jnp.int32)))
     assert jax.tree.structure(fused_params) == jax.tree.structure(expected)
@@ -48,7 +48,7 @@ def test_fused_qkv_gives_the_unfused_outputs_for_converted_params(arch, scheme, 
     ref = jit_apply(model)({"params": params}, *args)
     out = jit_apply(fused_model)({"params": fused_params}, *args)
     np.testing.assert_allclose(out, ref, atol=1e-5)
-    back = sublayers.unfuse_qkv_params(fused_params)
+    back = attention.unfuse_qkv_params(fused_params)
     assert jax.tree.structure(back) == jax.tree.structure(params)
     for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(params), strict=True):
         np.testing.assert_array_equal(a, b)
@@ -73,8 +73,8 @@ def test_fused_qkv_gradients_are_the_converted_unfused_gradients():
 
         return jax.jit(jax.grad(f))
 
-    grads = sublayers.fuse_qkv_params(loss(model)(params))
-    fused_grads = loss(fused_model)(sublayers.fuse_qkv_params(params))
+    grads = attention.fuse_qkv_params(loss(model)(params))
+    fused_grads = loss(fused_model)(attention.fuse_qkv_params(params))
     for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(fused_grads), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-5)
 

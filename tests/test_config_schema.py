@@ -11,6 +11,7 @@ import pytest
 
 from deepnet_jax.common import config_schema
 from deepnet_jax.common.config_schema import field
+from deepnet_jax.data import options as data_options
 from deepnet_jax.data import pipeline
 from deepnet_jax.decoding import options as decoding_options
 from deepnet_jax.model import config as model_config
@@ -112,7 +113,10 @@ def test_each_default_is_declared_once():
     assert c.optimizer.to_dict() == config_schema.defaults(optimizers.OptimizerFields)
     assert c.schedule.to_dict() == config_schema.defaults(optimizers.ScheduleFields)
     assert c.decode.to_dict() == config_schema.defaults(decoding_options.DecodeFields)
-    data = {**config_schema.defaults(pipeline.DataOptions), "data_dir": pipeline.default_data_dir()}
+    data = {
+        **config_schema.defaults(pipeline.DataOptions),
+        "data_dir": data_options.default_data_dir(),
+    }
     assert c.data.to_dict() == data
     top = {k: v for k, v in c.items() if not isinstance(v, ml_collections.ConfigDict)}
     assert top == config_schema.defaults(train_config.RunFields)

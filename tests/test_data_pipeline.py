@@ -397,12 +397,14 @@ def test_tfrecord_prepared_data_is_read_with_tensorflow(corpus, tmp_path):
     """A dataset prepared as tfrecord (tfds' default with TensorFlow) is read via tfds.load's
     path when the tf extra is installed (skipped without it: the CI install has no TF)."""
     pytest.importorskip("tensorflow")
-    from deepnet_jax.data import builders, sources
+    from deepnet_jax.data import local_builders, sources
 
     data_dir = str(tmp_path / "tfrecord_data")
     kwargs = {"source_dir": str(corpus / "toy"), "src_ext": "de", "tgt_ext": "en"}
-    config = builders.LocalParallelConfig.create(**kwargs)
-    builders.LocalParallel(config=config, data_dir=data_dir).download_and_prepare()  # tfrecord
+    config = local_builders.LocalParallelConfig.create(**kwargs)
+    local_builders.LocalParallel(
+        config=config, data_dir=data_dir
+    ).download_and_prepare()  # tfrecord
     written = [f for _, _, files in os.walk(data_dir) for f in files]
     assert any(".tfrecord" in f for f in written) and not any("array_record" in f for f in written)
     via_tf = sources.open_split("local_parallel", data_dir, "validation", **kwargs)

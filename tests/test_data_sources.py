@@ -20,7 +20,7 @@ import zipfile
 import pytest
 import tensorflow_datasets as tfds
 
-from deepnet_jax.data import builders, corpora, fetch, sources
+from deepnet_jax.data import builders, corpora, fetch, local_builders, sources
 from deepnet_jax.data.fetch import DataPreparationError
 
 tfds.disable_progress_bar()
@@ -502,7 +502,7 @@ def test_prepare_is_atomic_when_generation_fails(tmp_path, monkeypatch):
         yield 0, examples[0]
         raise RuntimeError("injected failure mid-generation")
 
-    monkeypatch.setattr(builders.LocalText, "_generate_examples", broken)
+    monkeypatch.setattr(local_builders.LocalText, "_generate_examples", broken)
     with pytest.raises(RuntimeError, match="injected failure"):
         sources.prepare("local_text", data_dir, source_dir=str(src))
     (dataset_dir,) = glob.glob(os.path.join(data_dir, "local_text", "txt_*_txt"))

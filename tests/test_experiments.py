@@ -13,13 +13,15 @@ import pytest
 from test_data_pipeline import _write_corpus
 
 from deepnet_jax.common.tokens import EOS_ID
-from deepnet_jax.data import pipeline, synthetic
+from deepnet_jax.data import corpus, pipeline, synthetic
 from deepnet_jax.experiments import (
     common,
     depth_sweep,
     lr_tolerance,
     model_update,
+    opening,
     thousand_layers,
+    thousand_layers_report,
 )
 
 
@@ -130,7 +132,7 @@ def test_unigram_entropy_of_the_validation_targets(tmp_path):
         vocab_size=300,
         max_len=c.data.max_len,
     )
-    tok = pipeline.prepare_corpus(options).tokenizer
+    tok = corpus.prepare_corpus(options).tokenizer
     ids = []
     for line in (tmp_path / "toy" / "valid.en").read_text().splitlines():
         pieces = [*tok.encode(line).tolist(), EOS_ID]
@@ -154,10 +156,10 @@ def test_bad_setting_or_flag_is_one_error_line():
 
 def test_smoke_setting_asks_xla_for_fast_compiles(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
-    common.compile_fast_for_smoke("quick")  # real runs keep XLA's optimizations
+    opening.compile_fast_for_smoke("quick")  # real runs keep XLA's optimizations
     assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2"
-    common.compile_fast_for_smoke("smoke")
-    common.compile_fast_for_smoke("smoke")  # added once
+    opening.compile_fast_for_smoke("smoke")
+    opening.compile_fast_for_smoke("smoke")  # added once
     assert os.environ["XLA_FLAGS"] == (
         "--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0"
     )
@@ -192,7 +194,9 @@ def test_thousand_layers_smoke(tmp_path):
     deeper = {**runs[0], "layers": 4}
     chance = payload["settings"]["chance"]
     (tmp_path / "onset").mkdir()
-    path = thousand_layers._plot([runs[0], deeper], chance, 2.0, str(tmp_path / "onset"))
+    path = thousand_layers_report.plot(
+        [runs[0], deeper], chance, 2.0, str(tmp_path / "onset"), thousand_layers.NAME
+    )
     assert os.path.getsize(path) > 2000
 
 
@@ -218,8 +222,8 @@ def test_thousand_layers_blind_chance_by_hand_and_on_the_task():
 
 def test_thousand_layers_onset_and_verdict():
     curve = [(10, 0.1), (20, 0.3), (30, 0.6), (40, 0.95)]
-    assert thousand_layers.first_reaching(curve, 0.5) == 30
-    assert thousand_layers.first_reaching(curve, 0.99) is None
+    assert thousand_layers_report.first_reaching(curve, 0.5) == 30
+    assert thousand_layers_report.first_reaching(curve, 0.99) is None
     entropy = 2.4
     assert thousand_layers.verdict({"nonfinite_step": 3, "eval_loss": math.nan}, entropy) == (
         "diverged"
@@ -231,16 +235,16 @@ def test_thousand_layers_onset_and_verdict():
 
 
 def test_thousand_layers_flags_change_the_setting():
-    common.parse_args(["--setting=onset", "--depths=3,4", "--lr=2e-3", "--dropout=0.1"], ["onset"])
+    opening.parse_args(["--setting=onset", "--depths=3,4", "--lr=2e-3", "--dropout=0.1"], ["onset"])
     s = thousand_layers.setting_with_overrides("onset")
     assert s["runs"] == [("deepnorm", 3), ("deepnorm", 4)]
     assert (s["lr"], s["warmup"], s["dropout"]) == (2e-3, 50, 0.1)
-    common.parse_args(["--setting=quick", "--depths=7"], ["quick"])
+    opening.parse_args(["--setting=quick", "--depths=7"], ["quick"])
     assert thousand_layers.setting_with_overrides("quick")["runs"] == [
         ("deepnorm", 7),
         ("post_ln", 7),
     ]
-    common.parse_args(["--setting=quick", "--depths=a"], ["quick"])
+    opening.parse_args(["--setting=quick", "--depths=a"], ["quick"])
     with pytest.raises(ValueError, match=r"^--depths=a: not integers$"):
         thousand_layers.setting_with_overrides("quick")
-    common.parse_args([], ["quick"])  # the defaults again for later tests
+    opening.parse_args([], ["quick"])  # the defaults again for later tests

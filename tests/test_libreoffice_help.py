@@ -14,7 +14,7 @@ import pytest
 import tensorflow_datasets as tfds
 from test_data_sources import _ar, _tar
 
-from deepnet_jax.data import builders, corpora, fetch, sources
+from deepnet_jax.data import builders, corpora, fetch, libreoffice, sources
 from deepnet_jax.data.fetch import DataPreparationError
 
 tfds.disable_progress_bar()
@@ -171,11 +171,13 @@ def corpus_pages(generated: int = GENERATED_PAGES) -> dict[str, dict[str, str]]:
 
 def make_help_deb(folder: str, lang: str, pages: dict[str, str]) -> str:
     """A ``.deb`` named as ``apt-get download`` names it, holding ``pages`` as the real one."""
-    root = f"./{fetch.LIBREOFFICE_HELP_ROOT}/{fetch.LIBREOFFICE_HELP_DIRS[lang]}"
+    root = f"./{libreoffice.LIBREOFFICE_HELP_ROOT}/{libreoffice.LIBREOFFICE_HELP_DIRS[lang]}"
     files = {f"{root}/{page}": html.encode("utf-8") for page, html in pages.items()}
     files[f"{root}/contents.js"] = b"var contents = [];"
-    files[f"./usr/share/doc/{fetch.LIBREOFFICE_PACKAGES[lang]}/copyright"] = b"MPL-2.0"
-    control = _tar({"./control": f"Package: {fetch.LIBREOFFICE_PACKAGES[lang]}\n".encode()}, "w:xz")
+    files[f"./usr/share/doc/{libreoffice.LIBREOFFICE_PACKAGES[lang]}/copyright"] = b"MPL-2.0"
+    control = _tar(
+        {"./control": f"Package: {libreoffice.LIBREOFFICE_PACKAGES[lang]}\n".encode()}, "w:xz"
+    )
     deb = _ar(
         [
             ("debian-binary", b"2.0\n"),
@@ -183,7 +185,7 @@ def make_help_deb(folder: str, lang: str, pages: dict[str, str]) -> str:
             ("data.tar.xz", _tar(files, "w:xz")),
         ]
     )
-    path = os.path.join(folder, fetch.libreoffice_deb(lang))
+    path = os.path.join(folder, libreoffice.libreoffice_deb(lang))
     with open(path, "wb") as f:
         f.write(deb)
     return path
@@ -211,8 +213,8 @@ def help_data_dir(tmp_path, monkeypatch, no_apt):
     return _data_dir(tmp_path, corpus_pages())
 
 
-def _blocks(lang: str, pages: dict[str, dict[str, str]]) -> dict[str, list[corpora.HelpBlock]]:
-    return {page: corpora.help_page_blocks(html) for page, html in pages[lang].items()}
+def _blocks(lang: str, pages: dict[str, dict[str, str]]) -> dict[str, list[libreoffice.HelpBlock]]:
+    return {page: libreoffice.help_page_blocks(html) for page, html in pages[lang].items()}
 
 
 # ------------------------------------------------------------------------------------------
@@ -222,48 +224,50 @@ def _blocks(lang: str, pages: dict[str, dict[str, str]]) -> dict[str, list[corpo
 
 def test_help_page_blocks_rules():
     """Ids pair blocks; MAC cases are skipped; markup flattened; whitespace normalized."""
-    assert corpora.help_page_blocks(_html(ONE["en"], "en")) == ONE_EN_BLOCKS
-    de = dict(corpora.help_page_blocks(_html(ONE["de"], "de")))
+    assert libreoffice.help_page_blocks(_html(ONE["en"], "en")) == ONE_EN_BLOCKS
+    de = dict(libreoffice.help_page_blocks(_html(ONE["de"], "de")))
     assert de["par_id1"] == "Verwenden Sie Strg+F, um die Suchleiste zu öffnen."
     assert "Befehl" not in " ".join(de.values())
     # Unclosed elements at the end of a page still end their block.
-    assert corpora.help_page_blocks('<p id="a">x <span>y') == [("a", "x y")]
+    assert libreoffice.help_page_blocks('<p id="a">x <span>y') == [("a", "x y")]
 
 
 def test_align_help_pages_exact_pairs_and_counts():
     pages = corpus_pages(generated=0)
     english = _blocks("en", pages)
     english["text/shared/en_only.html"] = [("par_id1", "Only here.")]
-    pairs, counts = corpora.align_help_pages(_blocks("de", pages), english)
+    pairs, counts = libreoffice.align_help_pages(_blocks("de", pages), english)
     assert pairs == DE_PAIRS
     assert counts == DE_COUNTS
     assert counts["aligned"] == sum(
         counts[k] for k in ("empty", "untranslated", "duplicates", "pairs")
     )
     # French lists the sorted page in another order: unique ids still pair by id.
-    fr_pairs, fr_counts = corpora.align_help_pages(_blocks("fr", pages), _blocks("en", pages))
+    fr_pairs, fr_counts = libreoffice.align_help_pages(_blocks("fr", pages), _blocks("en", pages))
     assert ("text/shared/three.html", "SIGNE", "SIGN") in fr_pairs
     assert ("text/shared/one.html", "Anglais seulement.", "English only.") in fr_pairs
     assert fr_counts["unmatched"] == 0 and fr_counts["ambiguous"] == 2
 
 
 def test_split_help_pairs_by_page_and_deterministic():
-    pairs, _ = corpora.align_help_pages(*(_blocks(lang, corpus_pages()) for lang in ("de", "en")))
-    splits = corpora.split_help_pairs(pairs, seed=0, held_out_fraction=0.25)
-    assert splits == corpora.split_help_pairs(list(pairs), seed=0, held_out_fraction=0.25)
+    pairs, _ = libreoffice.align_help_pages(
+        *(_blocks(lang, corpus_pages()) for lang in ("de", "en"))
+    )
+    splits = libreoffice.split_help_pairs(pairs, seed=0, held_out_fraction=0.25)
+    assert splits == libreoffice.split_help_pairs(list(pairs), seed=0, held_out_fraction=0.25)
     assert all(splits[split] for split in corpora.SPLITS)
     pages = {split: {page for page, _, _ in v} for split, v in splits.items()}
     assert not pages["train"] & pages["validation"]
     assert not pages["train"] & pages["test"]
     assert not pages["validation"] & pages["test"]
     for split, v in splits.items():
-        assert all(corpora.help_page_split(page, 0, 0.25) == split for page, _, _ in v)
+        assert all(libreoffice.help_page_split(page, 0, 0.25) == split for page, _, _ in v)
         assert v == [p for p in pairs if p in v]  # input order kept
     assert sum(len(v) for v in splits.values()) == len(pairs)
-    other_seed = corpora.split_help_pairs(pairs, seed=1, held_out_fraction=0.25)
+    other_seed = libreoffice.split_help_pairs(pairs, seed=1, held_out_fraction=0.25)
     assert other_seed != splits
     with pytest.raises(ValueError, match="held_out_fraction"):
-        corpora.split_help_pairs(pairs, seed=0, held_out_fraction=0.6)
+        libreoffice.split_help_pairs(pairs, seed=0, held_out_fraction=0.6)
 
 
 # ------------------------------------------------------------------------------------------
@@ -277,16 +281,18 @@ def test_fetch_uses_manual_debs_and_warns_of_a_sha_mismatch(tmp_path, no_apt, ca
     pages = corpus_pages(generated=1)
     deb = make_help_deb(str(manual), "de", pages["de"])
     make_help_deb(str(manual), "en", pages["en"])
-    debs = fetch.fetch_libreoffice_debs(str(tmp_path / "dl"), ("de", "en"), manual_dir=str(manual))
-    assert debs == {"de": deb, "en": str(manual / fetch.libreoffice_deb("en"))}
+    debs = libreoffice.fetch_libreoffice_debs(
+        str(tmp_path / "dl"), ("de", "en"), manual_dir=str(manual)
+    )
+    assert debs == {"de": deb, "en": str(manual / libreoffice.libreoffice_deb("en"))}
     printed = capsys.readouterr().out.splitlines()  # plain lines, no log-record prefix
     assert f"LibreOffice help: using {deb}" in printed
     warning = [line for line in printed if line.startswith(f"warning: {deb} has sha256 ")]
     assert len(warning) == 1 and "not the 00490b63" in warning[0]  # not the real package
-    read = dict(fetch.iter_libreoffice_pages(deb, "de"))
+    read = dict(libreoffice.iter_libreoffice_pages(deb, "de"))
     assert read == pages["de"]
     with pytest.raises(DataPreparationError, match=r"no \./usr/share/libreoffice/help/fr/\*\.html"):
-        list(fetch.iter_libreoffice_pages(deb, "fr"))
+        list(libreoffice.iter_libreoffice_pages(deb, "fr"))
 
 
 def test_fetch_without_apt_get_says_which_debs_and_where(tmp_path, no_apt):
@@ -294,7 +300,9 @@ def test_fetch_without_apt_get_says_which_debs_and_where(tmp_path, no_apt):
     manual.mkdir()
     make_help_deb(str(manual), "en", corpus_pages(generated=1)["en"])
     with pytest.raises(DataPreparationError) as err:
-        fetch.fetch_libreoffice_debs(str(tmp_path / "dl"), ("fr", "en"), manual_dir=str(manual))
+        libreoffice.fetch_libreoffice_debs(
+            str(tmp_path / "dl"), ("fr", "en"), manual_dir=str(manual)
+        )
     message = str(err.value)
     assert "\n" not in message
     assert message.startswith(
@@ -329,7 +337,7 @@ def test_fetch_runs_apt_get_with_the_pinned_version(tmp_path, monkeypatch):
     """A fake apt-get that 'downloads' the fixture .debs named in its arguments."""
     body = '  pkg="${spec%%=*}"\n  cp "$STORE"/"$pkg"_*.deb . || exit 100\n'
     log = _fake_apt_get(tmp_path, monkeypatch, body)
-    debs = fetch.fetch_libreoffice_debs(str(tmp_path / "dl"), ("de", "en"))
+    debs = libreoffice.fetch_libreoffice_debs(str(tmp_path / "dl"), ("de", "en"))
     assert sorted(debs) == ["de", "en"]
     assert log.read_text().splitlines() == [
         "download libreoffice-help-de=4:7.4.7-1+deb12u14 libreoffice-help-en-us=4:7.4.7-1+deb12u14"
@@ -337,7 +345,7 @@ def test_fetch_runs_apt_get_with_the_pinned_version(tmp_path, monkeypatch):
     with pytest.raises(
         DataPreparationError, match=r"^'apt-get download libreoffice-help-fr' failed"
     ):
-        fetch.fetch_libreoffice_debs(str(tmp_path / "dl"), ("fr", "en"))
+        libreoffice.fetch_libreoffice_debs(str(tmp_path / "dl"), ("fr", "en"))
 
 
 def test_fetch_takes_the_mirrors_version_when_the_pinned_one_is_gone(tmp_path, monkeypatch, capsys):
@@ -348,7 +356,7 @@ def test_fetch_takes_the_mirrors_version_when_the_pinned_one_is_gone(tmp_path, m
         '  cp "$STORE"/"$spec"_*.deb . || exit 100\n'
     )
     log = _fake_apt_get(tmp_path, monkeypatch, body)
-    debs = fetch.fetch_libreoffice_debs(str(tmp_path / "dl"), ("de", "en"))
+    debs = libreoffice.fetch_libreoffice_debs(str(tmp_path / "dl"), ("de", "en"))
     assert sorted(debs) == ["de", "en"]
     assert log.read_text().splitlines()[-1] == "download libreoffice-help-de libreoffice-help-en-us"
     printed = capsys.readouterr().out.splitlines()
@@ -363,8 +371,8 @@ def test_fetch_takes_the_mirrors_version_when_the_pinned_one_is_gone(tmp_path, m
 
 def _expected(lang: str, split: str) -> list[tuple[str, str, str]]:
     pages = corpus_pages()
-    pairs, _ = corpora.align_help_pages(_blocks(lang, pages), _blocks("en", pages))
-    return corpora.split_help_pairs(pairs, 0, 0.25)[split]
+    pairs, _ = libreoffice.align_help_pages(_blocks(lang, pages), _blocks("en", pages))
+    return libreoffice.split_help_pairs(pairs, 0, 0.25)[split]
 
 
 def test_builder_directions_pages_and_counts(help_data_dir):

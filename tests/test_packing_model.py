@@ -73,7 +73,7 @@ def test_packed_logits_equal_unpacked(arch, positions):
 
 
 def test_cross_mask_needs_both_segment_ids():
-    from deepnet_jax.model.architectures import cross_mask
+    from deepnet_jax.model.masks import cross_mask
 
     src = jnp.ones((1, 4), jnp.int32)
     with pytest.raises(ValueError, match="both source and target segment ids"):

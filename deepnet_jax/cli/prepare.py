@@ -23,8 +23,10 @@ from absl import flags
 
 from deepnet_jax.cli import command
 from deepnet_jax.cli import flags as cli_flags
-from deepnet_jax.data import pipeline, registry, sources
+from deepnet_jax.data import corpus as data_corpus
+from deepnet_jax.data import registry, sources
 from deepnet_jax.data.fetch import DataPreparationError
+from deepnet_jax.data.options import DataOptions
 
 _DATASET = flags.DEFINE_string("dataset", None, f"One of: {', '.join(registry.CORPORA)}.")
 _SOURCE_DIR = flags.DEFINE_string(
@@ -83,7 +85,7 @@ def execute(arguments: list[str]) -> None:
             source_lang=_SOURCE_LANG.value,
             target_lang=_TARGET_LANG.value,
         )
-        corpus = pipeline.prepare_corpus(options) if options else None
+        corpus = data_corpus.prepare_corpus(options) if options else None
     for line in split_lines(_DATASET.value, builder):
         print(line)
     print(f"prepared in {builder.data_path}")
@@ -91,9 +93,9 @@ def execute(arguments: list[str]) -> None:
         print(f"tokenizer: {corpus.tokenizer_path} ({corpus.tokenizer.vocab_size} pieces)")
 
 
-def _tokenizer_options() -> pipeline.DataOptions:
+def _tokenizer_options() -> DataOptions:
     """The data options that key the tokenizer cache (checked before anything is prepared)."""
-    options = pipeline.DataOptions(
+    options = DataOptions(
         dataset=_DATASET.value,
         data_dir=cli_flags.DATA_DIR.value,
         source_dir=_SOURCE_DIR.value or "",

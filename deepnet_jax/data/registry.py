@@ -26,7 +26,7 @@ from typing import Any
 
 import tensorflow_datasets as tfds
 
-from deepnet_jax.data import builders
+from deepnet_jax.data import builders, local_builders
 
 SYNTHETIC = "synthetic_reversal"
 KIND_TASKS = {
@@ -135,13 +135,13 @@ def _shakespeare(request: BuildRequest) -> tfds.core.DatasetBuilder:
 
 def _local_parallel(request: BuildRequest) -> tfds.core.DatasetBuilder:
     r = request
-    config = builders.LocalParallelConfig.create(r.source_dir, r.src_ext, r.tgt_ext)
-    return builders.LocalParallel(config=config, **r.tfds_kwargs)
+    config = local_builders.LocalParallelConfig.create(r.source_dir, r.src_ext, r.tgt_ext)
+    return local_builders.LocalParallel(config=config, **r.tfds_kwargs)
 
 
 def _local_text(request: BuildRequest) -> tfds.core.DatasetBuilder:
-    config = builders.LocalTextConfig.create(request.source_dir, request.src_ext or "txt")
-    return builders.LocalText(config=config, **request.tfds_kwargs)
+    config = local_builders.LocalTextConfig.create(request.source_dir, request.src_ext or "txt")
+    return local_builders.LocalText(config=config, **request.tfds_kwargs)
 
 
 def _tfds_builder(module: str, request: BuildRequest) -> tfds.core.DatasetBuilder:

@@ -17,14 +17,15 @@ import importlib.util
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import tensorflow_datasets as tfds
 
 from deepnet_jax.common import console
-from deepnet_jax.data import builders, registry
+from deepnet_jax.data import local_builders, registry
 from deepnet_jax.data.fetch import DataPreparationError
+from deepnet_jax.data.records import NormalizedSource
 
 DATASETS = registry.CORPORA  # the names this module prepares and opens
 SPLITS = ("train", "validation", "test")
@@ -115,7 +116,7 @@ def _construct_builder(
 def _stale_inputs(builder: tfds.core.DatasetBuilder) -> list[str]:
     """Input files of a prepared local dataset that were added, removed or changed since."""
     stored = (builder.info.metadata or {}).get("input_fingerprint") or {}
-    current = builders.input_fingerprint(builder.builder_config.input_files())
+    current = local_builders.input_fingerprint(builder.builder_config.input_files())
     return sorted(n for n in set(stored) | set(current) if stored.get(n) != current.get(n))
 
 
@@ -219,58 +220,6 @@ def _rebuild(
             os.rename(backup, version_dir)
         raise
     shutil.rmtree(backup, ignore_errors=True)
-
-
-def _as_str(value: Any) -> str:
-    """tfds returns ``bytes`` from array_record and ``str`` under ``mock_data``: both -> str."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8")
-    if hasattr(value, "item"):  # numpy scalar / 0-d array
-        return _as_str(value.item())
-    return str(value)
-
-
-class NormalizedSource(Sequence[dict[str, str]]):
-    """A random-access view of a tfds data source with renamed, str-decoded fields.
-
-    ``fields`` is ``((output_key, stored_key), ...)``. Supports ``len``, integer and slice
-    indexing, ``__getitems__`` (batched reads, as grain uses) and pickling (the tfds
-    ``ArrayRecordDataSource`` it wraps pickles), so it can be handed to
-    ``grain.MapDataset.source`` directly.
-    """
-
-    def __init__(self, source: Sequence[Any], fields: tuple[tuple[str, str], ...]):
-        self._source = source
-        self._fields = fields
-
-    def _normalize(self, record: dict[str, Any]) -> dict[str, str]:
-        return {out: _as_str(record[key]) for out, key in self._fields}
-
-    def __len__(self) -> int:
-        return len(self._source)
-
-    def __getitem__(self, index):  # type: ignore[override]
-        if isinstance(index, slice):
-            return self.__getitems__(range(*index.indices(len(self))))
-        n = len(self)
-        i = int(index)
-        if not -n <= i < n:
-            raise IndexError(f"index {i} out of range for a source of {n} records")
-        return self._normalize(self._source[i % n])
-
-    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, str]]:
-        indices = [int(i) for i in indices]
-        getitems = getattr(self._source, "__getitems__", None)
-        records = getitems(indices) if getitems else [self._source[i] for i in indices]
-        return [self._normalize(r) for r in records]
-
-    def __iter__(self) -> Iterator[dict[str, str]]:
-        for i in range(len(self)):
-            yield self[i]
-
-    def __repr__(self) -> str:
-        mapping = ", ".join(f"{out}<-{key}" for out, key in self._fields)
-        return f"NormalizedSource({len(self)} records, {mapping})"
 
 
 def _parallel_fields(

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
@@ -107,6 +108,78 @@ def _check_model(model: nn.Module) -> None:
         )
 
 
+class Beams(NamedTuple):
+    """The search state of B sentences with K beams each: the live hypotheses' tokens
+    [B, K, max_len] and log-probabilities [B, K], the K best finished ones' tokens and scores
+    (log p / lp(n); NEG while unfilled) and how many have finished per sentence [B]."""
+
+    live_seqs: jax.Array
+    live_logp: jax.Array
+    fin_seqs: jax.Array
+    fin_scores: jax.Array
+    fin_count: jax.Array
+
+    @classmethod
+    def start(cls, B: int, K: int, max_len: int) -> Beams:
+        """One real start beam per sentence (the others at NEG), nothing finished."""
+        seqs = jnp.zeros((B, K, max_len), jnp.int32)
+        live_logp = jnp.full((B, K), NEG, jnp.float32).at[:, 0].set(0.0)
+        return cls(
+            seqs, live_logp, seqs, jnp.full((B, K), NEG, jnp.float32), jnp.zeros((B,), jnp.int32)
+        )
+
+    def sentence_done(self) -> jax.Array:
+        """[B]: K hypotheses finished, or none live."""
+        K = self.live_logp.shape[1]
+        return (self.fin_count >= K) | jnp.all(self.live_logp <= NEG / 2, axis=1)
+
+
+def _expand(
+    beams: Beams, logp_BKV: jax.Array, t: jax.Array, options: SearchOptions
+) -> tuple[Beams, jax.Array, jax.Array]:
+    """One step of the search from the live hypotheses' next-token log-probabilities
+    [B, K, V]: the 2K best continuations, those among the first K that end in EOS finished,
+    the K best others live. Returns the new beams, each new live beam's parent as a flat row
+    [B·K] (to reorder the self-attention cache) and its token [B·K]."""
+    B, K, V = logp_BKV.shape
+    cand = (beams.live_logp[:, :, None] + logp_BKV).reshape(B, K * V)
+    scores_B2K, index_B2K = jax.lax.top_k(cand, 2 * K)
+    beam_B2K, token_B2K = index_B2K // V, index_B2K % V
+    seqs_B2KT = jnp.take_along_axis(beams.live_seqs, beam_B2K[:, :, None], axis=1)
+    seqs_B2KT = seqs_B2KT.at[:, :, t].set(token_B2K)
+    valid = scores_B2K > NEG / 2
+    is_eos = token_B2K == options.eos_id
+
+    # Finished: EOS among the first K candidates, while the sentence is not done.
+    done_B = beams.fin_count >= K
+    finish = is_eos & valid & (jnp.arange(2 * K) < K)[None, :] & ~done_B[:, None]
+    lp = length_penalty(t + 1, options.length_penalty, options.length_penalty_form)
+    all_scores = jnp.concatenate([beams.fin_scores, jnp.where(finish, scores_B2K / lp, NEG)], 1)
+    all_seqs = jnp.concatenate([beams.fin_seqs, seqs_B2KT], axis=1)
+    fin_scores, keep = jax.lax.top_k(all_scores, K)
+    fin_seqs = jnp.take_along_axis(all_seqs, keep[:, :, None], axis=1)
+
+    # Live: the K best candidates that do not end in EOS.
+    live_logp, pick = jax.lax.top_k(jnp.where(is_eos | ~valid, NEG, scores_B2K), K)
+    live_seqs = jnp.take_along_axis(seqs_B2KT, pick[:, :, None], axis=1)
+    parent_N = (jnp.arange(B)[:, None] * K + jnp.take_along_axis(beam_B2K, pick, 1)).reshape(-1)
+    tokens_N = jnp.take_along_axis(token_B2K, pick, axis=1).reshape(-1)
+    fin_count = beams.fin_count + jnp.sum(finish, axis=1)
+    return Beams(live_seqs, live_logp, fin_seqs, fin_scores, fin_count), parent_N, tokens_N
+
+
+def _advance(
+    beams: Beams, cache: dict, logits_NV: jax.Array, t: jax.Array, limit_N, options
+) -> tuple[Beams, dict, jax.Array]:
+    """:func:`_expand` on the logits [B·K, V], then the self-attention cache reordered to
+    follow each live beam's parent."""
+    B, K = beams.live_logp.shape
+    logp_BKV = _log_probs(logits_NV, t, limit_N, options).reshape(B, K, -1)
+    beams, parent_N, tokens_N = _expand(beams, logp_BKV, t, options)
+    cache = dict(cache, self=jax.tree.map(lambda a: a[:, parent_N], cache["self"]))
+    return beams, cache, tokens_N
+
+
 @functools.partial(jax.jit, static_argnames=("model", "options"))
 def beam_search(
     model: nn.Module, params, src_BS: jax.Array, options: SearchOptions = SearchOptions()
@@ -122,86 +195,32 @@ def beam_search(
     K, cfg = options.beam_size, model.config
     max_len = max_decode_length(S, options, cfg.max_len)
     step = _step_fn(model, params)
-    limit_B = _row_limits(src_BS, options, max_len)
 
     # Every sentence's K beams are rows b·K … b·K + K − 1 of the flattened batch.
     src_N = jnp.repeat(src_BS, K, axis=0)
-    limit_N = jnp.repeat(limit_B, K)
+    limit_N = jnp.repeat(_row_limits(src_BS, options, max_len), K)
     enc_out = jnp.repeat(_encode(model, params, src_BS), K, axis=0)
     cache = architectures.init_cache(cfg, B * K, max_len, S)
     tokens_N = jnp.full((B * K,), options.bos_id, jnp.int32)
-
-    def expand(carry, logits_NV, t):
-        """One step of the search given the live hypotheses' next-token logits."""
-        live_seqs, live_logp, fin_seqs, fin_scores, fin_count = carry
-        V = logits_NV.shape[-1]
-        logp = _log_probs(logits_NV, t, limit_N, options).reshape(B, K, V)
-        cand = (live_logp[:, :, None] + logp).reshape(B, K * V)
-        scores_B2K, index_B2K = jax.lax.top_k(cand, 2 * K)
-        beam_B2K, token_B2K = index_B2K // V, index_B2K % V
-        seqs_B2KT = jnp.take_along_axis(live_seqs, beam_B2K[:, :, None], axis=1)
-        seqs_B2KT = seqs_B2KT.at[:, :, t].set(token_B2K)
-        valid = scores_B2K > NEG / 2
-        is_eos = token_B2K == options.eos_id
-
-        # Finished: EOS among the first K candidates, while the sentence is not done.
-        done_B = fin_count >= K
-        finish = is_eos & valid & (jnp.arange(2 * K) < K)[None, :] & ~done_B[:, None]
-        lp = length_penalty(t + 1, options.length_penalty, options.length_penalty_form)
-        new_scores = jnp.where(finish, scores_B2K / lp, NEG)
-        all_scores = jnp.concatenate([fin_scores, new_scores], axis=1)
-        all_seqs = jnp.concatenate([fin_seqs, seqs_B2KT], axis=1)
-        fin_scores, keep = jax.lax.top_k(all_scores, K)
-        fin_seqs = jnp.take_along_axis(all_seqs, keep[:, :, None], axis=1)
-        fin_count = fin_count + jnp.sum(finish, axis=1)
-
-        # Live: the K best candidates that do not end in EOS.
-        live_scores = jnp.where(is_eos | ~valid, NEG, scores_B2K)
-        live_logp, pick = jax.lax.top_k(live_scores, K)
-        live_seqs = jnp.take_along_axis(seqs_B2KT, pick[:, :, None], axis=1)
-        live_beam = jnp.take_along_axis(beam_B2K, pick, axis=1)
-        live_token = jnp.take_along_axis(token_B2K, pick, axis=1)
-        # Flat row of each new live beam's parent, to reorder the self-attention cache.
-        parent_N = (jnp.arange(B)[:, None] * K + live_beam).reshape(-1)
-        carry = (live_seqs, live_logp, fin_seqs, fin_scores, fin_count)
-        return carry, parent_N, live_token.reshape(-1)
-
-    def sentence_done(carry) -> jax.Array:
-        _, live_logp, _, _, fin_count = carry
-        return (fin_count >= K) | jnp.all(live_logp <= NEG / 2, axis=1)
-
-    live_logp = jnp.full((B, K), NEG, jnp.float32).at[:, 0].set(0.0)  # one real start beam
-    carry = (
-        jnp.zeros((B, K, max_len), jnp.int32),
-        live_logp,
-        jnp.zeros((B, K, max_len), jnp.int32),
-        jnp.full((B, K), NEG, jnp.float32),
-        jnp.zeros((B,), jnp.int32),
+    logits_NV, cache = step(tokens_N, src_N, cache, 0, enc_out)  # fills the cross-attn cache
+    beams, cache, tokens_N = _advance(
+        Beams.start(B, K, max_len), cache, logits_NV, 0, limit_N, options
     )
 
-    def advance(carry, cache, logits_NV, t):
-        carry, parent_N, tokens_N = expand(carry, logits_NV, t)
-        cache = dict(cache, self=jax.tree.map(lambda a: a[:, parent_N], cache["self"]))
-        return carry, cache, tokens_N
-
-    logits_NV, cache = step(tokens_N, src_N, cache, 0, enc_out)  # fills the cross-attn cache
-    carry, cache, tokens_N = advance(carry, cache, logits_NV, 0)
-
     def cond(state):
-        t, carry, _, _ = state
-        return (t < max_len) & ~jnp.all(sentence_done(carry))
+        t, beams, _, _ = state
+        return (t < max_len) & ~jnp.all(beams.sentence_done())
 
     def body(state):
-        t, carry, cache, tokens_N = state
+        t, beams, cache, tokens_N = state
         logits_NV, cache = step(tokens_N, src_N, cache, t)
-        carry, cache, tokens_N = advance(carry, cache, logits_NV, t)
-        return t + 1, carry, cache, tokens_N
+        beams, cache, tokens_N = _advance(beams, cache, logits_NV, t, limit_N, options)
+        return t + 1, beams, cache, tokens_N
 
-    _, carry, _, _ = jax.lax.while_loop(cond, body, (jnp.asarray(1), carry, cache, tokens_N))
-    _, _, fin_seqs, fin_scores, _ = carry
-    best = jnp.argmax(fin_scores, axis=1)
-    tokens = jnp.take_along_axis(fin_seqs, best[:, None, None], axis=1)[:, 0]
-    return tokens, jnp.max(fin_scores, axis=1)
+    _, beams, _, _ = jax.lax.while_loop(cond, body, (jnp.asarray(1), beams, cache, tokens_N))
+    best = jnp.argmax(beams.fin_scores, axis=1)
+    tokens = jnp.take_along_axis(beams.fin_seqs, best[:, None, None], axis=1)[:, 0]
+    return tokens, jnp.max(beams.fin_scores, axis=1)
 
 
 @functools.partial(jax.jit, static_argnames=("model", "options"))

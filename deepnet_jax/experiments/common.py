@@ -26,13 +26,11 @@ so that an experiment runs end to end in under a minute (the CI check of the cod
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import math
 import os
 import shutil
-import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -40,34 +38,18 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
-from absl import flags
 
-from deepnet_jax.cli import command, log_setup
-from deepnet_jax.cli import flags as cli_flags
+from deepnet_jax.experiments.opening import SETTINGS
 from deepnet_jax.runs import metrics
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import data as train_data
 from deepnet_jax.training import train
 
-SETTINGS = ("smoke", "quick", "full")
-_SETTING = flags.DEFINE_string(
-    "setting", "quick", "the experiment's setting (smoke: seconds, for CI)"
-)
 SCHEMES = ("post_ln", "pre_ln", "deepnorm", "subln")
 PAPER_LR = 5e-4  # DeepNet Table 4 (IWSLT-14 De-En)
 PAPER_WARMUP = 4000  # warm-up updates, from 1e-7 (DeepNet Table 4)
 STUCK_MARGIN = 0.25  # nats: "stuck" = validation NLL >= unigram entropy - this
 VERDICTS = ("trained", "stuck", "diverged")
-
-
-def compile_fast_for_smoke(setting: str) -> None:
-    """For the ``smoke`` setting, whose runs are mostly XLA compilation: XLA's CPU backend at
-    LLVM optimization level 0, which compiles about twice as fast and runs slower (measured:
-    the model_update smoke CLI in 61 s instead of 87 s). XLA reads ``XLA_FLAGS`` when its
-    backend starts, so this has no effect once this process has run any JAX computation."""
-    flag = "--xla_backend_optimization_level=0"
-    if setting == "smoke" and flag not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()
 
 
 def base_config(setting: str) -> ml_collections.ConfigDict:
@@ -311,125 +293,7 @@ def share_compilations(cache_dir: str) -> None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
-def write_table(out_dir: str, name: str, text: str) -> str:
-    """``<out_dir>/<name>.md``; returns its path."""
-    path = os.path.join(out_dir, f"{name}.md")
-    with open(path, "w") as f:
-        f.write(text)
-    return path
-
-
 def _json_default(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return value.tolist()
     raise TypeError(f"cannot write {type(value).__name__} to JSON")
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A GitHub markdown table; floats with 3 decimals (NaN as "—")."""
-
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            return "—" if math.isnan(v) else f"{v:.3g}" if abs(v) < 0.01 else f"{v:.3f}"
-        return str(v)
-
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-
-
-@dataclasses.dataclass(frozen=True)
-class Args:
-    """An experiment's command line: ``--setting``, ``--out``, ``--data_dir`` and absl's
-    ``-v``/``--verbosity`` (None: library log lines hidden)."""
-
-    setting: str
-    out: str
-    data_dir: str
-    verbosity: int | None
-
-
-def parse_args(argv: Sequence[str], settings: Sequence[str] = SETTINGS) -> Args:
-    """Parse an experiment's flags (absl, defined at this module's import) from ``argv`` (the
-    arguments after the program name); a bad flag or setting exits with one ``error:`` line."""
-    if any(arg in command.HELP_FLAGS for arg in argv):
-        print(usage(settings))
-        sys.exit(0)
-    flags.FLAGS.unparse_flags()
-    try:
-        flags.FLAGS(["experiment", *argv])
-    except flags.Error as e:
-        sys.exit("error: " + " ".join(str(e).split()))
-    if _SETTING.value not in settings:
-        sys.exit(f"error: --setting={_SETTING.value!r}; allowed values are {', '.join(settings)}")
-    return Args(
-        _SETTING.value,
-        cli_flags.OUT.value or "",
-        cli_flags.DATA_DIR.value or "",
-        log_setup.requested_verbosity(),
-    )
-
-
-def usage(settings: Sequence[str] = SETTINGS) -> str:
-    """The ``--help`` text: the experiment's docstring, then the flags an experiment reads."""
-    main = sys.modules.get("__main__")
-    lines = [(getattr(main, "__doc__", None) or "").strip(), "", "flags:"]
-    holders = (_SETTING, cli_flags.OUT, cli_flags.DATA_DIR)
-    for flag in (flags.FLAGS[h.name] for h in holders):
-        allowed = f"one of {', '.join(settings)}; " if flag.name == "setting" else ""
-        lines.append(f"  --{flag.name}: {flag.help} ({allowed}default: {flag.default!r})")
-    lines.append("  -v, --verbosity: library log lines (absl levels; hidden by default)")
-    return "\n".join(lines)
-
-
-def start(
-    argv: Sequence[str] | None,
-    name: str,
-    base: Callable[[str], ml_collections.ConfigDict],
-    settings: Sequence[str] = SETTINGS,
-) -> tuple[Args, ml_collections.ConfigDict, str]:
-    """An experiment's opening: parse ``argv`` (default: the process's arguments), set log
-    verbosity, the smoke setting's fast compiles, build the setting's base config with
-    ``--data_dir`` applied; returns the arguments, the base config and the output folder."""
-    args = parse_args(sys.argv[1:] if argv is None else argv, settings)
-    log_setup.configure(args.verbosity)
-    compile_fast_for_smoke(args.setting)
-    config = base(args.setting)
-    configure_data(config, args)
-    return args, config, output_dir(args, name)
-
-
-def output_dir(args: Args, name: str) -> str:
-    return args.out or os.path.join("/tmp/deepnet_experiments", name)
-
-
-def configure_data(c: ml_collections.ConfigDict, args: Args) -> None:
-    if args.data_dir:
-        c.data.data_dir = args.data_dir
-
-
-def pyplot():
-    """matplotlib's pyplot on the file-only Agg backend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def mark_stuck(ax: Any, entropy: float | None) -> None:
-    """A dotted line at the "stuck" threshold (unigram entropy − ``STUCK_MARGIN``) on ``ax``;
-    nothing for the synthetic smoke data (``entropy`` None)."""
-    if entropy is not None:
-        ax.axhline(entropy - STUCK_MARGIN, color="gray", linestyle=":", label="stuck above")
-
-
-def save_figure(fig: Any, out_dir: str, name: str) -> str:
-    """Lay out ``fig``, write it to ``<out_dir>/<name>.png`` (80 dpi) and close it; returns
-    the path."""
-    fig.tight_layout()
-    path = os.path.join(out_dir, f"{name}.png")
-    fig.savefig(path, dpi=80)
-    pyplot().close(fig)
-    return path

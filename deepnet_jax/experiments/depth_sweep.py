@@ -43,7 +43,7 @@ from typing import Any
 
 import ml_collections
 
-from deepnet_jax.experiments import common
+from deepnet_jax.experiments import common, opening, report
 
 NAME = "depth_sweep"
 MAIN_JOB_DEPTH = 6  # configs/default.py's (checked by the tests)
@@ -111,7 +111,7 @@ def make_config(
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args, base, out = common.start(argv, NAME, base_config)
+    args, base, out = opening.start(argv, NAME, base_config)
     s = SETTINGS[args.setting]
     entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
     settings = {**s, "unigram_entropy": entropy, "learning_rate": base.optimizer.learning_rate}
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         os.path.join(out, "runs"),
     )
     table = _table(runs, s, base, entropy)
-    paths = [results.path, common.write_table(out, NAME, table), _plot(runs, s, entropy, out)]
+    paths = [results.path, report.write_table(out, NAME, table), _plot(runs, s, entropy, out)]
     print(table)
     print("wrote " + ", ".join(paths))
     return results.payload
@@ -161,7 +161,7 @@ def _table(
         note += f"; unigram entropy of the validation targets {entropy:.3f} nats"
     if s["bleu_sentences"]:
         note += f"; BLEU on {s['bleu_sentences']} validation sentences"
-    return f"{note}.\n\n" + common.markdown_table(header, rows)
+    return f"{note}.\n\n" + report.markdown_table(header, rows)
 
 
 def _cell(run: dict[str, Any]) -> str:
@@ -176,7 +176,7 @@ def _cell(run: dict[str, Any]) -> str:
 
 
 def _plot(runs: list[dict[str, Any]], s: dict[str, Any], entropy: float | None, out: str) -> str:
-    plt = common.pyplot()
+    plt = report.pyplot()
     shown = [(k, label) for k, label in FIGURES if any(k in r for r in runs)]
     fig, axes = plt.subplots(1, len(shown), figsize=(4.2 * len(shown), 3.2), squeeze=False)
     depths = sorted({r["layers"] for r in runs})
@@ -194,14 +194,14 @@ def _plot(runs: list[dict[str, Any]], s: dict[str, Any], entropy: float | None, 
                 if r["verdict"] == "diverged":
                     ax.plot([x], [cross_at], marker="x", markersize=10, color=line.get_color())
         if key == "eval_loss":
-            common.mark_stuck(ax, entropy)
+            report.mark_stuck(ax, entropy)
         ax.set_xscale("log")
         ax.set_xticks(depths)
         ax.set_xticklabels([str(n) for n in depths])
         ax.set_xlabel("layers per side (N in NL-NL)")
         ax.set_ylabel(label + " (× = diverged)")
     axes[0][0].legend(fontsize=7)
-    return common.save_figure(fig, out, NAME)
+    return report.save_figure(fig, out, NAME)
 
 
 if __name__ == "__main__":

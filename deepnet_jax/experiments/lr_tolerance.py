@@ -34,7 +34,7 @@ import os
 import sys
 from typing import Any
 
-from deepnet_jax.experiments import common
+from deepnet_jax.experiments import common, opening, report
 
 NAME = "lr_tolerance"
 SETTINGS = {
@@ -55,7 +55,7 @@ SETTINGS = {
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args, base, out = common.start(argv, NAME, common.base_config)
+    args, base, out = opening.start(argv, NAME, common.base_config)
     s = SETTINGS[args.setting]
     entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
     results = common.Results(out, NAME, args.setting, {**s, "unigram_entropy": entropy})
@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     note = f"{s['layers']}L-{s['layers']}L, {s['steps']} updates: verdict and validation NLL"
     if entropy is not None:
         note += f" (unigram entropy of the validation targets {entropy:.3f} nats)"
-    table = f"{note}.\n\n" + common.markdown_table(header, rows)
-    paths = [results.path, common.write_table(out, NAME, table), _plot(runs, s, entropy, out)]
+    table = f"{note}.\n\n" + report.markdown_table(header, rows)
+    paths = [results.path, report.write_table(out, NAME, table), _plot(runs, s, entropy, out)]
     print(table)
     print("wrote " + ", ".join(paths))
     return results.payload
@@ -98,7 +98,7 @@ def largest_trained(runs: list[dict[str, Any]], scheme: str) -> float | None:
 
 
 def _plot(runs: list[dict[str, Any]], s: dict[str, Any], entropy: float | None, out: str) -> str:
-    plt = common.pyplot()
+    plt = report.pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.4))
     finite = [r["eval_loss"] for r in runs if not math.isnan(r["eval_loss"])]
     top = max(finite) * 1.05 if finite else 1.0
@@ -110,7 +110,7 @@ def _plot(runs: list[dict[str, Any]], s: dict[str, Any], entropy: float | None, 
         for x, r in zip(xs, mine, strict=True):
             if r["verdict"] == "diverged":
                 ax.plot([x], [top], marker="x", markersize=10, color=line.get_color())
-    common.mark_stuck(ax, entropy)
+    report.mark_stuck(ax, entropy)
     ax.set_xscale("log")
     ax.set_xticks(s["lrs"])
     ax.set_xticklabels([f"{lr:g}" for lr in s["lrs"]])
@@ -119,7 +119,7 @@ def _plot(runs: list[dict[str, Any]], s: dict[str, Any], entropy: float | None, 
     ax.set_ylabel("validation NLL (× = diverged)")
     ax.set_title(f"{s['layers']}L-{s['layers']}L, {s['steps']} updates", fontsize=9)
     ax.legend(fontsize=7)
-    return common.save_figure(fig, out, NAME)
+    return report.save_figure(fig, out, NAME)
 
 
 if __name__ == "__main__":

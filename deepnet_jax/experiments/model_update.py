@@ -28,7 +28,7 @@ import os
 import sys
 from typing import Any
 
-from deepnet_jax.experiments import common
+from deepnet_jax.experiments import common, opening, report
 
 NAME = "model_update"
 SETTINGS = {
@@ -40,7 +40,7 @@ WARMUPS = {"none": 0, "paper": common.PAPER_WARMUP}  # warm-up updates (0: const
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args, base, out = common.start(argv, NAME, common.base_config)
+    args, base, out = opening.start(argv, NAME, common.base_config)
     s = SETTINGS[args.setting]
     schemes = ["post_ln", "deepnorm"] if args.setting == "smoke" else list(common.SCHEMES)
     entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
@@ -90,10 +90,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "validation NLL",
         "run",
     ]
-    table = common.markdown_table(header, rows)
+    table = report.markdown_table(header, rows)
     if entropy is not None:
         table = f"Unigram entropy of the validation targets: {entropy:.3f} nats.\n\n" + table
-    paths = [results.path, common.write_table(out, NAME, table), _plot(runs, schemes, s, out)]
+    paths = [results.path, report.write_table(out, NAME, table), _plot(runs, schemes, s, out)]
     print(table)
     print("wrote " + ", ".join(paths))
     return results.payload
@@ -105,7 +105,7 @@ def _series(run: dict[str, Any]) -> list[tuple[int, float]]:
 
 
 def _plot(runs: list[dict[str, Any]], schemes: list[str], s: dict[str, Any], out: str) -> str:
-    plt = common.pyplot()
+    plt = report.pyplot()
     fig, axes = plt.subplots(
         len(WARMUPS),
         len(schemes),
@@ -128,7 +128,7 @@ def _plot(runs: list[dict[str, Any]], schemes: list[str], s: dict[str, Any], out
             if col == 0:
                 ax.set_ylabel("model update ΔF")
     axes[0][0].legend(fontsize=7)
-    return common.save_figure(fig, out, NAME)
+    return report.save_figure(fig, out, NAME)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from deepnet_jax.common.tokens import PAD_ID
+from deepnet_jax.model import masks
 from deepnet_jax.model.config import TransformerConfig, default_config, validate
 from deepnet_jax.model.embeddings import OutputProjection, PositionEmbedding, TokenEmbedding, embed
 from deepnet_jax.model.stacks import Side, StackInputs, apply_layers
@@ -36,52 +37,10 @@ __all__ = [
     "EncoderOnly",
     "TransformerConfig",
     "build",
-    "causal_mask",
-    "cross_mask",
     "default_config",
     "init_cache",
-    "padding_mask",
-    "segment_mask",
     "validate",
 ]
-
-
-def padding_mask(tokens_BT: jax.Array) -> jax.Array:
-    """Key-padding mask [B, 1, 1, T]: True where the token is not padding (``tokens.PAD_ID``)."""
-    return (tokens_BT != PAD_ID)[:, None, None, :]
-
-
-def causal_mask(length: int) -> jax.Array:
-    """Causal mask [1, 1, T, T]: query t may attend to keys 0 … t."""
-    return jnp.tril(jnp.ones((length, length), dtype=bool))[None, None]
-
-
-def segment_mask(q_segments_BT: jax.Array, k_segments_BS: jax.Array) -> jax.Array:
-    """Packed-example mask [B, 1, T, S]: True where query and key belong to the same example."""
-    return q_segments_BT[:, None, :, None] == k_segments_BS[:, None, None, :]
-
-
-def _self_mask(tokens_BT: jax.Array, segments_BT: jax.Array | None, causal: bool) -> jax.Array:
-    mask = padding_mask(tokens_BT)
-    if causal:
-        mask = mask & causal_mask(tokens_BT.shape[1])
-    if segments_BT is not None:
-        mask = mask & segment_mask(segments_BT, segments_BT)
-    return mask
-
-
-def cross_mask(
-    src_BS: jax.Array,
-    tgt_segments_BT: jax.Array | None = None,
-    src_segments_BS: jax.Array | None = None,
-) -> jax.Array:
-    """Cross-attention mask: source padding [B, 1, 1, S], or [B, 1, T, S] for packed rows."""
-    mask = padding_mask(src_BS)
-    if (tgt_segments_BT is None) != (src_segments_BS is None):
-        raise ValueError("packed rows need both source and target segment ids")
-    if tgt_segments_BT is not None:
-        mask = mask & segment_mask(tgt_segments_BT, src_segments_BS)
-    return mask
 
 
 class Encoder(nn.Module):
@@ -115,7 +74,7 @@ class Encoder(nn.Module):
             x = x * (tokens_BS != PAD_ID)[:, :, None].astype(x.dtype)
         side = Side(c, "encoder", has_cross=False, deterministic=deterministic)
         return apply_layers(
-            self, side, StackInputs(x, _self_mask(tokens_BS, segment_ids, causal=False))
+            self, side, StackInputs(x, masks.self_mask(tokens_BS, segment_ids, causal=False))
         )
 
 
@@ -146,7 +105,7 @@ class Decoder(nn.Module):
         the call returns ``(x, new_cache)``."""
         c = self.config
         if cache is None:
-            self_mask = _self_mask(tokens_BT, segment_ids, causal=True)
+            self_mask = masks.self_mask(tokens_BT, segment_ids, causal=True)
         else:
             T, slots = tokens_BT.shape[1], cache["self"]["k"].shape[2]
             query_pos = cache_index + jnp.arange(T)
@@ -168,26 +127,34 @@ class Decoder(nn.Module):
         return apply_layers(self, side, inputs)
 
 
-def _logits(
-    config: TransformerConfig,
-    table: TokenEmbedding,
-    head: OutputProjection | None,
-    x_BTD: jax.Array,
-) -> jax.Array:
-    out = table.attend(x_BTD) if config.tie_embeddings else head(x_BTD)
-    return out.astype(jnp.float32)
-
-
-class EncoderOnly(nn.Module):
-    """BERT-like masked LM: tokens [B, T] → logits [B, T, vocab]."""
+class _TokenModel(nn.Module):
+    """What the three architectures share: their config, the table the output reads
+    (``target_table``), an ``output_projection`` unless the embeddings are tied, and float32
+    logits."""
 
     config: TransformerConfig
+
+    def _output_head(self, table: TokenEmbedding) -> None:
+        """In ``setup``: logits from ``table`` (tied) or from a new ``output_projection``."""
+        self.target_table = table
+        c = self.config
+        self.output_projection = None if c.tie_embeddings else OutputProjection(c)
+
+    def _logits(self, x_BTD: jax.Array) -> jax.Array:
+        """Hidden states [B, T, D] → float32 logits [B, T, vocab]."""
+        if self.config.tie_embeddings:
+            return self.target_table.attend(x_BTD).astype(jnp.float32)
+        return self.output_projection(x_BTD).astype(jnp.float32)
+
+
+class EncoderOnly(_TokenModel):
+    """BERT-like masked LM: tokens [B, T] → logits [B, T, vocab]."""
 
     def setup(self) -> None:
         c = self.config
         self.embed_tokens = TokenEmbedding(c, c.tie_embeddings)
         self.encoder = Encoder(c, self.embed_tokens)
-        self.output_projection = None if c.tie_embeddings else OutputProjection(c)
+        self._output_head(self.embed_tokens)
 
     def __call__(
         self,
@@ -198,19 +165,17 @@ class EncoderOnly(nn.Module):
         positions: jax.Array | None = None,
     ) -> jax.Array:
         x = self.encoder(tokens_BT, deterministic, segment_ids, positions)
-        return _logits(self.config, self.embed_tokens, self.output_projection, x)
+        return self._logits(x)
 
 
-class DecoderOnly(nn.Module):
+class DecoderOnly(_TokenModel):
     """GPT-like causal LM: tokens [B, T] → next-token logits [B, T, vocab]."""
-
-    config: TransformerConfig
 
     def setup(self) -> None:
         c = self.config
         self.embed_tokens = TokenEmbedding(c, c.tie_embeddings)
         self.decoder = Decoder(c, self.embed_tokens)
-        self.output_projection = None if c.tie_embeddings else OutputProjection(c)
+        self._output_head(self.embed_tokens)
 
     def __call__(
         self,
@@ -223,7 +188,7 @@ class DecoderOnly(nn.Module):
         x = self.decoder(
             tokens_BT, deterministic=deterministic, segment_ids=segment_ids, positions=positions
         )
-        return _logits(self.config, self.embed_tokens, self.output_projection, x)
+        return self._logits(x)
 
     def decode_step(
         self, tokens_BT: jax.Array, cache: dict, cache_index: jax.Array
@@ -231,18 +196,16 @@ class DecoderOnly(nn.Module):
         """Incremental decoding: tokens [B, T] at positions ``cache_index`` … → logits
         [B, T, vocab] and the updated cache (``init_cache``; T = 1 per generated token)."""
         x, cache = self.decoder(tokens_BT, cache=cache, cache_index=cache_index)
-        return _logits(self.config, self.embed_tokens, self.output_projection, x), cache
+        return self._logits(x), cache
 
 
-class EncoderDecoder(nn.Module):
+class EncoderDecoder(_TokenModel):
     """Translation model: source [B, S] and shifted target [B, T] → logits [B, T, vocab].
 
     With ``share_embeddings`` one table ``embed_tokens`` serves source, target (and, when
     tied, the output projection); otherwise ``encoder_embed_tokens`` and
     ``decoder_embed_tokens``.
     """
-
-    config: TransformerConfig
 
     def setup(self) -> None:
         c = self.config
@@ -253,10 +216,9 @@ class EncoderDecoder(nn.Module):
             self.encoder_embed_tokens = TokenEmbedding(c)
             self.decoder_embed_tokens = TokenEmbedding(c, c.tie_embeddings)
             src_table, tgt_table = self.encoder_embed_tokens, self.decoder_embed_tokens
-        self.target_table = tgt_table
         self.encoder = Encoder(c, src_table)
         self.decoder = Decoder(c, tgt_table, has_cross=True)
-        self.output_projection = None if c.tie_embeddings else OutputProjection(c)
+        self._output_head(tgt_table)
 
     def encode(
         self,
@@ -280,9 +242,9 @@ class EncoderDecoder(nn.Module):
         src_segment_ids: jax.Array | None = None,
     ) -> jax.Array:
         """Shifted target [B, T] + encoder output → logits [B, T, vocab]."""
-        enc_mask = cross_mask(src_BS, segment_ids, src_segment_ids)
+        enc_mask = masks.cross_mask(src_BS, segment_ids, src_segment_ids)
         x = self.decoder(tgt_in_BT, enc_out_BSD, enc_mask, deterministic, segment_ids, positions)
-        return _logits(self.config, self.target_table, self.output_projection, x)
+        return self._logits(x)
 
     def decode_step(
         self,
@@ -302,12 +264,12 @@ class EncoderDecoder(nn.Module):
         x, cache = self.decoder(
             tgt_in_BT,
             enc_out_BSD,
-            padding_mask(src_BS),
+            masks.padding_mask(src_BS),
             True,
             cache=cache,
             cache_index=cache_index,
         )
-        return _logits(self.config, self.target_table, self.output_projection, x), cache
+        return self._logits(x), cache
 
     def __call__(
         self,

@@ -21,11 +21,11 @@ from collections.abc import Callable
 import flax.linen as nn
 import jax
 
+from deepnet_jax.model.attention import MultiHeadAttention
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.model.initializers import TORCHSCALE_INITS, torchscale_gain
 from deepnet_jax.model.sublayers import (
     FeedForward,
-    MultiHeadAttention,
     constrain,
     dropout,
     layer_norm,

@@ -20,10 +20,12 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
+from deepnet_jax.data import pipeline
 from deepnet_jax.decoding import options as decoding_options
 from deepnet_jax.decoding import scoring
 from deepnet_jax.runs import checkpoint
 from deepnet_jax.runs import metrics as metrics_lib
+from deepnet_jax.scale import sharding
 from deepnet_jax.training import diagnostics, preemption
 from deepnet_jax.training import steps as train_steps
 from deepnet_jax.training.progress import Interval, say, scored_set, source_blind_warning
@@ -125,16 +127,20 @@ def halt_after(config: ml_collections.ConfigDict) -> int:
 
 @dataclasses.dataclass
 class EvalContext:
-    """What evaluation needs of a run: the model, its data, how to place a host batch on the
-    devices, and where results go."""
+    """What evaluation needs of a run: its config and workdir, the mesh, the model, its data,
+    and where results go (:class:`deepnet_jax.training.trainer.Run` is one)."""
 
     config: ml_collections.ConfigDict
     workdir: str | None
+    mesh: jax.sharding.Mesh
     model: Any
     data: Any  # train_data.Data: SyntheticData or CorpusData
-    place: Callable[[dict[str, np.ndarray]], train_steps.Batch]
     checkpointer: checkpoint.Checkpointer | None
     writer: metrics_lib.MetricsWriter | None
+
+    def place(self, local_batch: dict[str, np.ndarray]) -> train_steps.Batch:
+        """This process's rows → global arrays split over the data-parallel devices."""
+        return pipeline.global_batch(local_batch, sharding.batch_sharding(self.mesh))
 
     @property
     def translates(self) -> bool:

@@ -20,8 +20,9 @@ import ml_collections
 
 from deepnet_jax.common import config_schema
 from deepnet_jax.common.config_schema import FRACTION, field
+from deepnet_jax.data import options as data_options
 from deepnet_jax.data import pipeline, registry
-from deepnet_jax.data.pipeline import DataOptions
+from deepnet_jax.data.options import DataOptions
 from deepnet_jax.data.sources import SPLITS
 from deepnet_jax.decoding import options as decoding_options
 from deepnet_jax.decoding.options import DecodeFields
@@ -122,7 +123,7 @@ GROUPS: dict[str, Group] = {
     "model": Group(
         TransformerConfig, _model_default, functools.partial(model_config.validate, derived_ok=True)
     ),
-    "data": Group(DataOptions, pipeline.default_config),
+    "data": Group(DataOptions, data_options.default_config),
     "optimizer": Group(optimizers.OptimizerFields),
     "schedule": Group(optimizers.ScheduleFields),
     "decode": Group(DecodeFields, check=decoding_options.validate),

@@ -89,6 +89,29 @@ def make_train_step(
     output reuses its donated input's buffer. Without it the compiler picks the outputs'
     shardings, and XLA:GPU can pick replicated ones: a second, whole copy of the state.
     """
+    update = _update_fn(loss_fn, optimizer, base_key, layer_grad_norms)
+    step_fn = _gated(update, halt_after) if halt_after else update
+    jit_options = {}
+    if state_shardings is not None:
+        mesh = jax.tree.leaves(state_shardings[0])[0].mesh
+        jit_options["out_shardings"] = (*state_shardings, NamedSharding(mesh, PartitionSpec()))
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1), **jit_options)
+    def train_step(params, opt_state, batch: Batch, step, learning_rate, bad_in_a_row=None):
+        args = (params, opt_state, dict(batch), step, learning_rate)
+        return step_fn(*args, bad_in_a_row) if halt_after else step_fn(*args)
+
+    return train_step
+
+
+def _update_fn(
+    loss_fn: Callable,
+    optimizer: optax.GradientTransformation,
+    base_key: jax.Array,
+    layer_grad_norms: bool,
+) -> Callable:
+    """``update(params, opt_state, batch, step, learning_rate) -> (params, opt_state,
+    metrics)``: one optimizer update (see :func:`make_train_step` for the metrics)."""
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
     def update(params, opt_state, batch: Batch, step, learning_rate):
@@ -109,16 +132,16 @@ def make_train_step(
             metrics[preemption.STOP_KEY] = jnp.max(stop)
         return params, opt_state, metrics
 
-    jit_options = {}
-    if state_shardings is not None:
-        mesh = jax.tree.leaves(state_shardings[0])[0].mesh
-        jit_options["out_shardings"] = (*state_shardings, NamedSharding(mesh, PartitionSpec()))
+    return update
 
-    @functools.partial(jax.jit, donate_argnums=(0, 1), **jit_options)
-    def train_step(params, opt_state, batch: Batch, step, learning_rate, bad_in_a_row=None):
-        args = (params, opt_state, dict(batch), step, learning_rate)
-        if not halt_after:
-            return update(*args)
+
+def _gated(update: Callable, halt_after: int) -> Callable:
+    """``update`` behind the non-finite gate: with ``bad_in_a_row`` (consecutive non-finite
+    steps before this one) at ``halt_after`` it changes nothing (zero metrics); the returned
+    metrics carry the count updated under :data:`BAD_IN_A_ROW`."""
+
+    def gated(params, opt_state, batch, step, learning_rate, bad_in_a_row):
+        args = (params, opt_state, batch, step, learning_rate)
         out_shapes = jax.eval_shape(update, *args)
 
         def hold(params, opt_state, batch, step, learning_rate):
@@ -133,7 +156,7 @@ def make_train_step(
         metrics[BAD_IN_A_ROW] = jnp.where(proceed, counted, bad_in_a_row).astype(jnp.int32)
         return params, opt_state, metrics
 
-    return train_step
+    return gated
 
 
 def make_eval_step(model: nn.Module, arch: str) -> Callable:

@@ -1,6 +1,6 @@
 """The training loop and its parts: the run's fixed pieces (:class:`Run`), the state and its
-setup or restore (:func:`initial_state`), one step (:func:`advance`), the loop
-(:func:`train_loop`), and the end of a run (:func:`finish`, :func:`stopped`).
+setup or restore (:func:`initial_state`), one step (:func:`advance`) and the loop
+(:func:`train_loop`); the end of a run is :mod:`deepnet_jax.training.results`.
 
 The loop dispatches step i + 1 before it reads step i's metrics (:class:`StepReader`), so the
 host never waits for the device between steps; logging, validation, the stability instruments,
@@ -10,7 +10,6 @@ checkpoints and the stop signal are the periodic actions of :mod:`deepnet_jax.tr
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 from typing import Any
@@ -22,17 +21,16 @@ import ml_collections
 import numpy as np
 import optax
 
-from deepnet_jax.data import pipeline
 from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
-from deepnet_jax.runs import checkpoint, plots
+from deepnet_jax.runs import checkpoint
 from deepnet_jax.runs import loading as run_loading
 from deepnet_jax.runs import metrics as metrics_lib
 from deepnet_jax.runs import workdir as workdir_lib
 from deepnet_jax.scale import flops, sharding
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import data as train_data
-from deepnet_jax.training import diagnostics, fingerprint, optimizers, preemption, remat_auto
+from deepnet_jax.training import fingerprint, optimizers, preemption, remat_auto, results
 from deepnet_jax.training import steps as train_steps
 from deepnet_jax.training.actions import (
     EvalContext,
@@ -43,36 +41,20 @@ from deepnet_jax.training.actions import (
     halt_after,
     replicated,
 )
-from deepnet_jax.training.progress import Progress, say, scored_set
+from deepnet_jax.training.progress import Progress, say
 
 
 @dataclasses.dataclass
-class Run:
-    """What stays fixed during a run: its config, workdir and mesh, the model and its data
-    (``batches``: the training stream), the compiled step, the schedule and the writers."""
+class Run(EvalContext):
+    """What stays fixed during a run: what evaluation reads (:class:`EvalContext`: the config,
+    workdir, mesh, model, data and writers) plus the training stream (``batches``), the
+    sharded-state plan, the compiled step, the schedule and the resume fingerprint."""
 
-    config: ml_collections.ConfigDict
-    workdir: str | None
-    mesh: jax.sharding.Mesh
-    model: nn.Module
-    data: train_data.Data
     batches: Any  # grain-like iterator: next(), get_state(), set_state()
     plan: sharding.ShardedState
     train_step: Any
     learning_rates: np.ndarray
-    checkpointer: checkpoint.Checkpointer | None
-    writer: metrics_lib.MetricsWriter | None
     fingerprint: dict[str, Any]  # saved with every checkpoint (fingerprint.record)
-
-    def place(self, local_batch: dict[str, np.ndarray]) -> train_steps.Batch:
-        """This process's rows → global arrays split over the data-parallel devices."""
-        return pipeline.global_batch(local_batch, sharding.batch_sharding(self.mesh))
-
-    def eval_context(self) -> EvalContext:
-        c = self.config
-        return EvalContext(
-            c, self.workdir, self.model, self.data, self.place, self.checkpointer, self.writer
-        )
 
 
 @dataclasses.dataclass
@@ -127,11 +109,19 @@ def build_run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> R
         state_shardings=sharding.state_shardings(plan),
     )
     writer = metrics_lib.MetricsWriter(workdir) if workdir else None
-    lrs = optimizers.learning_rates(config)
     return Run(
-        *(config, workdir, mesh, model, data, batches, plan, train_step, lrs, checkpointer),
-        writer,
-        fingerprint.record(tokenizer),
+        config=config,
+        workdir=workdir,
+        mesh=mesh,
+        model=model,
+        data=data,
+        checkpointer=checkpointer,
+        writer=writer,
+        batches=batches,
+        plan=plan,
+        train_step=train_step,
+        learning_rates=optimizers.learning_rates(config),
+        fingerprint=fingerprint.record(tokenizer),
     )
 
 
@@ -259,138 +249,20 @@ def train_loop(
     return state, reader.stop_agreed
 
 
-def stopped(run: Run, signal_name: str | None, step: int) -> dict[str, Any]:
-    """End a run stopped by a signal: wait for the checkpoint of ``step`` micro-batches to be
-    written, say where it is, and return ``{"stopped": True, ...}``."""
-    c = run.config
-    cause = signal_name or "a signal to another process"
-    updates = step // c.grad_accum_steps
-    line = f"stopped by {cause} after update {updates}/{c.total_steps}; "
-    if run.checkpointer:
-        run.checkpointer.close()  # the asynchronous saves are complete on disk
-        line += f"checkpoint {os.path.join(run.checkpointer.directory, str(step))} saved; "
-        line += "run the same command again to resume"
-    else:
-        reason = "no workdir" if not run.workdir else "checkpoint_every=0"
-        line += f"nothing saved ({reason})"
-    if run.writer:
-        run.writer.close()
-    say(line)
-    return {"stopped": True, "message": line, "step": step, "steps": updates}
-
-
-def final_evaluation(
-    run: Run, validator: Validator, params: Any, progress: Progress
-) -> dict[str, Any]:
-    """The last validation, then the ``final_split`` (loss; beam-search BLEU/chrF and samples
-    for translation): the run's results, as ``eval.json`` holds them, each figure with the
-    size of its set (``*_loss_examples`` behind loss, perplexity, accuracy and source
-    sensitivity; ``*_sentences`` / ``*_unseen_sentences`` behind BLEU and chrF)."""
-    c = run.config
-    result = validator(params, c.total_steps)
-    out: dict[str, Any] = {
-        "eval_loss": result["loss"],
-        "eval_perplexity": result["perplexity"],
-        "eval_accuracy": result["accuracy"],
-        "first_train_loss": progress.first_loss,
-        "train_loss": progress.last_record.get("loss"),
-        "steps": c.total_steps,
-    }
-    for name in ("source_sensitivity", "loss_examples", "loss_truncated", "loss_dropped"):
-        if name in result:
-            out[f"eval_{name}"] = result[name]
-    if validator.with_bleu:
-        out["eval_bleu_greedy"] = result["bleu"]
-        out["eval_bleu_sentences"] = result["bleu_sentences"]
-        out["eval_distinct_hypotheses"] = result["distinct_hypotheses"]
-        out["eval_unseen_sentences"] = result["unseen_sentences"]
-        if "unseen_bleu" in result:
-            out["eval_unseen_bleu_greedy"] = result["unseen_bleu"]
-    if isinstance(run.data, train_data.CorpusData) and c.final_split:
-        out.update(_final_split(run, validator, params))
-    return out
-
-
-def _final_split(run: Run, validator: Validator, params: Any) -> dict[str, Any]:
-    """``<split>_*`` results of ``final_split``, with the lines that report them (the loss
-    line, then for translation the BLEU line), each naming the set behind its figures."""
-    c = run.config
-    split, beam = c.final_split, c.decode.beam_size
-    final = validator.loss(params, split)
-    out = {f"{split}_{name}": v for name, v in final.items()}
-    line = f"{split}: loss {final['loss']:.3f}, perplexity {final['perplexity']:.2f}"
-    if validator.ctx.translates:
-        line += f", source sensitivity {final['source_sensitivity']:.2f} nats"
-    say(f"{line} on {scored_set(final, validator.ctx.translates, c.data.max_len)}")
-    if validator.ctx.translates:
-        scores = validator.translation_scores(params, split, beam, 0)
-        out.update({f"{split}_{name}": v for name, v in scores.items()})
-        if run.writer:
-            names = ("bleu", "chrf", "sentences", "unseen_bleu", "unseen_chrf", "unseen_sentences")
-            record = {k: scores[k] for k in names if k in scores}
-            run.writer.write(split, c.total_steps, record)
-        say(f"{split}: {_bleu_sets(scores, beam, c.data.max_len)}")
-    return out
-
-
-def _bleu_sets(scores: dict[str, Any], beam: int, max_len: int) -> str:
-    """The BLEU/chrF part of the final line, each figure with its set: all sentences (sources
-    cut to ``max_len − 1`` pieces counted) and those whose source is unseen in training."""
-    text = f"beam {beam} on all {scores['sentences']:,} sentences"
-    cut = scores["truncated_sources"]
-    if cut:
-        text += f" ({cut:,} source{'s' if cut > 1 else ''} cut to {max_len - 1} pieces)"
-    text += (
-        f": BLEU {scores['bleu']:.2f}, chrF {scores['chrf']:.2f}, "
-        f"{scores['distinct_hypotheses']:.0%} distinct hypotheses"
-    )
-    if scores["unseen_sentences"] == scores["sentences"]:
-        text += "; no source occurs in the training split"
-    elif "unseen_bleu" in scores:
-        text += (
-            f"; on the {scores['unseen_sentences']:,} whose source is not in the training "
-            f"split: BLEU {scores['unseen_bleu']:.2f}, chrF {scores['unseen_chrf']:.2f}"
-        )
-    else:
-        text += "; every source occurs in the training split"
-    return text + f" ({scores['bleu_signature']})"
-
-
-def finish(run: Run, results: dict[str, Any]) -> None:
-    """Close the checkpoints, print the results and write ``eval.json`` and the figures."""
-    c = run.config
-    if run.checkpointer:
-        run.checkpointer.close()
-    if not run.workdir:  # the numbers; the strings (signatures, samples) were printed above
-        say(json.dumps({k: v for k, v in results.items() if isinstance(v, (int, float))}))
-    if not run.workdir or jax.process_index() != 0:
-        return
-    os.makedirs(run.workdir, exist_ok=True)
-    with open(os.path.join(run.workdir, "eval.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    say(f"results: {os.path.join(run.workdir, 'eval.json')}")
-    if run.writer:
-        run.writer.close()
-        say(f"curves: {plots.plot_curves(run.workdir)}")
-        if c.diagnostics.every and c.diagnostics.plot:
-            say(f"diagnostics: {', '.join(diagnostics.plot(run.workdir))}")
-
-
 def train(run: Run) -> dict[str, Any]:
     """Set up or restore the state, train, and evaluate (or end on a stop signal)."""
     state, best = initial_state(run)
-    ctx = run.eval_context()
-    validator = Validator(ctx, best)
+    validator = Validator(run, best)
     instruments = None
     if run.config.diagnostics.every:
-        instruments = Instruments(ctx, state.params, state.step == 0, run.plan.create_params)
+        instruments = Instruments(run, state.params, state.step == 0, run.plan.create_params)
     peak, peak_source = flops.peak_flops_per_device(run.config.peak_flops)
     say(f"MFU is measured against {peak / 1e12:.3g} TFLOP/s per device ({peak_source})")
     progress = Progress(run.config, run.writer, run.learning_rates, peak * run.mesh.size)
     with preemption.StopSignals() as signals:  # the handlers are given back on leaving
         state, stop = train_loop(run, state, progress, validator, instruments, signals)
     if stop:
-        return stopped(run, signals.received, state.step)
-    results = final_evaluation(run, validator, state.params, progress)
-    finish(run, results)
-    return results
+        return results.stopped(run, signals.received, state.step)
+    final = results.final_evaluation(run, validator, state.params, progress)
+    results.finish(run, final)
+    return final

@@ -1,0 +1,197 @@
+"""Multi-head scaled dot-product attention (self, causal self and cross), with its decoding
+cache, the fused q/k/v projection and the three softmax(q·kᵀ/√K)·v implementations; and the
+conversion of parameters between the fused and the separate q/k/v layouts.
+
+Parameters carry logical axis names and are cast to ``config.dtype`` for compute like every
+sublayer's (:mod:`deepnet_jax.model.sublayers`); the softmax runs in float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from deepnet_jax.model.config import TransformerConfig
+from deepnet_jax.model.sublayers import Projection, dropout, layer_norm, record_input_norm
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention (self, causal self or cross).
+
+    Inputs: queries ``x_q`` [B, T, D], keys/values ``x_kv`` [B, S, D] and a boolean ``mask``
+    broadcastable to [B, H, T, S] (True = may attend). Output [B, T, D].
+
+    ``dropout_key`` seeds the attention-probability dropout (required unless deterministic).
+
+    ``value_gain`` is the Xavier gain of ``v_proj`` and ``out_proj`` (β for DeepNorm, γ for
+    Sub-LN); ``q_proj``/``k_proj`` keep gain 1. ``inner_norm`` adds Sub-LN's ``inner_attn_ln``
+    on the concatenated heads before ``out_proj`` (Magneto eq. 2).
+
+    ``fuse_qkv`` (self-attention only: ``x_kv`` must be ``x_q``) computes q, k and v with one
+    ``qkv_proj`` kernel [D, 3, H, K] (slices q, k, v; fans per slice, only v scaled) instead of
+    three; :func:`fuse_qkv_params` converts parameters between the two layouts.
+    ``config.attention_impl`` picks the softmax(q·kᵀ/√K)·v computation: the einsum reference
+    (with attention dropout) or ``jax.nn.dot_product_attention`` (``xla`` or ``cudnn``).
+    """
+
+    config: TransformerConfig
+    value_gain: float = 1.0
+    inner_norm: bool = False
+    deterministic: bool = True
+    fuse_qkv: bool = False
+
+    @nn.compact
+    def __call__(
+        self,
+        x_q: jax.Array,
+        x_kv: jax.Array | None,
+        mask: jax.Array | None,
+        dropout_key: jax.Array | None = None,
+        *,
+        cache: dict[str, jax.Array] | None = None,
+        cache_index: jax.Array | None = None,
+    ) -> jax.Array | tuple[jax.Array, dict[str, jax.Array]]:
+        """Attend from ``x_q`` to ``x_kv``; with a ``cache``, also return the updated cache.
+
+        Cached decoding (``cache`` = {"k", "v"}, each [B, S_max, H, K]) has three modes:
+
+        * self-attention step (``cache_index`` given): the keys/values of ``x_kv`` [B, T, D]
+          are written at positions ``cache_index`` … ``cache_index + T − 1`` and the queries
+          attend over the whole cache (``mask`` [B|1, 1, T, S_max] hides future slots);
+        * cross-attention prefill (``x_kv`` given, no ``cache_index``): the keys/values of the
+          encoder output replace the cache;
+        * cross-attention step (``x_kv`` None): the cached keys/values are used as they are.
+        """
+        c = self.config
+        D, H, K = c.d_model, c.num_heads, c.head_dim
+
+        def proj_in(name: str, gain: float) -> Projection:
+            return Projection(
+                (D,), (H, K), ("embed",), ("heads", "kv"), c, gain, tag=name, name=name
+            )
+
+        if self.fuse_qkv:
+            if x_kv is not x_q:
+                raise ValueError("fuse_qkv is for self-attention: x_kv must be x_q")
+            qkv_BT3HK = Projection(
+                (D,),
+                (3, H, K),
+                ("embed",),
+                ("qkv", "heads", "kv"),
+                c,
+                tag="qkv_proj",
+                slice_gains=(1.0, 1.0, self.value_gain),
+                name="qkv_proj",
+            )(x_q)
+            q_BTHK, k_BSHK, v_BSHK = (qkv_BT3HK[:, :, i] for i in range(3))
+        else:
+            q_BTHK = proj_in("q_proj", 1.0)(x_q)
+        if x_kv is None:
+            if cache is None:
+                raise ValueError("attention without x_kv needs a cache holding keys and values")
+            k_BSHK, v_BSHK = cache["k"], cache["v"]
+        else:
+            if not self.fuse_qkv:
+                k_BSHK = proj_in("k_proj", 1.0)(x_kv)
+                v_BSHK = proj_in("v_proj", self.value_gain)(x_kv)
+            if cache is not None and cache_index is not None:
+                start = (0, cache_index, 0, 0)
+                k_BSHK = jax.lax.dynamic_update_slice(
+                    cache["k"], k_BSHK.astype(cache["k"].dtype), start
+                )
+                v_BSHK = jax.lax.dynamic_update_slice(
+                    cache["v"], v_BSHK.astype(cache["v"].dtype), start
+                )
+            elif cache is not None:
+                k_BSHK = k_BSHK.astype(cache["k"].dtype)
+                v_BSHK = v_BSHK.astype(cache["v"].dtype)
+
+        if c.attention_impl == "reference":
+            out_BTHK = self._reference_attention(q_BTHK, k_BSHK, v_BSHK, mask, dropout_key)
+        else:
+            dtype = c.compute_dtype
+            out_BTHK = jax.nn.dot_product_attention(
+                q_BTHK.astype(dtype),
+                k_BSHK.astype(dtype),
+                v_BSHK.astype(dtype),
+                mask=mask,
+                implementation=c.attention_impl,
+            )
+
+        if self.inner_norm:
+            B, T = out_BTHK.shape[:2]
+            out_BTD = out_BTHK.reshape(B, T, D)
+            record_input_norm(self, "inner_attn_ln", out_BTD)
+            out_BTD = layer_norm(c, "inner_attn_ln")(out_BTD)
+            out_BTHK = out_BTD.reshape(B, T, H, K)
+        out_BTD = Projection(
+            (H, K), (D,), ("heads", "kv"), ("embed",), c, self.value_gain, name="out_proj"
+        )(out_BTHK)
+        if cache is None:
+            return out_BTD
+        return out_BTD, {"k": k_BSHK, "v": v_BSHK}
+
+    def _reference_attention(
+        self,
+        q_BTHK: jax.Array,
+        k_BSHK: jax.Array,
+        v_BSHK: jax.Array,
+        mask: jax.Array | None,
+        dropout_key: jax.Array | None,
+    ) -> jax.Array:
+        """softmax(q·kᵀ/√K + mask)·v [B, T, H, K] with float32 logits and softmax, dropout on
+        the probabilities; masked logits are float32's lowest value (a row with no visible key
+        averages every value uniformly)."""
+        c = self.config
+        logits_BHTS = jnp.einsum(
+            "bthk,bshk->bhts", q_BTHK, k_BSHK, preferred_element_type=jnp.float32
+        )
+        logits_BHTS = logits_BHTS * (c.head_dim**-0.5)
+        if mask is not None:
+            logits_BHTS = jnp.where(mask, logits_BHTS, jnp.finfo(jnp.float32).min)
+        probs_BHTS = jax.nn.softmax(logits_BHTS, axis=-1).astype(c.compute_dtype)
+        probs_BHTS = dropout(
+            probs_BHTS, c.attention_dropout, dropout_key, self.deterministic, c.dropout_rng
+        )
+        return jnp.einsum("bhts,bshk->bthk", probs_BHTS, v_BSHK.astype(c.compute_dtype))
+
+
+def fuse_qkv_params(params: Any) -> Any:
+    """The same parameters in the ``fused_qkv=True`` layout: every ``self_attn``'s ``q_proj``,
+    ``k_proj`` and ``v_proj`` become one ``qkv_proj`` (kernels [..., D, H, K] stacked into
+    [..., D, 3, H, K], biases [..., H, K] into [..., 3, H, K]; a leading scanned layer axis is
+    kept). The model output is unchanged (up to float rounding)."""
+    return _map_self_attention(params, _fuse)
+
+
+def unfuse_qkv_params(params: Any) -> Any:
+    """The inverse of :func:`fuse_qkv_params`: ``qkv_proj`` split into q/k/v projections."""
+    return _map_self_attention(params, _unfuse)
+
+
+def _fuse(attn: dict) -> dict:
+    if "qkv_proj" in attn:
+        return dict(attn)
+    out = {k: v for k, v in attn.items() if k not in ("q_proj", "k_proj", "v_proj")}
+    parts = [attn[n] for n in ("q_proj", "k_proj", "v_proj")]
+    out["qkv_proj"] = {p: jnp.stack([x[p] for x in parts], axis=-3) for p in parts[0]}
+    return out
+
+
+def _unfuse(attn: dict) -> dict:
+    if "qkv_proj" not in attn:
+        return dict(attn)
+    out = {k: v for k, v in attn.items() if k != "qkv_proj"}
+    for i, name in enumerate(("q_proj", "k_proj", "v_proj")):
+        out[name] = {p: jnp.take(x, i, axis=-3) for p, x in attn["qkv_proj"].items()}
+    return out
+
+
+def _map_self_attention(tree: Any, fn: Any) -> Any:
+    if not isinstance(tree, Mapping):
+        return tree
+    return {k: fn(v) if k == "self_attn" else _map_self_attention(v, fn) for k, v in tree.items()}
