@@ -32,7 +32,7 @@ def _outputs(out, name):
     return payload, table
 
 
-@pytest.mark.slow  # four runs; the other experiments' smokes share its machinery (common.py)
+@pytest.mark.slow  # a grid through common.run_grid, as thousand_layers' smoke (default run)
 def test_model_update_smoke(tmp_path):
     model_update.main(["--setting=smoke", f"--out={tmp_path}"])
     payload, table = _outputs(tmp_path, "model_update")
@@ -54,6 +54,7 @@ def test_model_update_smoke(tmp_path):
     assert table.count("\n| post_ln |") == 2 and "ΔF after 4" in table
 
 
+@pytest.mark.slow  # a grid through common.run_grid, as thousand_layers' smoke (default run)
 def test_depth_sweep_smoke_includes_dlcl(tmp_path):
     depth_sweep.main(["--setting=smoke", f"--out={tmp_path}"])
     payload, table = _outputs(tmp_path, "depth_sweep")
@@ -86,6 +87,7 @@ def test_depth_sweep_runs_the_main_job_with_only_scheme_and_depth_changed():
     } | {"num_decoder_layers": 6}
 
 
+@pytest.mark.slow  # a grid through common.run_grid, as thousand_layers' smoke (default run)
 def test_lr_tolerance_smoke_and_rerun_skips_finished_runs(tmp_path, capsys):
     first = lr_tolerance.main(["--setting=smoke", f"--out={tmp_path}"])
     payload, table = _outputs(tmp_path, "lr_tolerance")
@@ -95,6 +97,24 @@ def test_lr_tolerance_smoke_and_rerun_skips_finished_runs(tmp_path, capsys):
     again = lr_tolerance.main(["--setting=smoke", f"--out={tmp_path}"])  # nothing retrained
     assert "== run" not in capsys.readouterr().out
     assert again["runs"] == first["runs"]
+
+
+def test_a_grid_started_again_skips_the_runs_it_finished(tmp_path, capsys):
+    """The results file keeps each finished run; a second start with the same setting trains
+    only what is missing, and another setting starts afresh."""
+    settings = {"steps": 4}
+    first = common.Results(str(tmp_path), "grid", "smoke", settings)
+    first.add({"scheme": "deepnorm", "layers": 2}, {"eval_loss": 1.5, "nonfinite_step": None})
+
+    def untrainable(key):
+        raise AssertionError(f"{key} was trained again")
+
+    again = common.Results(str(tmp_path), "grid", "smoke", settings)
+    keys = [{"scheme": "deepnorm", "layers": 2}]
+    runs = common.run_grid(again, keys, untrainable, None, str(tmp_path / "runs"))
+    assert runs == [{"scheme": "deepnorm", "layers": 2, "eval_loss": 1.5, "nonfinite_step": None}]
+    assert "== run" not in capsys.readouterr().out
+    assert common.Results(str(tmp_path), "grid", "quick", settings).runs == []
 
 
 def test_verdicts():

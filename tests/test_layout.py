@@ -139,6 +139,33 @@ def test_the_top_level_surface_imports_the_model_only():
     assert proc.stdout.strip() == "[]", proc.stdout
 
 
+@pytest.mark.parametrize(
+    "package, loaded_late",
+    [
+        ("deepnet_jax.decoding", ("deepnet_jax.decoding.search", "sacrebleu")),
+        ("deepnet_jax.training", ("deepnet_jax.training.train", "optax", "orbax", "grain")),
+    ],
+)
+def test_a_subpackage_surface_names_resolve_and_load_on_first_use(package, loaded_late):
+    """Importing the package loads none of its surface's modules; each name of ``__all__``
+    then resolves to the object its submodule defines."""
+    code = (
+        "import importlib, sys\n"
+        f"pkg = importlib.import_module({package!r})\n"
+        f"print(sorted(m for m in {loaded_late!r} if m in sys.modules))\n"
+        "for name in pkg.__all__:\n"
+        "    obj = getattr(pkg, name)\n"
+        "    home = importlib.import_module(pkg.__name__ + '.' + pkg._SURFACE[name])\n"
+        "    assert obj is getattr(home, name), name\n"
+        "print(sorted(pkg.__all__) == sorted(set(dir(pkg)) & set(pkg.__all__)))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["[]", "True"], proc.stdout
+
+
 def _documented_commands() -> list[str]:
     """Every ``python -m deepnet_jax.…`` module named in the README and docs/."""
     texts = [os.path.join(ROOT, "README.md")] + [

@@ -1,1 +1,38 @@
-"""Training: the config, the run, the loop, steps, optimizers, memory planning."""
+"""Training: the config, the run, the loop, steps, optimizers, memory planning.
+
+Public API (each name is imported on first use, so ``import deepnet_jax.training`` stays
+light)::
+
+    from deepnet_jax import training
+    config = training.default_config()       # every field: docs/config.md
+    config.total_steps = 1000
+    training.validate(config)                  # one clear error for a bad field
+    results = training.run(config, workdir)    # progress bar, checkpoints, eval.json
+    plan = training.plan(config, jax.devices())   # compiled per-device memory, before a run
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_SURFACE = {  # name -> the submodule that defines it
+    "GROUPS": "config",
+    "default_config": "config",
+    "resolve": "config",
+    "validate": "config",
+    "run": "train",
+    "plan": "memory_plan",
+    "Plan": "memory_plan",
+}
+__all__ = sorted(_SURFACE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _SURFACE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_SURFACE[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
