@@ -132,9 +132,15 @@ def config_dict(group: type) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(defaults(group))
 
 
-def check_names(config: Any, names: Sequence[str], prefix: str, missing_ok: bool = False) -> None:
+def check_names(
+    config: Any,
+    names: Sequence[str],
+    prefix: str,
+    missing_ok: bool = False,
+    start: str = "base.get_config",
+) -> None:
     """One error for the first field of ``config`` not in ``names`` (a typo), then (unless
-    ``missing_ok``) the first of ``names`` it lacks."""
+    ``missing_ok``) the first of ``names`` it lacks, saying to ``start`` from the defaults."""
     where = prefix.rstrip(".") or "the config"
     for name in sorted(config.keys()):
         if name not in names:
@@ -144,7 +150,7 @@ def check_names(config: Any, names: Sequence[str], prefix: str, missing_ok: bool
             )
     for name in [] if missing_ok else names:
         if name not in config:
-            raise ValueError(f"config field {prefix}{name} is missing (start from base.get_config)")
+            raise ValueError(f"config field {prefix}{name} is missing (start from {start})")
 
 
 def check_values(

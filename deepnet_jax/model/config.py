@@ -202,14 +202,7 @@ def validate(c: ml_collections.ConfigDict, derived_ok: bool = False) -> None:
     training config's model, whose :data:`DERIVED` fields may still be 0 (the data's value,
     filled by ``deepnet_jax.training.config.resolve``)."""
     fields = list(config_schema.specs(TransformerConfig))
-    unknown = sorted(set(c.keys()) - set(fields))
-    if unknown:
-        raise ValueError(
-            f"model.{unknown[0]} is not a model field; known fields: {', '.join(fields)}"
-        )
-    missing = [f for f in fields if f not in c]
-    if missing:
-        raise ValueError(f"model.{missing[0]} is missing; start from deepnet_jax.default_config()")
+    config_schema.check_names(c, fields, "model.", start="deepnet_jax.default_config()")
     unfilled = [name for name in DERIVED if c[name] == 0]
     if unfilled and not derived_ok:
         raise ValueError(
