@@ -13,8 +13,7 @@ light)::
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from deepnet_jax.common import lazy
 
 _SURFACE = {  # name -> the submodule that defines it
     "SearchOptions": "options",
@@ -30,13 +29,4 @@ _SURFACE = {  # name -> the submodule that defines it
     "translate_split": "scoring",
 }
 __all__ = sorted(_SURFACE)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _SURFACE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_SURFACE[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy.surface(__name__, _SURFACE)
