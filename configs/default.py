@@ -12,12 +12,11 @@ sensitivity and sample translations on the test split (1,763 pairs of 107 pages)
 Why this model (measured on 2 CPU cores; docs/main_job.md has the commands and all figures):
 
 * Post-LN fails at this depth with these settings: with ``--config.model.scheme=post_ln`` and
-  nothing else changed, the validation NLL stays at the unigram level (6.28–6.37 nats from
-  update 200 to 800), its source sensitivity is 0.00 nats and one hypothesis is output for
-  every source (1% distinct), while DeepNorm reaches NLL 3.58, sensitivity 1.18 nats and 90%
-  distinct hypotheses by update 800. After 1,400 updates (``depth_sweep --setting=quick``)
-  Post-LN's training NLL is still 6.14 and its validation NLL 9.14, worse than a uniform guess
-  over the 4,000 pieces (ln 4000 = 8.29).
+  nothing else changed, the validation NLL stays at the unigram level (6.28–6.47 nats from
+  update 200 to 800) and its source sensitivity near 0, while DeepNorm reaches NLL 3.58,
+  sensitivity 1.18 nats and 90% distinct hypotheses by update 800. Its lower layers stop
+  learning: their gradients vanish through the post-norms (docs/reproduction.md, "Why Post-LN
+  fails on the main job's recipe").
 * Width 128, not 64: an 18L-18L d64 model (the previous default) starts reading its source
   later (0.13 vs 0.35 nats of source sensitivity at update 400, 0.67 vs 1.18 at 800) and, on
   this budget, ended with one hypothesis for every source. Narrow deep stacks are not broken

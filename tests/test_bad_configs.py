@@ -82,6 +82,13 @@ BAD = [  # (id, change, what the one line must say)
     ("final_split", _set("final_split", "dev"), r"final_split='dev'; allowed values"),
     ("final_split_synthetic", _set("final_split", "test"), r"final_split='test' needs a corpus"),
     ("packing_synthetic", _set("data.packing", True), r"data\.packing=True is not used by"),
+    ("min_len_zero", _set("data.min_len", 0), r"data\.min_len=0 must be an integer >= 1"),
+    ("min_len_too_long", _set("data.min_len", 40), r"data\.min_len=40 exceeds the \d+ content"),
+    (
+        "min_len_corpus",
+        _both(_missing_source, _set("data.min_len", 5)),
+        r"data\.min_len=5 is used by data\.dataset='synthetic_reversal' only",
+    ),
     ("nan_policy", _set("nan_policy", "ignore"), r"nan_policy='ignore'; allowed values"),
     ("nan_max_skips", _set("nan_max_skips", 0), r"nan_max_skips=0 must be"),
     ("peak_flops", _set("peak_flops", -1.0), r"peak_flops=-1\.0 must be >= 0"),

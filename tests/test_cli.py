@@ -227,7 +227,7 @@ def test_every_cli_module_imports_in_one_process():
         "deepnet_jax.cli.plan",
         "deepnet_jax.cli.prepare",
         "deepnet_jax.cli.torchscale",
-        "deepnet_jax.experiments.depth_sweep",
+        "deepnet_jax.experiments.depth_table",
         "deepnet_jax.experiments.lr_tolerance",
         "deepnet_jax.experiments.model_update",
         "deepnet_jax.experiments.thousand_layers",

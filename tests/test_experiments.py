@@ -16,7 +16,6 @@ from deepnet_jax.common.tokens import EOS_ID
 from deepnet_jax.data import corpus, pipeline, synthetic
 from deepnet_jax.experiments import (
     common,
-    depth_sweep,
     lr_tolerance,
     model_update,
     opening,
@@ -52,39 +51,6 @@ def test_model_update_smoke(tmp_path):
         }
         assert moved["paper"] < moved["none"] / 10
     assert table.count("\n| post_ln |") == 2 and "ΔF after 4" in table
-
-
-@pytest.mark.slow  # a grid through common.run_grid, as thousand_layers' smoke (default run)
-def test_depth_sweep_smoke_includes_dlcl(tmp_path):
-    depth_sweep.main(["--setting=smoke", f"--out={tmp_path}"])
-    payload, table = _outputs(tmp_path, "depth_sweep")
-    assert {(r["scheme"], r["layers"]) for r in payload["runs"]} == {
-        ("deepnorm", 2),
-        ("dlcl_pre", 2),
-    }
-    assert all(r["verdict"] in common.VERDICTS for r in payload["runs"])
-    assert "| dlcl_pre |" in table and "at peak learning rate 0.002" in table
-
-
-def test_depth_sweep_runs_the_main_job_with_only_scheme_and_depth_changed():
-    main_job = common.main_job_config()
-    base = depth_sweep.base_config("quick")
-    assert base.data.dataset == main_job.data.dataset == "libreoffice_help"
-    assert main_job.model.num_encoder_layers == depth_sweep.MAIN_JOB_DEPTH
-    assert base.decode.eval_sentences == 500 and base.checkpoint_every == 0
-    run = depth_sweep.make_config(base, {"scheme": "post_ln", "layers": 6}, depth_sweep.QUICK_STEPS)
-    assert (run.model.scheme, run.model.num_encoder_layers, run.model.num_decoder_layers) == (
-        "post_ln",
-        6,
-        6,
-    )
-    assert run.total_steps == depth_sweep.QUICK_STEPS
-    for group in ("optimizer", "schedule", "data"):
-        assert run[group].to_dict() == main_job[group].to_dict(), group
-    same = {k: v for k, v in run.model.items() if k not in ("scheme", "num_encoder_layers")}
-    assert same == {
-        k: v for k, v in main_job.model.items() if k not in ("scheme", "num_encoder_layers")
-    } | {"num_decoder_layers": 6}
 
 
 @pytest.mark.slow  # a grid through common.run_grid, as thousand_layers' smoke (default run)

@@ -71,6 +71,12 @@ class DataOptions:
     character_coverage: float = config_schema.field(
         1.0, "SentencePiece character coverage", low=0.9, high=1
     )
+    min_len: int = config_schema.field(
+        2,
+        "synthetic task only: shortest content sequence in tokens (the longest is what "
+        "data.max_len holds)",
+        low=1,
+    )
     max_len: int = config_schema.field(
         128,
         "longest example in tokens (longer ones: dropped from training, cut in evaluation)",

@@ -5,7 +5,8 @@ through the same interface as the corpus pipeline (``train_iterator()`` with
 ``get_state``/``set_state``, ``eval_batches(split)``). Token ids are
 :mod:`deepnet_jax.common.tokens`'s: PAD 0, BOS 1, EOS 2, MASK 4 (the MLM pipeline's
 mask id; UNK 3 is never used) and content tokens ``FIRST_CONTENT_ID`` (5) … vocab_size-1. A
-content sequence x of random length in [min_len, max_len] becomes:
+content sequence x of random length in [min_len, longest] (``data.min_len``; the longest is
+:func:`longest_content` of ``data.max_len``) becomes:
 
 * ``encdec``: source x, target reverse(x)+EOS, decoder input BOS+reverse(x).
 * ``decoder``: BOS x reverse(x) EOS as a language-modelling stream (loss on every next token).
@@ -39,12 +40,12 @@ def batch(
     arrays [batch_size, max_len] (see the module docstring)."""
     if vocab_size <= FIRST_CONTENT_ID:
         raise ValueError(f"vocab_size={vocab_size} must exceed {FIRST_CONTENT_ID} (reserved ids)")
-    content = {"encdec": max_len - 1, "decoder": (max_len - 2) // 2, "encoder": max_len // 2}
-    if arch not in content:
-        raise ValueError(f"arch={arch!r} is not one of 'encoder', 'decoder', 'encdec'")
-    longest = content[arch]
+    longest = longest_content(arch, max_len)
     if longest < min_len:
-        raise ValueError(f"max_len={max_len} is too short for the {arch} reversal task")
+        raise ValueError(
+            f"max_len={max_len} is too short for the {arch} reversal task of content length "
+            f">= {min_len} (it holds {longest} content tokens)"
+        )
     out = {k: np.zeros((batch_size, max_len), np.int32) for k in ("inputs", "targets", "src")}
     weights = np.zeros((batch_size, max_len), np.float32)
     for b in range(batch_size):
@@ -72,6 +73,16 @@ def batch(
     if arch == "encdec":
         result["src"] = out["src"]
     return result
+
+
+def longest_content(arch: str, max_len: int) -> int:
+    """The longest content sequence x whose example fits ``max_len`` tokens for ``arch``:
+    encdec max_len-1 (the target adds EOS), decoder (max_len-2)//2 (BOS x reverse(x) EOS, the
+    last token only a target), encoder max_len//2 (x reverse(x))."""
+    content = {"encdec": max_len - 1, "decoder": (max_len - 2) // 2, "encoder": max_len // 2}
+    if arch not in content:
+        raise ValueError(f"arch={arch!r} is not one of 'encoder', 'decoder', 'encdec'")
+    return content[arch]
 
 
 class SyntheticIterator:
@@ -111,6 +122,7 @@ class SyntheticData:
         self._batch_size = config.data.batch_size
         self._vocab_size = config.model.vocab_size
         self._max_len = config.data.max_len
+        self._min_len = config.data.min_len
         self._rows = config.data.batch_size // jax.process_count()
         self._first_row = jax.process_index() * self._rows
         self._seed = config.seed
@@ -119,7 +131,9 @@ class SyntheticData:
     def _make(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """This process's rows [batch_size / processes, max_len] of a global batch."""
         rows = slice(self._first_row, self._first_row + self._rows)
-        full = batch(self._arch, self._batch_size, self._vocab_size, self._max_len, rng)
+        full = batch(
+            self._arch, self._batch_size, self._vocab_size, self._max_len, rng, self._min_len
+        )
         return {k: v[rows] for k, v in full.items()}
 
     def train_iterator(self) -> SyntheticIterator:

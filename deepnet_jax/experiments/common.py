@@ -26,6 +26,7 @@ so that an experiment runs end to end in under a minute (the CI check of the cod
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import math
@@ -197,17 +198,27 @@ def train_once(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any
 
 class Results:
     """An experiment's runs, kept in ``<out>/<name>.json`` after every run, so that a long
-    experiment that was interrupted skips the runs it finished when started again."""
+    experiment that was interrupted skips the runs it finished when started again. Several
+    processes may share one file (each running its own share of the runs: ``--shard``): each
+    addition re-reads the file under an exclusive lock (``<name>.json.lock``) and adds its run
+    to what the others wrote."""
 
     def __init__(self, out_dir: str, name: str, setting: str, settings: dict[str, Any]):
         self.path = os.path.join(out_dir, f"{name}.json")
         self.payload: dict[str, Any] = {"setting": setting, "settings": settings, "runs": []}
-        if os.path.exists(self.path):
-            with open(self.path) as f:
-                kept = json.load(f)
-            if kept.get("setting") == setting and kept.get("settings") == _plain(settings):
-                self.payload["runs"] = kept["runs"]
         os.makedirs(out_dir, exist_ok=True)
+        self.reload()
+
+    def reload(self) -> None:
+        """Take the runs of the file on disk, if it was made with this setting and settings."""
+        if not os.path.exists(self.path):
+            return
+        with open(self.path) as f:
+            kept = json.load(f)
+        if kept.get("setting") == self.payload["setting"] and kept.get("settings") == _plain(
+            self.payload["settings"]
+        ):
+            self.payload["runs"] = kept["runs"]
 
     @property
     def runs(self) -> list[dict[str, Any]]:
@@ -220,9 +231,15 @@ class Results:
         return None
 
     def add(self, key: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+        """Add one run's result (under the lock, to the runs on disk) and save. The returned run
+        is a copy of what was saved: what an experiment adds to a run belongs in
+        :func:`run_grid`'s ``keep``, before this."""
         run = {**key, **result}
-        self.runs.append(run)
-        self.save()
+        with open(self.path + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.reload()
+            self.runs.append(run)
+            self.save()
         return run
 
     def save(self) -> None:
@@ -249,7 +266,8 @@ def run_grid(
     ``make_config(key)``, in ``<work_root>/<i>``; add its result, its CPU seconds and, when
     ``judged``, its :func:`verdict` (with ``entropy``; None for the synthetic smoke data: then
     only diverged/trained). ``keep(result, workdir)`` adds what an experiment keeps of a run
-    beyond its result (e.g. its curves) before the result is saved."""
+    beyond its result (e.g. its curves, its own verdict) before the result is saved; the result
+    it gets holds the key's fields too."""
     share_compilations(os.path.join(work_root, "xla_cache"))
     out = []
     for i, key in enumerate(keys):
@@ -262,9 +280,11 @@ def run_grid(
             result = train_once(make_config(key), workdir)
             result["cpu_seconds"] = time.process_time() - cpu
             if keep is not None:
+                result.update(key)  # keep sees the run's settings beside its result
                 keep(result, workdir)
             if judged:
                 result["verdict"] = judge(result, entropy)
+            if "verdict" in result:
                 print(
                     f"== {summary}: {result['verdict']}, validation NLL {result['eval_loss']:.3f}"
                 )

@@ -14,11 +14,11 @@ Why the synthetic task and not the translation corpus: at this width and depth a
 the same few seconds whatever the batch (2 CPU cores spend it on the 1,000 layers' small
 operations, not on arithmetic), so the budget is a few hundred updates per model, and in
 that many updates the tiny corpus models barely leave the unigram level (``model_update``:
-none 0.25 nats below it after 100 updates; ``depth_sweep``'s tiny form: at most 0.55 below
-after 200), short of the 1-nat bar. The reversal task is learned in that many updates, and
-its chance level is exact: :func:`blind_chance` is the accuracy and NLL of the best predictor
-that does not read the source (it knows the target prefix and the length distribution, not
-the sequence).
+none 0.25 nats below it after 100 updates; the earlier tiny-model depth sweep on Ding: at
+most 0.55 below after 200), short of the 1-nat bar. The reversal task is learned in that many
+updates, and its chance level is exact: :func:`blind_chance` is the accuracy and NLL of the
+best predictor that does not read the source (it knows the target prefix and the length
+distribution, not the sequence).
 
 **Verdict** of a run: ``diverged`` (a non-finite loss or gradient), ``trained`` (final
 validation NLL at least ``MARGIN_NATS`` = 1 nat below the unigram entropy of the validation
@@ -211,11 +211,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         entropy,
         os.path.join(out, "runs"),
         judged=False,
-        keep=_keep_curves,
+        keep=functools.partial(_keep, entropy),
     )
-    for run in runs:
-        run["verdict"] = verdict(run, entropy)
-    results.save()
     table = tl_report.table(runs, s, chance, entropy)
     figure = tl_report.plot(runs, chance, entropy, out, NAME)
     paths = [results.path, report.write_table(out, NAME, table), figure]
@@ -224,7 +221,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return results.payload
 
 
-def _keep_curves(result: dict[str, Any], workdir: str) -> None:
+def _keep(entropy: float, result: dict[str, Any], workdir: str) -> None:
+    """A run's curves (:func:`keep_curves`) and its :func:`verdict`, kept in its result."""
+    keep_curves(result, workdir)
+    result["verdict"] = verdict(result, entropy)
+
+
+def keep_curves(result: dict[str, Any], workdir: str) -> None:
     """Keep a run's metrics records (train, eval and ΔF curves) in its result, slimmed."""
     result["records"] = [
         _slim(r) for r in metrics_records(workdir) if r["split"] in ("train", "eval")

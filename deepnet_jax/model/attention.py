@@ -71,7 +71,15 @@ class MultiHeadAttention(nn.Module):
 
         def proj_in(name: str, gain: float) -> Projection:
             return Projection(
-                (D,), (H, K), ("embed",), ("heads", "kv"), c, gain, tag=name, name=name
+                (D,),
+                (H, K),
+                ("embed",),
+                ("heads", "kv"),
+                c,
+                gain,
+                tag=name,
+                role="attn_in",
+                name=name,
             )
 
         if self.fuse_qkv:
@@ -85,6 +93,7 @@ class MultiHeadAttention(nn.Module):
                 c,
                 tag="qkv_proj",
                 slice_gains=(1.0, 1.0, self.value_gain),
+                role="attn_in",
                 name="qkv_proj",
             )(x_q)
             q_BTHK, k_BSHK, v_BSHK = (qkv_BT3HK[:, :, i] for i in range(3))
@@ -129,7 +138,14 @@ class MultiHeadAttention(nn.Module):
             out_BTD = layer_norm(c, "inner_attn_ln")(out_BTD)
             out_BTHK = out_BTD.reshape(B, T, H, K)
         out_BTD = Projection(
-            (H, K), (D,), ("heads", "kv"), ("embed",), c, self.value_gain, name="out_proj"
+            (H, K),
+            (D,),
+            ("heads", "kv"),
+            ("embed",),
+            c,
+            self.value_gain,
+            role="attn_out",
+            name="out_proj",
         )(out_BTHK)
         if cache is None:
             return out_BTD

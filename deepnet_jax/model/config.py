@@ -27,7 +27,7 @@ DROPOUT_RNGS = ("hash", "jax")
 DLCL_WEIGHTS = ("learnable", "fix_one", "fix_avg")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 PARAM_DTYPES = ("float32", "bfloat16")
-INITS = ("paper", "torchscale", "torchscale_bert")
+INITS = ("paper", "torchscale", "torchscale_bert", "fairseq")
 # Fields a training config leaves at 0 to take the data's value (train_config.resolve).
 DERIVED = ("vocab_size", "max_len")
 
@@ -141,7 +141,9 @@ class TransformerConfig:
         "paper",
         "paper (the papers' Xavier-normal times the scheme's gain), torchscale "
         "(torchscale 0.3.0's own initialization) or torchscale_bert (torchscale's "
-        "bert_init=True: N(0, 0.02^2) weights times the gain, zero biases)",
+        "bert_init=True: N(0, 0.02^2) weights times the gain, zero biases) or fairseq "
+        "(fairseq's Transformer: q/k/v Xavier-uniform gain 1/sqrt(2), out Xavier-uniform, "
+        "FFN PyTorch's default; the scheme's gain on the weights)",
         choices=INITS,
     )
     dropout_rng: str = field(

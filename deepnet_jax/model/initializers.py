@@ -12,6 +12,14 @@ encoder gain is 1.15·(N⁴M)^(-1/16) (:func:`torchscale_gain`). ``model.init="t
 reproduces torchscale's ``bert_init=True``: every ``nn.Linear`` and ``nn.Embedding`` weight
 N(0, 0.02²) (:data:`BERT_STD`), biases zero, padding rows zeroed, and then the same gains
 (torchscale multiplies or divides the re-drawn weights by them afterwards).
+
+``model.init="fairseq"`` reproduces fairseq's Transformer (``fairseq.modules.MultiheadAttention``
+and ``TransformerEncoderLayer``/``DecoderLayer``, the code base of DeepNet's and Magneto's
+baselines): q/k/v weights Xavier-*uniform* with gain 1/√2 (:data:`FAIRSEQ_QKV_GAIN`), their biases
+PyTorch's default U(±1/√fan_in); the attention output weight Xavier-uniform with gain 1, its bias
+zero; the FFN's fc1/fc2 PyTorch's ``nn.Linear`` default, weight and bias U(±1/√fan_in)
+(:func:`fairseq_initializers`); embeddings N(0, d^-1/2) with the padding row zeroed. A scheme's
+gain (DeepNorm's β, Sub-LN's γ) multiplies the weights, not the biases.
 """
 
 from __future__ import annotations
@@ -25,6 +33,9 @@ import jax.numpy as jnp
 Initializer = jax.nn.initializers.Initializer
 
 TORCHSCALE_INITS = ("torchscale", "torchscale_bert")  # model.init values that follow torchscale
+ZERO_PADDING_INITS = ("torchscale", "torchscale_bert", "fairseq")  # the padding row zeroed
+FAIRSEQ_QKV_GAIN = 2**-0.5  # fairseq MultiheadAttention.reset_parameters (qkv_same_dim)
+PROJECTION_ROLES = ("linear", "attn_in", "attn_out")  # what fairseq initializes differently
 BERT_STD = 0.02  # torchscale's init_bert_params: N(0, 0.02²) for Linear and Embedding weights
 
 
@@ -82,14 +93,14 @@ def embedding_normal(d_model: int, init: str = "paper") -> Initializer:
 def token_embedding_init(
     d_model: int, init: str, pad_id: int, tied_output: bool = False
 ) -> Initializer:
-    """A token table [vocab, d_model]: :func:`embedding_normal`, and under a torchscale init
-    with row ``pad_id`` zeroed (torchscale's ``TextEmbedding`` and fairseq's ``Embedding`` zero
-    their padding row, as does ``bert_init``) — except under ``"torchscale_bert"`` for a table
-    that is also the output projection (``tied_output``): ``bert_init`` visits the output
-    ``nn.Linear`` after the ``nn.Embedding`` and draws the shared weight again, padding row
-    included."""
+    """A token table [vocab, d_model]: :func:`embedding_normal`, and under a torchscale or
+    fairseq init with row ``pad_id`` zeroed (torchscale's ``TextEmbedding`` and fairseq's
+    ``Embedding`` zero their padding row, as does ``bert_init``) — except under
+    ``"torchscale_bert"`` for a table that is also the output projection (``tied_output``):
+    ``bert_init`` visits the output ``nn.Linear`` after the ``nn.Embedding`` and draws the
+    shared weight again, padding row included."""
     normal = embedding_normal(d_model, init)
-    if init not in TORCHSCALE_INITS or (init == "torchscale_bert" and tied_output):
+    if init not in ZERO_PADDING_INITS or (init == "torchscale_bert" and tied_output):
         return normal
 
     def zero_padding_row(key: jax.Array, shape: Sequence[int], dtype=jnp.float32) -> jax.Array:
@@ -109,6 +120,48 @@ def torchscale_uniform(gain: float, fan_in: int) -> Initializer:
         return jax.random.uniform(key, tuple(shape), dtype, -bound, bound)
 
     return init
+
+
+def xavier_uniform(
+    gain: float,
+    in_axis: int | Sequence[int] = -2,
+    out_axis: int | Sequence[int] = -1,
+) -> Initializer:
+    """Xavier-uniform with gain ``gain``: U(±gain·√(6 / (fan_in + fan_out))), the variance of
+    :func:`xavier_normal` with the same gain."""
+    if not gain > 0:
+        raise ValueError(f"gain={gain!r} must be > 0")
+    return jax.nn.initializers.variance_scaling(
+        gain**2, "fan_avg", "uniform", in_axis=in_axis, out_axis=out_axis
+    )
+
+
+def fairseq_initializers(
+    role: str,
+    gains: Sequence[float],
+    n_in: int,
+    n_out: int,
+    fan_in: int,
+) -> tuple[Initializer, Initializer]:
+    """(kernel, bias) initializers of fairseq's Transformer for a projection whose kernel has
+    ``n_in`` input axes and ``n_out`` output axes: ``role`` "attn_in" (q/k/v: Xavier-uniform
+    with gain ``FAIRSEQ_QKV_GAIN``·g, bias U(±1/√fan_in)), "attn_out" (Xavier-uniform with
+    gain g, bias zero) or "linear" (the FFN: weight U(±g/√fan_in), bias U(±1/√fan_in)).
+    ``gains`` holds one gain g, or one per slice of a fused kernel whose first output axis
+    stacks the slices (each with the fans of one slice)."""
+    if role not in PROJECTION_ROLES:
+        raise ValueError(f"role={role!r}; allowed values are {', '.join(PROJECTION_ROLES)}")
+    fused = len(gains) > 1
+    in_axis = tuple(range(n_in))
+    out_axis = tuple(range(n_in, n_in + n_out - (1 if fused else 0)))
+    if role == "linear":
+        kernels = [torchscale_uniform(g, fan_in) for g in gains]
+    else:
+        scale = FAIRSEQ_QKV_GAIN if role == "attn_in" else 1.0
+        kernels = [xavier_uniform(scale * g, in_axis, out_axis) for g in gains]
+    kernel = stacked_slices(kernels, n_in) if fused else kernels[0]
+    bias = jax.nn.initializers.zeros if role == "attn_out" else torchscale_uniform(1.0, fan_in)
+    return kernel, bias
 
 
 def torchscale_bert_normal(gain: float) -> Initializer:

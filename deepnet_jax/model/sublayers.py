@@ -20,6 +20,7 @@ from jax.ad_checkpoint import checkpoint_name
 from deepnet_jax.model.config import DROPOUT_RNGS, TransformerConfig
 from deepnet_jax.model.initializers import (
     Initializer,
+    fairseq_initializers,
     sliced_xavier_normal,
     stacked_slices,
     torchscale_bert_normal,
@@ -151,7 +152,9 @@ class Projection(nn.Module):
     projections (a fused kernel): slice i has gain ``slice_gains[i]`` and the fans of one slice.
     Under ``config.init="torchscale"`` kernel and bias are both U(±gain/√fan_in) instead
     (:func:`~deepnet_jax.model.initializers.torchscale_uniform`, per slice); under
-    ``"torchscale_bert"`` the kernel is N(0, (0.02·gain)²) per slice, the bias zero.
+    ``"torchscale_bert"`` the kernel is N(0, (0.02·gain)²) per slice, the bias zero; under
+    ``"fairseq"`` by ``role`` ("attn_in" for q/k/v, "attn_out", "linear" for the FFN; see
+    :func:`~deepnet_jax.model.initializers.fairseq_initializers`).
     ``tag`` names the output for ``checkpoint_name``-based remat policies.
     """
 
@@ -163,6 +166,7 @@ class Projection(nn.Module):
     gain: float = 1.0
     tag: str | None = None
     slice_gains: tuple[float, ...] | None = None
+    role: str = "linear"
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -191,6 +195,9 @@ class Projection(nn.Module):
     def _initializers(self) -> tuple[Initializer, Initializer]:
         """(kernel init, bias init) under ``config.init``."""
         n_in, n_out = len(self.in_shape), len(self.out_shape)
+        if self.config.init == "fairseq":
+            gains = (self.gain,) if self.slice_gains is None else self.slice_gains
+            return fairseq_initializers(self.role, gains, n_in, n_out, math.prod(self.in_shape))
         if self.config.init == "torchscale":
             fan_in = math.prod(self.in_shape)
             if self.slice_gains is None:

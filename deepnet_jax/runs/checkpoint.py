@@ -317,6 +317,7 @@ ADDED_FIELDS: dict[str, Any] = {
     "model.zero_padding_embeddings": False,
     "model.init": "paper",
     "memory_budget_gb": 0.0,
+    "data.min_len": 2,
 }
 
 

@@ -21,7 +21,7 @@ import ml_collections
 from deepnet_jax.common import config_schema
 from deepnet_jax.common.config_schema import FRACTION, field
 from deepnet_jax.data import options as data_options
-from deepnet_jax.data import pipeline, registry
+from deepnet_jax.data import pipeline, registry, synthetic
 from deepnet_jax.data.options import DataOptions
 from deepnet_jax.data.sources import SPLITS
 from deepnet_jax.decoding import options as decoding_options
@@ -304,12 +304,24 @@ def _check_synthetic(config: ml_collections.ConfigDict) -> None:
                 f"data.{name}={config.data[name]!r} is not used by "
                 f"data.dataset={registry.SYNTHETIC!r}"
             )
+    longest = synthetic.longest_content(config.model.arch, config.data.max_len)
+    if config.data.min_len > longest:
+        raise ValueError(
+            f"data.min_len={config.data.min_len} exceeds the {longest} content tokens that "
+            f"data.max_len={config.data.max_len} holds for model.arch={config.model.arch!r}"
+        )
 
 
 def _check_corpus(config: ml_collections.ConfigDict) -> None:
     """A corpus's data options together, and a model vocabulary that holds the tokenizer's."""
     options = pipeline.DataOptions.from_config(config.data, config.seed)
     options.validate()
+    if options.min_len != DataOptions.min_len:
+        raise ValueError(
+            f"data.min_len={options.min_len} is used by data.dataset={registry.SYNTHETIC!r} "
+            f"only; a corpus keeps every example up to data.max_len (leave it at "
+            f"{DataOptions.min_len})"
+        )
     if options.tokenizer != "char" and config.model.vocab_size < options.vocab_size:
         raise ValueError(
             f"model.vocab_size={config.model.vocab_size} is smaller than "

@@ -1,0 +1,312 @@
+"""DeepNet's Table 1 and Figure 6 in miniature: every scheme, depths 6 to 200, one recipe, seeds.
+
+Under one recipe (:data:`RECIPE`: the same optimizer, learning rate, warm-up, batch and updates
+for every scheme and depth, fixed before the table was run; docs/reproduction.md gives the
+exploratory grid it was chosen on), each scheme trains the DeepNet paper's tiny 64-128-2
+encoder-decoder (d_model 64, FFN 128, 2 heads; its Figure 5) with N encoder and N decoder
+layers on two synthetic tasks (:data:`TASKS`, ``data.dataset="synthetic_reversal"``: the target is
+the source reversed, then EOS):
+
+* ``reversal``: 11 content symbols, 2–11 tokens (the thousand-layer run's task);
+* ``reversal64``: 64 content symbols, 16–24 tokens (longer sequences over a larger vocabulary).
+
+The ``corpus`` setting trains the main job instead (``configs/default.py``: LibreOffice help
+German→English, its width, batches, optimizer, learning rate, warm-up and 1,800 updates) with
+only the scheme, the depth and the seed changed.
+
+Each run ends with its validation NLL and token accuracy (corpus: NLL and greedy BLEU on the
+first :data:`CORPUS_BLEU_SENTENCES` validation sentences), its **verdict** — ``diverged`` (a
+non-finite loss or gradient: the trainer's ``nan_policy="halt"``), ``stuck`` or ``trained``; on
+a synthetic task trained means a final validation NLL at least 1 nat below the unigram entropy
+of the validation targets (:func:`deepnet_jax.experiments.thousand_layers.verdict`), on the
+corpus 0.25 nats (:func:`deepnet_jax.experiments.common.verdict`) — and its **onset**: the first
+logged update whose training accuracy is 0.1 above the best source-blind predictor's
+(:func:`~deepnet_jax.experiments.thousand_layers.blind_chance`; corpus: whose training NLL is
+0.25 nats below the unigram entropy), and the first to reach 50% and 90% training accuracy.
+:mod:`deepnet_jax.experiments.depth_table_report` aggregates the seeds of each cell (mean and
+min–max spread) and calls a difference between two schemes only where their seed ranges do not
+overlap.
+
+Settings (measured on this project's 2-core CPU VM; docs/reproduction.md has the figures):
+
+=========  ==========================================  ==========================  =====
+setting    schemes × depths (N in NL-NL)               tasks                       seeds
+=========  ==========================================  ==========================  =====
+smoke      post_ln, deepnorm × 2; dlcl_pre × 2         reversal (16-32-2, 4 upd.)  2
+quick      post_ln, pre_ln, deepnorm, subln × 6, 18,   reversal, reversal64        3
+           50, 100; dlcl_pre, dlcl_post × 6, 18
+full       quick's, plus 12 and 200 layers             reversal, reversal64        3
+corpus     post_ln, pre_ln, deepnorm × 6, 18           the main job's corpus       2
+=========  ==========================================  ==========================  =====
+
+Run: ``python -m deepnet_jax.experiments.depth_table --setting=quick --out=DIR``; writes
+``depth_table.json`` (every run's key, results and curves; a run started again skips the runs
+it holds), ``depth_table.md`` (the table, onsets and called differences) and ``depth_table.png``
+(the final metric against depth, a line per scheme, the seeds' spread as bars).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import sys
+from typing import Any
+
+import ml_collections
+from absl import flags
+
+from deepnet_jax.common.tokens import FIRST_CONTENT_ID
+from deepnet_jax.experiments import common, opening, report, thousand_layers
+from deepnet_jax.experiments import depth_table_report as table_report
+
+NAME = "depth_table"
+SETTINGS = ("smoke", "recipe", "init", "quick", "full", "corpus")
+_SHARD = flags.DEFINE_string(
+    "shard",
+    "0/1",
+    "i/n: run every n-th run from the i-th, beside processes running the other "
+    "shards into the same --out (2 shards on 2 cores: about 1.75x the runs per hour)",
+)
+CORPUS_BLEU_SENTENCES = 300  # greedy BLEU at the end of a corpus run (the main job's count)
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """A reversal task: ``symbols`` content symbols, content lengths ``min_len`` … ``max_len``
+    − 1 (``max_len`` is ``data.max_len``: the target adds EOS)."""
+
+    symbols: int
+    min_len: int
+    max_len: int
+
+    @property
+    def vocab_size(self) -> int:
+        return self.symbols + FIRST_CONTENT_ID
+
+
+TASKS = {
+    "reversal": Task(symbols=11, min_len=2, max_len=12),
+    "reversal64": Task(symbols=64, min_len=16, max_len=25),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """What every run of a synthetic setting shares (the model is common.base_config's)."""
+
+    lr: float
+    warmup: int
+    updates: int
+    batch_size: int
+    dropout: float
+    log_every: int
+
+
+# Fixed on 2026-11-26 from the exploratory grid (the ``recipe`` setting; docs/reproduction.md,
+# "The recipe") by the rule written before its last runs: the grid point where Post-LN 6L-6L
+# reaches the highest validation accuracy, every scheme trained; before any other run.
+RECIPE = Recipe(lr=2e-3, warmup=400, updates=800, batch_size=32, dropout=0.0, log_every=25)
+SMOKE_RECIPE = Recipe(lr=3e-3, warmup=2, updates=4, batch_size=8, dropout=0.0, log_every=2)
+
+_SCHEMES = ["post_ln", "pre_ln", "deepnorm", "subln"]
+_DLCL = ["dlcl_pre", "dlcl_post"]
+GRIDS: dict[str, dict[str, Any]] = {
+    "smoke": {
+        "tasks": ["reversal"],
+        "cells": [(s, 2) for s in ("post_ln", "deepnorm", "dlcl_pre")],
+        "seeds": [0, 1],
+    },
+    # the exploratory grid RECIPE was chosen on (one seed; docs/reproduction.md, "The recipe")
+    "recipe": {
+        "tasks": ["reversal64"],
+        "cells": [(s, 6) for s in ("post_ln", "pre_ln", "deepnorm")],
+        "seeds": [0],
+        "recipes": [(lr, warmup) for lr in (5e-4, 1e-3, 2e-3) for warmup in (50, 400)],
+    },
+    # Post-LN and Pre-LN under the reference initializations (model.init: docs/reproduction.md,
+    # "Is our Post-LN the paper's?"), at the recipe
+    "init": {
+        "tasks": ["reversal64"],
+        "cells": [(s, 6) for s in ("post_ln", "pre_ln")],
+        "seeds": [0, 1, 2],
+        "inits": ["torchscale", "fairseq"],
+    },
+    "quick": {
+        "tasks": ["reversal64", "reversal"],
+        "cells": [(s, n) for n in (6, 18, 50, 100) for s in _SCHEMES]
+        + [(s, n) for n in (6, 18) for s in _DLCL],
+        "seeds": [0, 1, 2],
+    },
+    "full": {
+        "tasks": ["reversal64", "reversal"],
+        "cells": [(s, n) for n in (6, 12, 18, 50, 100, 200) for s in _SCHEMES]
+        + [(s, n) for n in (6, 12, 18) for s in _DLCL],
+        "seeds": [0, 1, 2],
+    },
+    "corpus": {
+        "tasks": ["corpus"],
+        "cells": [(s, n) for n in (6, 18) for s in ("post_ln", "pre_ln", "deepnorm")],
+        "seeds": [0, 1],
+    },
+}
+
+
+def keys(setting: str, base: ml_collections.ConfigDict) -> list[dict[str, Any]]:
+    """The setting's runs, cheapest cells first (by depth, DLCL's unrolled stacks after the
+    scanned ones of a depth, each task and every seed), so that a partial table is whole up to
+    some depth: ``{"task", "scheme", "layers", "seed", "lr", "warmup"}`` each, plus ``"init"``
+    in a grid of initializations; the learning rate and warm-up are ``base``'s (the recipe's)
+    except in the ``recipe`` setting's grid."""
+    grid = GRIDS[setting]
+    cells = sorted(grid["cells"], key=lambda cell: (cell[1], cell[0].startswith("dlcl")))
+    recipes = grid.get("recipes", [(base.optimizer.learning_rate, base.schedule.warmup_steps)])
+    inits = [{"init": init} for init in grid["inits"]] if "inits" in grid else [{}]
+    by_depth: dict[int, list[tuple[str, int]]] = {}
+    for cell in cells:
+        by_depth.setdefault(cell[1], []).append(cell)
+    return [
+        {"task": task, "scheme": scheme, "layers": n, "seed": seed, "lr": lr, "warmup": warmup}
+        | init
+        for lr, warmup in recipes
+        for init in inits
+        for depth_cells in by_depth.values()
+        for dlcl in (False, True)
+        for task in grid["tasks"]
+        for scheme, n in depth_cells
+        if scheme.startswith("dlcl") == dlcl
+        for seed in grid["seeds"]
+    ]
+
+
+def base_config(setting: str) -> ml_collections.ConfigDict:
+    """The main job's config (corpus; greedy BLEU on the validation split at the end, no
+    validation before it), or common.base_config's tiny model under :data:`RECIPE` (smoke:
+    common's 16-32-2 smoke model under :data:`SMOKE_RECIPE`); the task is set per run."""
+    if setting == "corpus":
+        c = common.main_job_config()
+        c.eval_every = 0
+        c.decode.eval_sentences = CORPUS_BLEU_SENTENCES
+        return c
+    c = common.base_config("smoke" if setting == "smoke" else "quick")
+    recipe = SMOKE_RECIPE if setting == "smoke" else RECIPE
+    c.data.dataset = "synthetic_reversal"
+    c.data.max_tokens, c.data.bucket_boundaries = 0, ()
+    c.data.batch_size = recipe.batch_size
+    c.model.dropout = recipe.dropout
+    c.log_every = recipe.log_every
+    c.eval_batches = 4
+    c.peak_flops = 1e12  # no fp32 matmul measurement for the MFU estimate
+    c.model.remat_policy = "none"  # 200 layers of B×T×64 activations fit; no recompute
+    c.optimizer.learning_rate = recipe.lr
+    c.schedule.warmup_steps = recipe.warmup
+    c.total_steps = recipe.updates
+    return c
+
+
+def task_config(base: ml_collections.ConfigDict, task: str) -> ml_collections.ConfigDict:
+    """``base`` on ``task`` (a :data:`TASKS` name; "corpus": ``base`` as it is)."""
+    c = ml_collections.ConfigDict(base.to_dict())
+    if task != "corpus":
+        t = TASKS[task]
+        c.model.vocab_size = c.data.vocab_size = t.vocab_size
+        c.model.max_len = c.data.max_len = t.max_len
+        c.data.min_len = t.min_len
+    return c
+
+
+def make_config(base: ml_collections.ConfigDict, key: dict[str, Any]) -> ml_collections.ConfigDict:
+    """``base`` for one run: ``key``'s task, scheme, N encoder and N decoder layers, seed, peak
+    learning rate and warm-up (inverse square root) and, if it names one, its ``model.init``;
+    the updates stay the recipe's."""
+    c = task_config(base, key["task"])
+    c = common.with_run(c, key["scheme"], key["layers"], key["lr"], key["warmup"], c.total_steps)
+    c.seed = key["seed"]
+    c.model.init = key.get("init", c.model.init)
+    return c
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the setting's runs (this shard's share) not yet in ``<out>/depth_table.json``, then
+    write the table and the figure of every run the file holds; returns the results payload."""
+    args, base, out = opening.start(argv, NAME, base_config, SETTINGS)
+    try:
+        index, count = parse_shard(_SHARD.value)
+    except ValueError as e:
+        sys.exit(f"error: {e}")
+    levels = {task: _levels(task_config(base, task)) for task in GRIDS[args.setting]["tasks"]}
+    grid = GRIDS[args.setting]
+    settings = {"grid": grid, "levels": levels, **_recipe(base, "recipes" not in grid)}
+    results = common.Results(out, NAME, args.setting, settings)
+    common.run_grid(
+        results,
+        keys(args.setting, base)[index::count],
+        functools.partial(make_config, base),
+        None,
+        os.path.join(out, "runs", str(index)),
+        judged=False,
+        keep=functools.partial(_keep, levels),
+    )
+    results.reload()  # with the runs other shards finished meanwhile
+    table = table_report.table(results.runs, settings)
+    paths = [
+        results.path,
+        report.write_table(out, NAME, table),
+        table_report.plot(results.runs, settings, out, NAME),
+    ]
+    print(table)
+    print("wrote " + ", ".join(paths))
+    return results.payload
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``--shard=i/n`` → (i, n): this process runs every n-th run from the i-th (0 ≤ i < n)."""
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard={text!r}: expected i/n, e.g. 0/2") from None
+    if not 0 <= index < count:
+        raise ValueError(f"--shard={text!r}: needs 0 <= i < n")
+    return index, count
+
+
+def _keep(levels: dict[str, Any], result: dict[str, Any], workdir: str) -> None:
+    """What a run keeps beyond its result: its curves and its verdict (``result`` holds the
+    run's key)."""
+    thousand_layers.keep_curves(result, workdir)
+    result["verdict"] = _verdict(result, levels[result["task"]])
+
+
+def _levels(config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """A task's reference levels: the unigram entropy of its validation targets and, for a
+    synthetic task, the best source-blind predictor's accuracy and NLL."""
+    out: dict[str, Any] = {"unigram_entropy": common.unigram_entropy(config)}
+    if config.data.dataset == "synthetic_reversal":
+        out["chance"] = thousand_layers.blind_chance(
+            config.model.vocab_size, config.data.max_len, config.data.min_len
+        )
+    return out
+
+
+def _verdict(run: dict[str, Any], levels: dict[str, Any]) -> str:
+    """The synthetic tasks' verdict (1 nat below the unigram entropy) or the corpus's (0.25)."""
+    if "chance" in levels:
+        return thousand_layers.verdict(run, levels["unigram_entropy"])
+    return common.verdict(run, levels["unigram_entropy"])
+
+
+def _recipe(base: ml_collections.ConfigDict, with_rates: bool = True) -> dict[str, Any]:
+    """What the runs share, as the results file records it (a results file made under another
+    recipe is started afresh); the learning rate and warm-up only ``with_rates`` (not for the
+    ``recipe`` setting's grid, whose runs have their own)."""
+    rates = {"lr": base.optimizer.learning_rate, "warmup": base.schedule.warmup_steps}
+    return (rates if with_rates else {}) | {
+        "updates": base.total_steps,
+        "batch": base.data.batch_size if not base.data.max_tokens else base.data.max_tokens,
+        "dropout": base.model.dropout,
+        "log_every": base.log_every,
+    }
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

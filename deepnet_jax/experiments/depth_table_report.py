@@ -1,0 +1,279 @@
+"""The depth table's report: each cell's seeds aggregated (verdicts, the final metric's mean and
+min–max spread, onsets), the differences between schemes that exceed the seed spread, the
+markdown tables and the Figure-6-like figure."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from deepnet_jax.experiments import common, report
+from deepnet_jax.experiments.thousand_layers_report import LEVELS, ONSET_MARGIN, first_reaching
+
+# one color per scheme in every panel and figure (matplotlib's tab10)
+COLORS = {
+    "post_ln": "tab:blue",
+    "pre_ln": "tab:orange",
+    "deepnorm": "tab:green",
+    "subln": "tab:red",
+    "dlcl_pre": "tab:purple",
+    "dlcl_post": "tab:brown",
+}
+# the final metric of a run on each kind of task: (run field, label, higher is better)
+METRICS = {
+    "synthetic": ("eval_accuracy", "validation accuracy", True),
+    "corpus": ("eval_bleu_greedy", "greedy BLEU (validation)", True),
+}
+
+
+def metric(task_levels: dict[str, Any]) -> tuple[str, str, bool]:
+    """(run field, label, higher is better) of a task's final metric (its ``levels``)."""
+    return METRICS["synthetic" if "chance" in task_levels else "corpus"]
+
+
+def onsets(run: dict[str, Any], task_levels: dict[str, Any]) -> dict[str, int | None]:
+    """The first logged update at which the run left chance (training accuracy ONSET_MARGIN
+    above the source-blind best; corpus: training NLL ``common.STUCK_MARGIN`` below the
+    unigram entropy) and reached each of ``LEVELS`` training accuracy (None: never)."""
+    train = [r for r in run.get("records", []) if r["split"] == "train"]
+    curve = [(r["step"], r["accuracy"]) for r in train]
+    if "chance" in task_levels:
+        left = first_reaching(curve, task_levels["chance"]["accuracy"] + ONSET_MARGIN)
+    else:
+        bar = task_levels["unigram_entropy"] - common.STUCK_MARGIN
+        left = next((r["step"] for r in train if r["nll"] <= bar), None)
+    return {"left_chance": left, **{f"to_{v:g}": first_reaching(curve, v) for v in LEVELS}}
+
+
+def cells(runs: Sequence[dict[str, Any]]) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
+    """(task, scheme, layers) → the cell's runs in seed order."""
+    out: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for run in sorted(runs, key=lambda r: r["seed"]):
+        out.setdefault((run["task"], run["scheme"], run["layers"]), []).append(run)
+    return out
+
+
+def values(cell_runs: Sequence[dict[str, Any]], field: str) -> list[float]:
+    """Each seed's final metric; a diverged run's is NaN."""
+    return [math.nan if r["verdict"] == "diverged" else float(r[field]) for r in cell_runs]
+
+
+def compare(a: Sequence[float], b: Sequence[float], higher_better: bool = True) -> str:
+    """Called relation of two cells' final metrics, one value per seed: ``>`` where every seed of
+    ``a`` beats every seed of ``b`` (a diverged seed, NaN, loses to everything), ``<`` where
+    every seed of ``b`` beats every seed of ``a``, else ``≈`` (the seed ranges overlap: no
+    difference is called); ``?`` where either side has one seed only (no spread to compare)."""
+    if min(len(a), len(b)) < 2:
+        return "?"
+    sign = 1.0 if higher_better else -1.0
+    worst = -math.inf
+
+    def score(v: float) -> float:
+        return worst if math.isnan(v) else sign * v
+
+    sa, sb = [score(v) for v in a], [score(v) for v in b]
+    if min(sa) > max(sb):
+        return ">"
+    if min(sb) > max(sa):
+        return "<"
+    return "≈"
+
+
+def cell_text(cell_runs: Sequence[dict[str, Any]], field: str) -> str:
+    """A cell: the verdicts (``trained ×3``, or each seed's), the final metric's mean and
+    min–max over the finite seeds, the first non-finite update of each diverged seed."""
+    verdicts = [r["verdict"] for r in cell_runs]
+    kinds = sorted(set(verdicts), key=common.VERDICTS.index)
+    text = ", ".join(f"{v} ×{verdicts.count(v)}" for v in kinds)
+    finite = [v for v in values(cell_runs, field) if not math.isnan(v)]
+    if finite:
+        mean = sum(finite) / len(finite)
+        text += f"; {mean:.3g} ({min(finite):.3g}–{max(finite):.3g})"
+    broke = [str(r["nonfinite_step"]) for r in cell_runs if r["verdict"] == "diverged"]
+    if broke:
+        text += f"; non-finite at {', '.join(broke)}"
+    return text
+
+
+def panels(
+    runs: Sequence[dict[str, Any]], settings: dict[str, Any]
+) -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """(title, task, runs) per task, and per variant where the grid has several (the
+    ``recipe`` setting's learning rates and warm-ups, the ``init`` setting's initializations)."""
+    variants = list(dict.fromkeys(_variant(r) for r in runs))
+    out = []
+    for task in settings["grid"]["tasks"]:
+        for variant in variants:
+            mine = [r for r in runs if r["task"] == task and _variant(r) == variant]
+            lr, warmup, init = variant
+            title = task
+            if len({(v[0], v[1]) for v in variants}) > 1:
+                title += f", lr {lr:g}, warm-up {warmup}"
+            if init is not None:
+                title += f", init {init}"
+            if mine:
+                out.append((title, task, mine))
+    return out
+
+
+def _variant(run: dict[str, Any]) -> tuple[float, int, str | None]:
+    return run["lr"], run["warmup"], run.get("init")
+
+
+def table(runs: Sequence[dict[str, Any]], settings: dict[str, Any]) -> str:
+    """Per task (and recipe): the verdict/metric table (a row per scheme, a column per depth),
+    the onsets of every seed, and the differences called at each depth."""
+    parts = [_recipe_note(settings)]
+    for title, task, mine in panels(runs, settings):
+        grouped = cells(mine)
+        levels = settings["levels"][task]
+        field, label, higher = metric(levels)
+        depths = sorted({n for (_, _, n) in grouped})
+        schemes = list(dict.fromkeys(s for (_, s, _) in grouped))
+        header = ["scheme"] + [f"{n}L-{n}L" for n in depths]
+        rows = [[s] + [_cell(grouped, task, s, n, field) for n in depths] for s in schemes]
+        parts.append(f"### {title}: verdicts and {label} (mean, min–max over seeds)\n")
+        parts.append(_levels_note(levels) + "\n\n" + report.markdown_table(header, rows))
+        parts.append(f"### {title}: onset (each seed's first logged update)\n")
+        parts.append(_onset_table(grouped, task, schemes, depths, levels))
+        parts.append(f"### {title}: differences beyond the seed spread\n")
+        parts.append(_calls(grouped, task, schemes, depths, field, higher))
+    return "\n".join(parts)
+
+
+def _cell(grouped: dict, task: str, scheme: str, n: int, field: str) -> str:
+    return cell_text(grouped[(task, scheme, n)], field) if (task, scheme, n) in grouped else ""
+
+
+def _recipe_note(s: dict[str, Any]) -> str:
+    if "recipes" in s["grid"]:
+        rates = "the peak learning rates and warm-ups of each panel (inverse square root)"
+    else:
+        rates = f"peak learning rate {s['lr']:g} after a {s['warmup']}-update warm-up"
+        rates += " (inverse square root)"
+    return (
+        f"One recipe for every cell: {rates}, {s['updates']} updates, batch {s['batch']}, "
+        f"dropout {s['dropout']:g}, training curves logged every {s['log_every']} updates; "
+        f"seeds {', '.join(str(x) for x in s['grid']['seeds'])}.\n"
+    )
+
+
+def _levels_note(levels: dict[str, Any]) -> str:
+    entropy = levels["unigram_entropy"]
+    if "chance" not in levels:
+        bar = entropy - common.STUCK_MARGIN
+        return f"Unigram entropy {entropy:.3f} nats (trained: validation NLL < {bar:.3f})."
+    chance = levels["chance"]
+    return (
+        f"Unigram entropy {entropy:.3f} nats (trained: validation NLL ≤ {entropy - 1:.3f}); "
+        f"the best source-blind predictor: accuracy {chance['accuracy']:.3f}, NLL "
+        f"{chance['nll']:.3f}."
+    )
+
+
+def _onset_table(
+    grouped: dict, task: str, schemes: list[str], depths: list[int], levels: dict[str, Any]
+) -> str:
+    """A row per (scheme, depth): each seed's update leaving chance and reaching each level."""
+    header = ["scheme", "depth", "left chance", *(f"train acc ≥ {v:g}" for v in LEVELS)]
+    rows = []
+    for scheme in schemes:
+        for n in depths:
+            if (task, scheme, n) not in grouped:
+                continue
+            per_seed = [onsets(r, levels) for r in grouped[(task, scheme, n)]]
+            columns = ["left_chance"] + [f"to_{v:g}" for v in LEVELS]
+            rows.append(
+                [scheme, f"{n}L-{n}L"]
+                + [", ".join("—" if o[c] is None else str(o[c]) for o in per_seed) for c in columns]
+            )
+    return report.markdown_table(header, rows)
+
+
+def _calls(
+    grouped: dict,
+    task: str,
+    schemes: list[str],
+    depths: list[int],
+    field: str,
+    higher: bool,
+) -> str:
+    """Each pair of schemes at each depth where both ran: the called relation (``?``: a cell
+    of one seed, nothing called)."""
+    lines = []
+    for n in depths:
+        here = [s for s in schemes if (task, s, n) in grouped]
+        called = []
+        for i, a in enumerate(here):
+            for b in here[i + 1 :]:
+                rel = compare(
+                    values(grouped[(task, a, n)], field),
+                    values(grouped[(task, b, n)], field),
+                    higher,
+                )
+                called.append(f"{a} {rel} {b}")
+        lines.append(f"- {n}L-{n}L: " + "; ".join(called))
+    return "\n".join(lines) + "\n"
+
+
+def plot(runs: Sequence[dict[str, Any]], settings: dict[str, Any], out: str, name: str) -> str:
+    """The final metric against depth (log scale), a panel per task (and recipe), a line per scheme
+    through the seeds' mean, bars from their min to max, a cross above the axis where a seed
+    diverged. Written to ``<out>/<name>.png``; returns the path."""
+    plt = report.pyplot()
+    shown = panels(runs, settings)
+    fig, axes = plt.subplots(1, len(shown), figsize=(4.6 * len(shown), 3.4), squeeze=False)
+    for ax, (title, task, mine) in zip(axes[0], shown, strict=True):
+        levels = settings["levels"][task]
+        field, label, _ = metric(levels)
+        _plot_task(ax, cells(mine), task, field)
+        if "chance" in levels:
+            chance = levels["chance"]["accuracy"]
+            ax.axhline(chance, color="gray", linestyle=":", label="source-blind best")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("layers per side (N in NL-NL)")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7)
+    return report.save_figure(fig, out, name)
+
+
+def _plot_task(ax: Any, grouped: dict, task: str, field: str) -> None:
+    schemes = list(dict.fromkeys(s for (t, s, _) in grouped if t == task))
+    depths = sorted({n for (t, _, n) in grouped if t == task})
+    top = (
+        max(
+            [
+                v
+                for (t, _, _), rs in grouped.items()
+                if t == task
+                for v in values(rs, field)
+                if not math.isnan(v)
+            ]
+            or [1.0]
+        )
+        * 1.05
+    )
+    for scheme in schemes:
+        points = []
+        for n in depths:
+            if (task, scheme, n) not in grouped:
+                continue
+            vs = values(grouped[(task, scheme, n)], field)
+            finite = [v for v in vs if not math.isnan(v)]
+            if finite:
+                points.append((n, sum(finite) / len(finite), min(finite), max(finite)))
+            if len(finite) < len(vs):
+                ax.plot([n], [top], marker="x", markersize=9, color="black")
+        if not points:
+            continue
+        xs, means, lows, highs = zip(*points, strict=True)
+        errors = [
+            [m - lo for m, lo in zip(means, lows, strict=True)],
+            [hi - m for m, hi in zip(means, highs, strict=True)],
+        ]
+        color = COLORS.get(scheme)
+        ax.errorbar(xs, means, yerr=errors, marker="o", capsize=3, label=scheme, color=color)
+    ax.set_xscale("log")
+    ax.set_xticks(depths)
+    ax.set_xticklabels([str(n) for n in depths])

@@ -1,0 +1,196 @@
+"""The depth table (deepnet_jax.experiments.depth_table): its smoke setting end to end, two
+shards into one results file, the grids and configs of each setting, and the report's rules
+(seed aggregation, onsets, differences called only beyond the seed spread)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from deepnet_jax.data import synthetic
+from deepnet_jax.experiments import common, depth_table, thousand_layers
+from deepnet_jax.experiments import depth_table_report as dtr
+
+
+def test_smoke_end_to_end_and_a_second_shard_adds_to_the_same_file(tmp_path):
+    """Shard 0/2 runs half the smoke grid and reports it; shard 1/2 (another process would run
+    beside it) adds the other half to the same file and reports all six runs."""
+    first = depth_table.main(["--setting=smoke", f"--out={tmp_path}", "--shard=0/2"])
+    assert len(first["runs"]) == 3 and {r["seed"] for r in first["runs"]} == {0}
+    payload = depth_table.main(["--setting=smoke", f"--out={tmp_path}", "--shard=1/2"])
+    runs = payload["runs"]
+    assert {(r["scheme"], r["seed"]) for r in runs} == {
+        (s, seed) for s in ("post_ln", "deepnorm", "dlcl_pre") for seed in (0, 1)
+    }
+    assert all(r["verdict"] in common.VERDICTS for r in runs)
+    assert all(r["records"] and r["task"] == "reversal" for r in runs)
+    saved = json.loads((tmp_path / "depth_table.json").read_text())
+    assert len(saved["runs"]) == 6
+    table = (tmp_path / "depth_table.md").read_text()
+    assert "| dlcl_pre | " in table and "×2" in table and "seeds 0, 1" in table
+    assert "2L-2L: post_ln" in table  # the called differences
+    assert (tmp_path / "depth_table.png").stat().st_size > 2000
+    # the two seeds of a cell draw different data and initial weights
+    losses = {r["seed"]: r["eval_loss"] for r in runs if r["scheme"] == "deepnorm"}
+    assert losses[0] != losses[1]
+
+
+def test_bad_shard_is_one_error_line():
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "deepnet_jax.experiments.depth_table",
+            "--setting=smoke",
+            "--shard=2/2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines()[-1] == "error: --shard='2/2': needs 0 <= i < n"
+    assert depth_table.parse_shard("1/3") == (1, 3)
+    with pytest.raises(ValueError, match="expected i/n"):
+        depth_table.parse_shard("1")
+
+
+def test_grids_hold_every_cell_the_issue_names():
+    quick = depth_table.GRIDS["quick"]
+    assert quick["seeds"] == [0, 1, 2] and quick["tasks"] == ["reversal64", "reversal"]
+    schemes = ("post_ln", "pre_ln", "deepnorm", "subln")
+    assert set(quick["cells"]) == {(s, n) for s in schemes for n in (6, 18, 50, 100)} | {
+        (s, n) for s in ("dlcl_pre", "dlcl_post") for n in (6, 18)
+    }
+    full = depth_table.GRIDS["full"]
+    assert set(quick["cells"]) < set(full["cells"])
+    assert {n for _, n in full["cells"]} == {6, 12, 18, 50, 100, 200}
+    corpus = depth_table.GRIDS["corpus"]
+    assert set(corpus["cells"]) == {
+        (s, n) for s in ("post_ln", "pre_ln", "deepnorm") for n in (6, 18)
+    }
+    assert corpus["seeds"] == [0, 1]
+    base = depth_table.base_config("quick")
+    keys = depth_table.keys("quick", base)
+    assert len(keys) == 2 * 20 * 3
+    assert [k["layers"] for k in keys[:40]] == [6] * 36 + [18] * 4  # shallow cells first
+    assert [k["scheme"].startswith("dlcl") for k in keys[:36]] == [False] * 24 + [True] * 12
+    assert {(k["lr"], k["warmup"]) for k in keys} == {
+        (depth_table.RECIPE.lr, depth_table.RECIPE.warmup)
+    }
+
+
+def test_one_recipe_every_synthetic_run_differs_only_in_task_scheme_depth_and_seed():
+    base = depth_table.base_config("quick")
+    r = depth_table.RECIPE
+    assert (base.optimizer.learning_rate, base.schedule.warmup_steps) == (r.lr, r.warmup)
+    assert (base.total_steps, base.data.batch_size, base.model.dropout) == (
+        r.updates,
+        r.batch_size,
+        r.dropout,
+    )
+    configs = [depth_table.make_config(base, k) for k in depth_table.keys("quick", base)]
+    shared = ("optimizer", "schedule", "total_steps", "label_smoothing", "log_every")
+    for c in configs:
+        assert all(c[f] == configs[0][f] for f in shared)
+        assert (c.model.d_model, c.model.ffn_dim, c.model.num_heads) == (64, 128, 2)
+    hard = next(c for c in configs if c.model.vocab_size == 69)
+    assert (hard.data.min_len, hard.data.max_len) == (16, 25)
+    rows = synthetic.batch("encdec", 256, 69, 25, np.random.default_rng(0), hard.data.min_len)
+    lengths = rows["weights"].sum(axis=1) - 1  # content tokens (the target adds EOS)
+    assert lengths.min() == 16 and lengths.max() == 24
+    assert set(np.unique(rows["src"])) - {0} <= set(range(5, 69))
+
+
+def test_corpus_setting_is_the_main_job_with_only_scheme_depth_and_seed_changed():
+    main_job = common.main_job_config()
+    base = depth_table.base_config("corpus")
+    assert base.decode.eval_sentences == depth_table.CORPUS_BLEU_SENTENCES
+    assert base.checkpoint_every == 0 and base.eval_every == 0
+    key = depth_table.keys("corpus", base)[-1]
+    run = depth_table.make_config(base, key)
+    assert (run.model.scheme, run.model.num_encoder_layers, run.seed) == ("deepnorm", 18, 1)
+    assert run.model.num_decoder_layers == 18 and run.total_steps == main_job.total_steps
+    for group in ("optimizer", "schedule", "data"):
+        assert run[group].to_dict() == main_job[group].to_dict(), group
+    varied = ("scheme", "num_encoder_layers", "num_decoder_layers")
+    assert {k: v for k, v in run.model.items() if k not in varied} == {
+        k: v for k, v in main_job.model.items() if k not in varied
+    }
+
+
+def test_a_difference_is_called_only_beyond_the_seed_spread():
+    assert dtr.compare([0.9, 0.95, 0.97], [0.4, 0.5, 0.6]) == ">"
+    assert dtr.compare([0.4, 0.5, 0.6], [0.9, 0.95, 0.97]) == "<"
+    assert dtr.compare([0.5, 0.9], [0.6, 0.7]) == "≈"  # ranges overlap
+    assert dtr.compare([0.1, 0.2], [math.nan, 0.05]) == ">"  # a diverged seed loses
+    assert dtr.compare([3.0, 3.1], [4.0, 4.2], higher_better=False) == ">"  # lower NLL wins
+    assert dtr.compare([0.9], [0.1, 0.2]) == "?"  # one seed: no spread, nothing called
+
+
+def _run(seed, verdict, acc, train_acc, nonfinite=None):
+    records = [
+        {"split": "train", "step": 25 * (i + 1), "accuracy": a, "nll": 3.0 - a}
+        for i, a in enumerate(train_acc)
+    ]
+    return {
+        "task": "reversal",
+        "scheme": "post_ln",
+        "layers": 6,
+        "seed": seed,
+        "lr": 1e-3,
+        "warmup": 50,
+        "verdict": verdict,
+        "eval_accuracy": acc,
+        "eval_loss": 1.0,
+        "nonfinite_step": nonfinite,
+        "records": records,
+    }
+
+
+def test_cell_text_and_onsets():
+    chance = thousand_layers.blind_chance(16, 12)
+    levels = {"unigram_entropy": 2.4, "chance": chance}
+    runs = [
+        _run(0, "trained", 0.9, [0.1, 0.3, 0.6, 0.95]),
+        _run(1, "trained", 0.7, [0.1, 0.2, 0.55, 0.8]),
+        _run(2, "diverged", math.nan, [0.1], nonfinite=31),
+    ]
+    assert (
+        dtr.cell_text(runs, "eval_accuracy")
+        == "trained ×2, diverged ×1; 0.8 (0.7–0.9); non-finite at 31"
+    )
+    assert dtr.onsets(runs[0], levels) == {"left_chance": 50, "to_0.5": 75, "to_0.9": 100}
+    assert dtr.onsets(runs[1], levels) == {"left_chance": 75, "to_0.5": 75, "to_0.9": None}
+    corpus = {"unigram_entropy": 3.0}  # left chance: training NLL ≤ 2.75 (3 − 0.25)
+    assert dtr.onsets(runs[0], corpus)["left_chance"] == 50
+    assert dtr.metric(corpus)[0] == "eval_bleu_greedy" and dtr.metric(levels)[0] == "eval_accuracy"
+
+
+def test_two_results_objects_on_one_file_keep_both_runs(tmp_path):
+    """What two shards do: each adds under the lock to what the other wrote."""
+    a = common.Results(str(tmp_path), "grid", "smoke", {"steps": 4})
+    b = common.Results(str(tmp_path), "grid", "smoke", {"steps": 4})
+    a.add({"seed": 0}, {"eval_loss": 1.0})
+    b.add({"seed": 1}, {"eval_loss": 2.0})
+    a.add({"seed": 2}, {"eval_loss": 3.0})
+    again = common.Results(str(tmp_path), "grid", "smoke", {"steps": 4})
+    assert [r["seed"] for r in again.runs] == [0, 1, 2]
+
+
+def test_init_setting_trains_each_reference_initialization():
+    """The init grid's runs differ from the recipe only in model.init (and scheme, seed)."""
+    base = depth_table.base_config("init")
+    configs = [depth_table.make_config(base, k) for k in depth_table.keys("init", base)]
+    assert len(configs) == 2 * 2 * 3
+    assert {c.model.init for c in configs} == {"torchscale", "fairseq"}
+    assert {(c.model.scheme, c.model.num_encoder_layers) for c in configs} == {
+        ("post_ln", 6),
+        ("pre_ln", 6),
+    }
+    assert base.model.init == "paper"  # the quick table's
