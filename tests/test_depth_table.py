@@ -78,8 +78,12 @@ def test_grids_hold_every_cell_the_issue_names():
     base = depth_table.base_config("quick")
     keys = depth_table.keys("quick", base)
     assert len(keys) == 2 * 20 * 3
-    assert [k["layers"] for k in keys[:40]] == [6] * 36 + [18] * 4  # shallow cells first
-    assert [k["scheme"].startswith("dlcl") for k in keys[:36]] == [False] * 24 + [True] * 12
+    first = keys[:60]  # reversal64: the scanned schemes by depth, then DLCL's, seeds together
+    assert {k["task"] for k in first} == {"reversal64"}
+    assert [k["layers"] for k in first] == [n for n in (6, 18, 50, 100) for _ in range(12)] + [
+        n for n in (6, 18) for _ in range(6)
+    ]
+    assert [k["seed"] for k in first[:6]] == [0, 1, 2, 0, 1, 2]
     assert {(k["lr"], k["warmup"]) for k in keys} == {
         (depth_table.RECIPE.lr, depth_table.RECIPE.warmup)
     }
@@ -187,10 +191,9 @@ def test_init_setting_trains_each_reference_initialization():
     """The init grid's runs differ from the recipe only in model.init (and scheme, seed)."""
     base = depth_table.base_config("init")
     configs = [depth_table.make_config(base, k) for k in depth_table.keys("init", base)]
-    assert len(configs) == 2 * 2 * 3
+    assert len(configs) == 2 * 4 * 3
     assert {c.model.init for c in configs} == {"torchscale", "fairseq"}
     assert {(c.model.scheme, c.model.num_encoder_layers) for c in configs} == {
-        ("post_ln", 6),
-        ("pre_ln", 6),
+        (s, n) for s in ("post_ln", "pre_ln") for n in (6, 18)
     }
     assert base.model.init == "paper"  # the quick table's

@@ -234,3 +234,17 @@ def test_thousand_layers_flags_change_the_setting():
     with pytest.raises(ValueError, match=r"^--depths=a: not integers$"):
         thousand_layers.setting_with_overrides("quick")
     opening.parse_args([], ["quick"])  # the defaults again for later tests
+
+
+def test_a_run_stopped_by_a_signal_is_not_recorded(tmp_path, monkeypatch):
+    """SIGTERM ends a run early with {"stopped": True}: the experiment exits with the trainer's
+    line instead of recording a partial run as the config's result."""
+    message = "stopped by SIGTERM after update 3/8; nothing saved (checkpoint_every=0)"
+    monkeypatch.setattr(
+        common.train, "run", lambda config, workdir: {"stopped": True, "message": message}
+    )
+    results = common.Results(str(tmp_path), "grid", "smoke", {"steps": 8})
+    config = common.base_config("smoke")
+    with pytest.raises(SystemExit, match=r"stopped by SIGTERM after update 3/8.*not recorded"):
+        common.run_grid(results, [{"seed": 0}], lambda key: config, None, str(tmp_path / "r"))
+    assert common.Results(str(tmp_path), "grid", "smoke", {"steps": 8}).runs == []

@@ -169,7 +169,9 @@ def train_once(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any
     """Train ``config`` in ``workdir`` (emptied first) and return its results: ``eval_loss``
     (validation NLL), ``eval_accuracy``, ``train_loss``, ``eval_bleu_greedy`` (with
     ``decode.eval_sentences`` > 0), ``nonfinite_step`` (the update whose loss or gradient was
-    not finite, else None), ``seconds`` and ``diagnostics`` (the run's diagnostics records)."""
+    not finite, else None), ``seconds`` and ``diagnostics`` (the run's diagnostics records).
+    A run stopped by a signal (SIGTERM, SIGINT) exits the process instead: its partial result
+    is not one of this config."""
     if os.path.isdir(workdir):
         for name in os.listdir(workdir):  # a rerun starts afresh, never resumes
             path = os.path.join(workdir, name)
@@ -182,6 +184,11 @@ def train_once(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any
     out: dict[str, Any] = {"nonfinite_step": None}
     try:
         result = train.run(config, workdir)
+        if result.get("stopped"):  # a signal ended it early: not a result of this config
+            raise SystemExit(
+                f"{result['message']}; this run is not recorded (start the experiment again "
+                "to train it afresh)"
+            )
         out.update({k: v for k, v in result.items() if isinstance(v, (int, float, str))})
     except train.NonFiniteError as e:
         out["nonfinite_step"] = e.step

@@ -128,9 +128,9 @@ GRIDS: dict[str, dict[str, Any]] = {
     # "Is our Post-LN the paper's?"), at the recipe
     "init": {
         "tasks": ["reversal64"],
-        "cells": [(s, 6) for s in ("post_ln", "pre_ln")],
+        "cells": [(s, n) for n in (6, 18) for s in ("post_ln", "pre_ln")],
         "seeds": [0, 1, 2],
-        "inits": ["torchscale", "fairseq"],
+        "inits": ["fairseq", "torchscale"],
     },
     "quick": {
         "tasks": ["reversal64", "reversal"],
@@ -153,28 +153,23 @@ GRIDS: dict[str, dict[str, Any]] = {
 
 
 def keys(setting: str, base: ml_collections.ConfigDict) -> list[dict[str, Any]]:
-    """The setting's runs, cheapest cells first (by depth, DLCL's unrolled stacks after the
-    scanned ones of a depth, each task and every seed), so that a partial table is whole up to
-    some depth: ``{"task", "scheme", "layers", "seed", "lr", "warmup"}`` each, plus ``"init"``
-    in a grid of initializations; the learning rate and warm-up are ``base``'s (the recipe's)
-    except in the ``recipe`` setting's grid."""
+    """The setting's runs in the order they run: task by task (the grid's order), the scanned
+    schemes by depth before DLCL's unrolled stacks, every seed of a cell together, so that a
+    partial table holds the paper's Table 1 shape on the first task first: ``{"task",
+    "scheme", "layers", "seed", "lr", "warmup"}`` each, plus ``"init"`` in a grid of
+    initializations; the learning rate and warm-up are ``base``'s (the recipe's) except in the
+    ``recipe`` setting's grid."""
     grid = GRIDS[setting]
-    cells = sorted(grid["cells"], key=lambda cell: (cell[1], cell[0].startswith("dlcl")))
+    cells = sorted(grid["cells"], key=lambda cell: (cell[0].startswith("dlcl"), cell[1]))
     recipes = grid.get("recipes", [(base.optimizer.learning_rate, base.schedule.warmup_steps)])
     inits = [{"init": init} for init in grid["inits"]] if "inits" in grid else [{}]
-    by_depth: dict[int, list[tuple[str, int]]] = {}
-    for cell in cells:
-        by_depth.setdefault(cell[1], []).append(cell)
     return [
         {"task": task, "scheme": scheme, "layers": n, "seed": seed, "lr": lr, "warmup": warmup}
         | init
         for lr, warmup in recipes
         for init in inits
-        for depth_cells in by_depth.values()
-        for dlcl in (False, True)
         for task in grid["tasks"]
-        for scheme, n in depth_cells
-        if scheme.startswith("dlcl") == dlcl
+        for scheme, n in cells
         for seed in grid["seeds"]
     ]
 
