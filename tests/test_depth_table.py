@@ -116,6 +116,7 @@ def test_corpus_setting_is_the_main_job_with_only_scheme_depth_and_seed_changed(
     base = depth_table.base_config("corpus")
     assert base.decode.eval_sentences == depth_table.CORPUS_BLEU_SENTENCES
     assert base.checkpoint_every == 0 and base.eval_every == 0
+    assert base.diagnostics.every == 100  # measurement only: the training is the main job's
     key = depth_table.keys("corpus", base)[-1]
     run = depth_table.make_config(base, key)
     assert (run.model.scheme, run.model.num_encoder_layers, run.seed) == ("deepnorm", 18, 1)

@@ -127,6 +127,8 @@ def test_unigram_entropy_of_the_validation_targets(tmp_path):
     _, counts = np.unique(ids, return_counts=True)
     p = counts / counts.sum()
     assert got == pytest.approx(float(-(p * np.log(p)).sum()), rel=1e-6)
+    c.model.vocab_size = 0  # derived from the tokenizer, as in configs/default.py
+    assert common.unigram_entropy(c) == got
 
 
 def test_bad_setting_or_flag_is_one_error_line():

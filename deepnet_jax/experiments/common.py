@@ -32,6 +32,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -103,11 +104,12 @@ def main_job_config() -> ml_collections.ConfigDict:
     """``configs/default.py``'s config (the README's main job), read from the repository the
     package runs from, with checkpoints off: experiments that compare against the main job
     change only what they vary."""
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "default.py")
+    root = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    path = os.path.join(root, "configs", "default.py")
     if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"{os.path.normpath(path)} not found: run the experiments from a repository checkout"
-        )
+        raise FileNotFoundError(f"{path} not found: run the experiments from a repository checkout")
+    if root not in sys.path:  # configs/default.py imports configs.base, from any working folder
+        sys.path.insert(0, root)
     spec = importlib.util.spec_from_file_location("deepnet_jax_main_job_config", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -144,8 +146,9 @@ def with_run(
 
 def unigram_entropy(config: ml_collections.ConfigDict) -> float:
     """Entropy (nats) of the validation targets' token distribution: the NLL of predicting
-    each target token by its frequency, which a model that learned nothing else reaches."""
-    data = train_data.make_data(config, 1)
+    each target token by its frequency, which a model that learned nothing else reaches
+    (``config``'s derived fields resolved first, e.g. the main job's ``model.vocab_size=0``)."""
+    data = train_data.make_data(train_config.resolve(config), 1)
     counts: dict[int, float] = {}
     for batch in data.eval_batches("validation"):
         tokens, weights = np.asarray(batch["targets"]), np.asarray(batch["weights"])

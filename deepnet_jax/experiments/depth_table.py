@@ -176,12 +176,14 @@ def keys(setting: str, base: ml_collections.ConfigDict) -> list[dict[str, Any]]:
 
 def base_config(setting: str) -> ml_collections.ConfigDict:
     """The main job's config (corpus; greedy BLEU on the validation split at the end, no
-    validation before it), or common.base_config's tiny model under :data:`RECIPE` (smoke:
-    common's 16-32-2 smoke model under :data:`SMOKE_RECIPE`); the task is set per run."""
+    validation before it, the diagnostics every 100 updates), or common.base_config's tiny
+    model under :data:`RECIPE` (smoke: common's 16-32-2 smoke model under
+    :data:`SMOKE_RECIPE`); the task is set per run."""
     if setting == "corpus":
         c = common.main_job_config()
         c.eval_every = 0
         c.decode.eval_sentences = CORPUS_BLEU_SENTENCES
+        c.diagnostics.every = 100  # per-layer gradient norms and LN inputs (measurement only)
         return c
     c = common.base_config("smoke" if setting == "smoke" else "quick")
     recipe = SMOKE_RECIPE if setting == "smoke" else RECIPE
