@@ -241,9 +241,9 @@ class Results:
         return None
 
     def add(self, key: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
-        """Add one run's result (under the lock, to the runs on disk) and save. The returned run
-        is a copy of what was saved: what an experiment adds to a run belongs in
-        :func:`run_grid`'s ``keep``, before this."""
+        """Add one run's result (under the lock, to the runs on disk) and save. The next
+        addition re-reads the file, so later changes to the returned run are not saved: what an
+        experiment adds to a run belongs in :func:`run_grid`'s ``keep``, before this."""
         run = {**key, **result}
         with open(self.path + ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
