@@ -65,6 +65,23 @@ BAD = [  # (id, change, what the one line must say)
     ("scheme", _set("model.scheme", "deepnrom"), r"scheme='deepnrom' is invalid: allowed"),
     ("arch", _set("model.arch", "gpt"), r"model\.arch='gpt'"),
     ("heads_vs_width", _set("model.num_heads", 5), r"num_heads=5 is invalid: must divide"),
+    ("kv_heads", _set("model.num_kv_heads", 3), r"num_kv_heads=3 is invalid: must divide model"),
+    (
+        "rope_odd_head_dim",
+        _both(_set("model.positions", "rope"), _set("model.num_heads", 32)),
+        r"num_heads=32 is invalid: positions='rope' rotates pairs of features: head_dim",
+    ),
+    (
+        "fused_qkv_with_gqa",
+        _both(_set("model.fused_qkv", True), _set("model.num_kv_heads", 2)),
+        r"fused_qkv=True is invalid: the fused .* not num_kv_heads=2",
+    ),
+    (
+        "glm_constants_without_deepnorm",
+        _both(_set("model.scheme", "pre_ln"), _set("model.deepnorm_variant", "glm")),
+        r"deepnorm_variant='glm' is invalid: applies to scheme='deepnorm' only",
+    ),
+    ("norm", _set("model.norm", "batchnorm"), r"model\.norm='batchnorm' is invalid: allowed"),
     ("dataset", _set("data.dataset", "wmt99"), r"data\.dataset='wmt99'; allowed values"),
     ("schedule_name", _set("schedule.name", "cosine_restarts"), r"schedule\.name='cosine_re"),
     ("optimizer", _set("optimizer.name", "sgd"), r"optimizer\.name='sgd'; allowed values"),

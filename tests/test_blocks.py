@@ -1,5 +1,7 @@
 """Block math: each scheme's layer equals an independent NumPy transcription of its formula."""
 
+import math
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -14,37 +16,89 @@ from deepnet_jax.model.transformer_layer import TransformerLayer
 B, T, S = 2, 5, 6
 
 
-def ln(x, p, eps=1e-5):
+def ln(x, p, eps=1e-5, kind="layernorm"):
+    """LayerNorm (bias only where the parameters have one) or RMSNorm over the last axis."""
+    if kind == "rmsnorm":
+        return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * p["scale"]
     mu = x.mean(-1, keepdims=True)
     var = ((x - mu) ** 2).mean(-1, keepdims=True)
-    return (x - mu) / np.sqrt(var + eps) * p["scale"] + p["bias"]
+    return (x - mu) / np.sqrt(var + eps) * p["scale"] + p.get("bias", 0.0)
 
 
-def attention(p, xq, xkv, mask, inner_ln=None):
+def rope(x, pos, theta):
+    """x [B, T, H, K] with each pair (i, i + K/2) turned by the angle p·θ^(-2i/K): a 2×2
+    rotation matrix per pair, written out (RoFormer eq. 34 in the half-split layout)."""
+    K = x.shape[-1]
+    out = np.empty_like(x)
+    for i in range(K // 2):
+        a = pos[..., None] * theta ** (-2 * i / K)  # [B|1, T, 1]
+        c, s = np.cos(a), np.sin(a)
+        out[..., i] = c * x[..., i] - s * x[..., i + K // 2]
+        out[..., i + K // 2] = s * x[..., i] + c * x[..., i + K // 2]
+    return out
+
+
+def attention(p, xq, xkv, mask, inner_ln=None, blocks=None, pos=None):
+    """Multi-head attention; ``blocks`` (a model config) adds grouped kv heads (each repeated
+    for its query heads), qk_norm and, with ``pos``, the rotary positions."""
     q = np.einsum("btd,dhk->bthk", xq, p["q_proj"]["kernel"]) + p["q_proj"].get("bias", 0.0)
     k = np.einsum("bsd,dhk->bshk", xkv, p["k_proj"]["kernel"]) + p["k_proj"].get("bias", 0.0)
     v = np.einsum("bsd,dhk->bshk", xkv, p["v_proj"]["kernel"]) + p["v_proj"].get("bias", 0.0)
+    if blocks is not None:
+        eps, kind = blocks.layernorm_eps, blocks.norm
+        if blocks.qk_norm:
+            q, k = ln(q, p["q_norm"], eps, kind), ln(k, p["k_norm"], eps, kind)
+        if pos is not None:
+            q, k = rope(q, pos, blocks.rope_theta), rope(k, pos, blocks.rope_theta)
+        group = q.shape[2] // k.shape[2]
+        k, v = np.repeat(k, group, axis=2), np.repeat(v, group, axis=2)  # kv head h // group
     logits = np.einsum("bthk,bshk->bhts", q, k) / np.sqrt(q.shape[-1])
     logits = np.where(mask, logits, -1e30)
     w = np.exp(logits - logits.max(-1, keepdims=True))
     w = w / w.sum(-1, keepdims=True)
     o = np.einsum("bhts,bshk->bthk", w, v)
     if inner_ln is not None:
-        o = ln(o.reshape(o.shape[0], o.shape[1], -1), inner_ln).reshape(o.shape)
+        kind = "layernorm" if blocks is None else blocks.norm
+        o = ln(o.reshape(o.shape[0], o.shape[1], -1), inner_ln, kind=kind).reshape(o.shape)
     return np.einsum("bthk,hkd->btd", o, p["out_proj"]["kernel"]) + p["out_proj"].get("bias", 0.0)
 
 
-def ffn(p, x, inner_ln=None):
-    h = np.maximum(x @ p["fc1"]["kernel"] + p["fc1"].get("bias", 0.0), 0)
+def _gelu(z):
+    return 0.5 * z * (1 + np.vectorize(math.erf)(z / np.sqrt(2)))
+
+
+ACTIVATIONS = {
+    "relu": lambda z: np.maximum(z, 0),
+    "gelu": _gelu,
+    "swiglu": lambda z: z / (1 + np.exp(-z)),  # SiLU
+    "geglu": _gelu,
+}
+
+
+def ffn(p, x, inner_ln=None, blocks=None):
+    """fc2(φ(fc1(x))), or fc2(φ(gate(x)) ⊙ fc1(x)) for a gated ``blocks.activation``."""
+
+    def lin(name, h):
+        return h @ p[name]["kernel"] + p[name].get("bias", 0.0)
+
+    act = "relu" if blocks is None else blocks.activation
+    if act in ("swiglu", "geglu"):
+        h = ACTIVATIONS[act](lin("gate", x)) * lin("fc1", x)
+    else:
+        h = ACTIVATIONS[act](lin("fc1", x))
     if inner_ln is not None:
-        h = ln(h, inner_ln)
-    return h @ p["fc2"]["kernel"] + p["fc2"].get("bias", 0.0)
+        h = ln(h, inner_ln, kind="layernorm" if blocks is None else blocks.norm)
+    return lin("fc2", h)
 
 
-def reference_layer(p, x, scheme, alpha, self_mask, enc=None, enc_mask=None, eps=1e-5):
-    """SPEC.md residual forms, written out sublayer by sublayer."""
+def reference_layer(
+    p, x, scheme, alpha, self_mask, enc=None, enc_mask=None, eps=1e-5, blocks=None, pos=None
+):
+    """SPEC.md residual forms, written out sublayer by sublayer; ``blocks`` (the model config)
+    for the blocks beyond the papers' (norm, activation, kv heads, qk_norm, rope at ``pos``)."""
     scheme = {"dlcl_pre": "pre_ln", "dlcl_post": "post_ln"}.get(scheme, scheme)
     sub = scheme == "subln"
+    kind = "layernorm" if blocks is None else blocks.norm
     sublayers = [
         (
             "self_attn_layer_norm",
@@ -54,26 +108,31 @@ def reference_layer(p, x, scheme, alpha, self_mask, enc=None, enc_mask=None, eps
                 h,
                 self_mask,
                 p["self_attn"].get("inner_attn_ln") if sub else None,
+                blocks,
+                pos,
             ),
         ),
     ]
     if enc is not None:
         sublayers.append(
-            ("cross_attn_layer_norm", lambda h: attention(p["cross_attn"], h, enc, enc_mask))
+            (
+                "cross_attn_layer_norm",
+                lambda h: attention(p["cross_attn"], h, enc, enc_mask, None, blocks),
+            )
         )
     sublayers.append(
         (
             "final_layer_norm",
-            lambda h: ffn(p["ffn"], h, p["ffn"].get("ffn_layernorm") if sub else None),
+            lambda h: ffn(p["ffn"], h, p["ffn"].get("ffn_layernorm") if sub else None, blocks),
         )
     )
     for norm, g in sublayers:
         if scheme in ("pre_ln", "subln"):
-            x = x + g(ln(x, p[norm], eps))  # x + G(LN(x))
+            x = x + g(ln(x, p[norm], eps, kind))  # x + G(LN(x))
         elif scheme == "deepnorm":
-            x = ln(alpha * x + g(x), p[norm], eps)  # LN(α·x + G(x))
+            x = ln(alpha * x + g(x), p[norm], eps, kind)  # LN(α·x + G(x))
         else:
-            x = ln(x + g(x), p[norm], eps)  # LN(x + G(x))
+            x = ln(x + g(x), p[norm], eps, kind)  # LN(x + G(x))
     return x
 
 
@@ -120,11 +179,13 @@ def test_layer_matches_formula(scheme, side, has_cross):
 
 
 def test_layernorm_eps_and_no_bias():
-    """model.layernorm_eps reaches every LayerNorm; use_bias=False drops projection biases."""
+    """model.layernorm_eps reaches every LayerNorm; use_bias=False drops projection and
+    LayerNorm biases."""
     cfg, layer, params, x, self_mask, _, _ = layer_setup(
         "deepnorm", "encoder", False, layernorm_eps=0.5, use_bias=False
     )
     assert "bias" not in params["self_attn"]["q_proj"] and "bias" not in params["ffn"]["fc1"]
+    assert "bias" not in params["final_layer_norm"]
     got = layer.apply({"params": params}, x, self_mask)
     alpha = cfg.side_constants("encoder")[0]
     want = reference_layer(params, x.astype(np.float64), "deepnorm", alpha, self_mask, eps=0.5)

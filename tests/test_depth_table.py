@@ -198,3 +198,32 @@ def test_init_setting_trains_each_reference_initialization():
         (s, n) for s in ("post_ln", "pre_ln") for n in (6, 18)
     }
     assert base.model.init == "paper"  # the quick table's
+
+
+def test_modern_lm_setting_is_the_modern_config_at_its_tiny_width():
+    """configs/deepnorm_lm.py's blocks, the MODERN_LM width and recipe, decoder-only runs whose
+    one stack has the cell's depth; the report reads bits per character, lower being better."""
+    shipped = common.repo_config("deepnorm_lm")
+    base = depth_table.base_config("modern_lm")
+    k = depth_table.MODERN_LM
+    keys = depth_table.keys("modern_lm", base)
+    assert {(key["scheme"], key["layers"]) for key in keys} == {
+        (s, n) for s in ("pre_ln", "deepnorm", "subln") for n in (6, 100)
+    }
+    run = depth_table.make_config(base, keys[-1])
+    m = run.model
+    assert (m.arch, m.scheme, m.num_encoder_layers, m.num_decoder_layers) == (
+        "decoder", "subln", 0, 100
+    )  # fmt: skip
+    for name in ("positions", "activation", "norm", "use_bias", "tie_embeddings"):
+        assert m[name] == shipped.model[name], name
+    assert (m.d_model, m.num_kv_heads, m.ffn_dim) == (k["d_model"], k["num_kv_heads"], 168)
+    assert (run.total_steps, run.optimizer.learning_rate) == (k["updates"], k["lr"])
+    assert run.data.to_dict() | {"max_len": 0, "batch_size": 0} == shipped.data.to_dict() | {
+        "max_len": 0,
+        "batch_size": 0,
+    }
+    assert dtr.metric({"lm": True, "unigram_entropy": 3.0}) == (
+        "eval_bits_per_char", "validation bits per character", False
+    )  # fmt: skip
+    assert dtr.depth_label(100, {"lm": True}) == "100L"

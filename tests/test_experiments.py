@@ -250,3 +250,22 @@ def test_a_run_stopped_by_a_signal_is_not_recorded(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match=r"stopped by SIGTERM after update 3/8.*not recorded"):
         common.run_grid(results, [{"seed": 0}], lambda key: config, None, str(tmp_path / "r"))
     assert common.Results(str(tmp_path), "grid", "smoke", {"steps": 8}).runs == []
+
+
+def test_model_update_gated_setting_pairs_each_depth_with_a_plain_and_a_gated_ffn():
+    keys = model_update.run_keys("gated")
+    assert {(k["scheme"], k["ffn"], k["layers"]) for k in keys} == {
+        (s, f, n) for s in ("deepnorm", "subln") for f in ("relu", "swiglu")
+        for n in (6, 18, 50, 100, 200)
+    }  # fmt: skip
+    assert {k["warmup"] for k in keys} == {"none"}
+    base = model_update._base_config("gated")
+    configs = {k["ffn"]: model_update.run_config(base, "gated", k) for k in keys[:: len(keys) - 1]}
+    plain, gated = configs["relu"].model, configs["swiglu"].model
+    assert (plain.activation, plain.ffn_dim, gated.activation, gated.ffn_dim) == (
+        "relu", 128, "swiglu", 88
+    )  # fmt: skip
+    # equal parameters: 2·d·128 in the plain FFN, 3·d·88 ≈ 2·d·132 in the gated one (+3%)
+    assert abs(3 * 88 - 2 * 128) / (2 * 128) < 0.04
+    assert configs["relu"].optimizer.learning_rate == common.PAPER_LR
+    assert configs["relu"].schedule.name == "constant"  # no warm-up

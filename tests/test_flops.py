@@ -75,10 +75,20 @@ VARIANTS = [
     {"scheme": "pre_ln", "scan_layers": False, "remat_policy": "none"},
     {"scheme": "deepnorm", "scan_layers": True, "remat_policy": "none"},
     {"scheme": "subln", "scan_layers": True, "remat_policy": "none", "tie_embeddings": True},
+    {  # the modern blocks: a gated FFN, grouped-query attention, rotary positions, QK-norm
+        "scheme": "deepnorm",
+        "scan_layers": True,
+        "remat_policy": "none",
+        "activation": "swiglu",
+        "num_kv_heads": 2,
+        "positions": "rope",
+        "qk_norm": True,
+        "norm": "rmsnorm",
+    },
 ]
 
 
-@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v["scheme"])
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v["scheme"] + v.get("activation", ""))
 @pytest.mark.parametrize("arch", ARCHS)
 def test_forward_and_train_flops_equal_the_traced_matmuls(arch, variant):
     cfg, model, params, args, shapes = _setup(arch, **variant)
@@ -117,8 +127,9 @@ def test_forward_flops_close_to_xla_cost_analysis(arch):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_matmul_params_are_the_model_kernels(arch):
-    for tie in (False, True):
-        cfg, _, params, _, _ = _setup(arch, tie_embeddings=tie)
+    modern = {"activation": "geglu", "num_kv_heads": 1}  # 3 FFN matrices, one kv head
+    for tie, blocks in ((False, {}), (True, {}), (False, modern)):
+        cfg, _, params, _, _ = _setup(arch, tie_embeddings=tie, **blocks)
         leaves = jax.tree_util.tree_leaves_with_path(params)
         kernels = sum(
             x.size for path, x in leaves if jax.tree_util.keystr(path).endswith("['kernel']")

@@ -45,6 +45,7 @@ def test_resolve_fills_only_the_derived_fields_left_at_zero():
 def test_every_config_is_shipped():
     expected = {"base", "default", "iwslt14_deen", "wmt17_ende", "deepnet_1000l", "magneto_lm"}
     expected |= {"labml_shakespeare", "bert_mlm", "dlcl_30l", "ding_de_en"}
+    expected |= {"deepnorm_lm", "subln_lm"}
     assert expected <= set(CONFIGS)
 
 

@@ -101,16 +101,21 @@ def base_config(setting: str) -> ml_collections.ConfigDict:
 
 
 def main_job_config() -> ml_collections.ConfigDict:
-    """``configs/default.py``'s config (the README's main job), read from the repository the
-    package runs from, with checkpoints off: experiments that compare against the main job
-    change only what they vary."""
+    """``configs/default.py``'s config (the README's main job): :func:`repo_config`."""
+    return repo_config("default")
+
+
+def repo_config(name: str) -> ml_collections.ConfigDict:
+    """``configs/<name>.py``'s config, read from the repository the package runs from, with
+    checkpoints off: experiments that compare against a shipped config change only what
+    they vary."""
     root = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
-    path = os.path.join(root, "configs", "default.py")
+    path = os.path.join(root, "configs", f"{name}.py")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} not found: run the experiments from a repository checkout")
     if root not in sys.path:  # configs/default.py imports configs.base, from any working folder
         sys.path.insert(0, root)
-    spec = importlib.util.spec_from_file_location("deepnet_jax_main_job_config", path)
+    spec = importlib.util.spec_from_file_location(f"deepnet_jax_config_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     c = module.get_config()
@@ -128,12 +133,14 @@ def with_run(
     warmup_steps: int,
     steps: int,
 ) -> ml_collections.ConfigDict:
-    """A copy of ``c`` for one run: N-layer encoder and decoder of ``scheme``, peak
+    """A copy of ``c`` for one run: N-layer encoder and decoder (those ``c``'s arch has) of
+    ``scheme``, peak
     ``learning_rate`` after ``warmup_steps`` (0: constant from the first update). DLCL stacks
     are unrolled (each layer reads every earlier one); the others are scanned."""
     c = ml_collections.ConfigDict(c.to_dict())
     c.model.scheme = scheme
-    c.model.num_encoder_layers = c.model.num_decoder_layers = layers
+    has = {"encoder": (layers, 0), "decoder": (0, layers), "encdec": (layers, layers)}
+    c.model.num_encoder_layers, c.model.num_decoder_layers = has[c.model.arch]
     c.model.scan_layers = not scheme.startswith("dlcl")  # DLCL reads every earlier layer
     c.optimizer.learning_rate = learning_rate
     if warmup_steps:

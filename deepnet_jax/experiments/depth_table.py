@@ -37,7 +37,12 @@ quick      post_ln, pre_ln, deepnorm, subln × 6, 18,   reversal, reversal64    
            50, 100; dlcl_pre, dlcl_post × 6, 18
 full       quick's, plus 12 and 200 layers             reversal, reversal64        3
 corpus     post_ln, pre_ln, deepnorm × 6, 18           the main job's corpus       2
+modern_lm  pre_ln, deepnorm, subln × 6, 100 (1 stack)  char-level Shakespeare      2
 =========  ==========================================  ==========================  =====
+
+``modern_lm`` trains configs/deepnorm_lm.py's modern decoder (rotary positions, SwiGLU,
+grouped-query attention, RMSNorm; docs/blocks.md) at :data:`MODERN_LM`'s tiny width and recipe,
+its metric validation bits per character (lower is better).
 
 Run: ``python -m deepnet_jax.experiments.depth_table --setting=quick --out=DIR``; writes
 ``depth_table.json`` (every run's key, results and curves; a run started again skips the runs
@@ -49,6 +54,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 import sys
 from typing import Any
@@ -61,12 +67,12 @@ from deepnet_jax.experiments import common, opening, report, thousand_layers
 from deepnet_jax.experiments import depth_table_report as table_report
 
 NAME = "depth_table"
-SETTINGS = ("smoke", "recipe", "init", "quick", "full", "corpus")
+SETTINGS = ("smoke", "recipe", "init", "quick", "full", "corpus", "modern_lm")
 _SHARD = flags.DEFINE_string(
     "shard",
     "0/1",
     "i/n: run every n-th run from the i-th, beside processes running the other "
-    "shards into the same --out (2 shards on 2 cores: about 1.75x the runs per hour)",
+    "shards into the same --out (2 shards on 2 cores: about 1.3x the runs per hour)",
 )
 CORPUS_BLEU_SENTENCES = 300  # greedy BLEU at the end of a corpus run (the main job's count)
 
@@ -149,6 +155,26 @@ GRIDS: dict[str, dict[str, Any]] = {
         "cells": [(s, n) for n in (6, 18) for s in ("post_ln", "pre_ln", "deepnorm")],
         "seeds": [0, 1],
     },
+    # the modern decoder (configs/deepnorm_lm.py's blocks at MODERN_LM's tiny width) on
+    # character-level Shakespeare: DeepNorm and Sub-LN against Pre-LN at equal updates
+    "modern_lm": {
+        "tasks": ["shakespeare"],
+        "cells": [(s, n) for n in (6, 100) for s in ("pre_ln", "deepnorm", "subln")],
+        "seeds": [0, 1],
+    },
+}
+# the modern_lm setting's model and recipe: configs/deepnorm_lm.py's blocks (rotary positions,
+# SwiGLU at ⅔·4d → 168, 2 kv heads of 4, RMSNorm, no biases) at d 64, windows of 128 characters
+MODERN_LM = {
+    "d_model": 64,
+    "num_heads": 4,
+    "num_kv_heads": 2,
+    "ffn_dim": 168,
+    "max_len": 128,
+    "batch_size": 16,
+    "updates": 600,
+    "warmup": 100,
+    "lr": 1e-3,
 }
 
 
@@ -185,6 +211,8 @@ def base_config(setting: str) -> ml_collections.ConfigDict:
         c.decode.eval_sentences = CORPUS_BLEU_SENTENCES
         c.diagnostics.every = 100  # per-layer gradient norms and LN inputs (measurement only)
         return c
+    if setting == "modern_lm":
+        return modern_lm_config()
     c = common.base_config("smoke" if setting == "smoke" else "quick")
     recipe = SMOKE_RECIPE if setting == "smoke" else RECIPE
     c.data.dataset = "synthetic_reversal"
@@ -201,10 +229,28 @@ def base_config(setting: str) -> ml_collections.ConfigDict:
     return c
 
 
+def modern_lm_config() -> ml_collections.ConfigDict:
+    """configs/deepnorm_lm.py at :data:`MODERN_LM`'s width and recipe (polynomial decay to 0
+    after a linear warm-up, dropout 0), validation NLL at the end only, no checkpoints."""
+    c = common.repo_config("deepnorm_lm")
+    m, k = c.model, MODERN_LM
+    m.d_model, m.num_heads, m.num_kv_heads, m.ffn_dim = (
+        k["d_model"], k["num_heads"], k["num_kv_heads"], k["ffn_dim"]
+    )  # fmt: skip
+    m.dropout = 0.0
+    c.data.max_len, c.data.batch_size = k["max_len"], k["batch_size"]
+    c.optimizer.learning_rate, c.schedule.warmup_steps = k["lr"], k["warmup"]
+    c.total_steps = k["updates"]
+    c.eval_every, c.eval_batches, c.log_every = 0, 16, 25
+    c.peak_flops = 1e12  # no fp32 matmul measurement for the MFU estimate
+    return c
+
+
 def task_config(base: ml_collections.ConfigDict, task: str) -> ml_collections.ConfigDict:
-    """``base`` on ``task`` (a :data:`TASKS` name; "corpus": ``base`` as it is)."""
+    """``base`` on ``task`` (a :data:`TASKS` name; "corpus", "shakespeare": ``base`` as it
+    is)."""
     c = ml_collections.ConfigDict(base.to_dict())
-    if task != "corpus":
+    if task in TASKS:
         t = TASKS[task]
         c.model.vocab_size = c.data.vocab_size = t.vocab_size
         c.model.max_len = c.data.max_len = t.max_len
@@ -272,12 +318,16 @@ def _keep(levels: dict[str, Any], result: dict[str, Any], workdir: str) -> None:
     run's key)."""
     thousand_layers.keep_curves(result, workdir)
     result["verdict"] = _verdict(result, levels[result["task"]])
+    if levels[result["task"]].get("lm"):  # character-level: NLL per token is per character
+        result["eval_bits_per_char"] = result["eval_loss"] / math.log(2)
 
 
 def _levels(config: ml_collections.ConfigDict) -> dict[str, Any]:
     """A task's reference levels: the unigram entropy of its validation targets and, for a
     synthetic task, the best source-blind predictor's accuracy and NLL."""
     out: dict[str, Any] = {"unigram_entropy": common.unigram_entropy(config)}
+    if config.model.arch == "decoder":
+        out["lm"] = True
     if config.data.dataset == "synthetic_reversal":
         out["chance"] = thousand_layers.blind_chance(
             config.model.vocab_size, config.data.max_len, config.data.min_len

@@ -24,11 +24,14 @@ COLORS = {
 METRICS = {
     "synthetic": ("eval_accuracy", "validation accuracy", True),
     "corpus": ("eval_bleu_greedy", "greedy BLEU (validation)", True),
+    "lm": ("eval_bits_per_char", "validation bits per character", False),
 }
 
 
 def metric(task_levels: dict[str, Any]) -> tuple[str, str, bool]:
     """(run field, label, higher is better) of a task's final metric (its ``levels``)."""
+    if task_levels.get("lm"):
+        return METRICS["lm"]
     return METRICS["synthetic" if "chance" in task_levels else "corpus"]
 
 
@@ -44,6 +47,11 @@ def onsets(run: dict[str, Any], task_levels: dict[str, Any]) -> dict[str, int | 
         bar = task_levels["unigram_entropy"] - common.STUCK_MARGIN
         left = next((r["step"] for r in train if r["nll"] <= bar), None)
     return {"left_chance": left, **{f"to_{v:g}": first_reaching(curve, v) for v in LEVELS}}
+
+
+def depth_label(n: int, task_levels: dict[str, Any]) -> str:
+    """ "6L-6L" (encoder-decoder), "6L" (a language model's one stack)."""
+    return f"{n}L" if task_levels.get("lm") else f"{n}L-{n}L"
 
 
 def cells(runs: Sequence[dict[str, Any]]) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
@@ -131,14 +139,14 @@ def table(runs: Sequence[dict[str, Any]], settings: dict[str, Any]) -> str:
         field, label, higher = metric(levels)
         depths = sorted({n for (_, _, n) in grouped})
         schemes = list(dict.fromkeys(s for (_, s, _) in grouped))
-        header = ["scheme"] + [f"{n}L-{n}L" for n in depths]
+        header = ["scheme"] + [depth_label(n, levels) for n in depths]
         rows = [[s] + [_cell(grouped, task, s, n, field) for n in depths] for s in schemes]
         parts.append(f"### {title}: verdicts and {label} (mean, min–max over seeds)\n")
         parts.append(_levels_note(levels) + "\n\n" + report.markdown_table(header, rows))
         parts.append(f"### {title}: onset (each seed's first logged update)\n")
         parts.append(_onset_table(grouped, task, schemes, depths, levels))
         parts.append(f"### {title}: differences beyond the seed spread\n")
-        parts.append(_calls(grouped, task, schemes, depths, field, higher))
+        parts.append(_calls(grouped, task, schemes, depths, field, higher, levels))
     return "\n".join(parts)
 
 
@@ -185,7 +193,7 @@ def _onset_table(
             per_seed = [onsets(r, levels) for r in grouped[(task, scheme, n)]]
             columns = ["left_chance"] + [f"to_{v:g}" for v in LEVELS]
             rows.append(
-                [scheme, f"{n}L-{n}L"]
+                [scheme, depth_label(n, levels)]
                 + [", ".join("—" if o[c] is None else str(o[c]) for o in per_seed) for c in columns]
             )
     return report.markdown_table(header, rows)
@@ -198,9 +206,11 @@ def _calls(
     depths: list[int],
     field: str,
     higher: bool,
+    levels: dict[str, Any],
 ) -> str:
     """Each pair of schemes at each depth where both ran: the called relation (``?``: a cell
-    of one seed, nothing called)."""
+    of one seed, nothing called; ``>`` reads "better than", lower being better where the
+    metric is a loss)."""
     lines = []
     for n in depths:
         here = [s for s in schemes if (task, s, n) in grouped]
@@ -213,7 +223,7 @@ def _calls(
                     higher,
                 )
                 called.append(f"{a} {rel} {b}")
-        lines.append(f"- {n}L-{n}L: " + "; ".join(called))
+        lines.append(f"- {depth_label(n, levels)}: " + "; ".join(called))
     return "\n".join(lines) + "\n"
 
 
@@ -232,7 +242,7 @@ def plot(runs: Sequence[dict[str, Any]], settings: dict[str, Any], out: str, nam
             chance = levels["chance"]["accuracy"]
             ax.axhline(chance, color="gray", linestyle=":", label="source-blind best")
         ax.set_title(title, fontsize=9)
-        ax.set_xlabel("layers per side (N in NL-NL)")
+        ax.set_xlabel("layers" if levels.get("lm") else "layers per side (N in NL-NL)")
         ax.set_ylabel(label)
         ax.legend(fontsize=7)
     return report.save_figure(fig, out, name)

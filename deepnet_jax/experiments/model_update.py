@@ -14,7 +14,14 @@ setting    depths (N L-N L)  updates  measured every  cost on 2 CPU cores
 smoke      2                 4        2               about 1 min (synthetic reversal, 16-32-2)
 quick      6, 18             100      5               19.4 min (measured)
 full       6, 18, 50, 100    300      10              about 5 hours (100L-100L: ~2 s/update)
+gated      6, 18, 50, 100,   100      10              docs/blocks.md (DeepNorm, Sub-LN; no
+           200                                        warm-up; a plain and a gated FFN)
 =========  ================  =======  ==============  ======================================
+
+The ``gated`` setting asks whether DeepNorm's β and Sub-LN's γ on a gated FFN's fc1 and fc2
+(the gate at gain 1; docs/blocks.md) bound the update as they do on the plain FFN: each scheme
+and depth with the ReLU FFN (F = 128) and with SwiGLU at the same parameters (F = ⅔·128 → 88),
+at the paper's peak learning rate from the first update (no warm-up, the hard case).
 
 Run: ``python -m deepnet_jax.experiments.model_update --setting=quick --out=DIR``; writes
 ``model_update.json``, ``model_update.png`` (ΔF over updates: a row per warm-up, a column
@@ -23,10 +30,13 @@ per scheme, a curve per depth) and ``model_update.md``.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
 from typing import Any
+
+import ml_collections
 
 from deepnet_jax.experiments import common, opening, report
 
@@ -35,40 +45,32 @@ SETTINGS = {
     "smoke": {"depths": [2], "steps": 4, "every": 2},
     "quick": {"depths": [6, 18], "steps": 100, "every": 5},
     "full": {"depths": [6, 18, 50, 100], "steps": 300, "every": 10},
+    "gated": {"depths": [6, 18, 50, 100, 200], "steps": 100, "every": 10},
 }
+# the gated setting's FFNs: (activation, ffn_dim) at equal parameters (docs/blocks.md's rule)
+FFNS = {"relu": ("relu", 128), "swiglu": ("swiglu", 88)}
 WARMUPS = {"none": 0, "paper": common.PAPER_WARMUP}  # warm-up updates (0: constant lr)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args, base, out = opening.start(argv, NAME, common.base_config)
+    args, base, out = opening.start(argv, NAME, _base_config, tuple(SETTINGS))
     s = SETTINGS[args.setting]
-    schemes = ["post_ln", "deepnorm"] if args.setting == "smoke" else list(common.SCHEMES)
+    schemes = _schemes(args.setting)
     entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
-    results = common.Results(
-        out, NAME, args.setting, {**s, "schemes": schemes, "lr": common.PAPER_LR}
+    gated = args.setting == "gated"
+    recorded = {**s, "schemes": schemes, "lr": common.PAPER_LR} | ({"ffns": FFNS} if gated else {})
+    results = common.Results(out, NAME, args.setting, recorded)
+    make_config = functools.partial(run_config, base, args.setting)
+    runs = common.run_grid(
+        results, run_keys(args.setting), make_config, entropy, os.path.join(out, "runs")
     )
-    keys = [
-        {"scheme": scheme, "layers": n, "warmup": w}
-        for w in WARMUPS
-        for scheme in schemes
-        for n in s["depths"]
-    ]
-
-    def make_config(key):
-        c = common.with_run(
-            base, key["scheme"], key["layers"], common.PAPER_LR, WARMUPS[key["warmup"]], s["steps"]
-        )
-        c.diagnostics.every = s["every"]
-        return c
-
-    runs = common.run_grid(results, keys, make_config, entropy, os.path.join(out, "runs"))
     rows = []
     for run in runs:
         series = _series(run)
         early = series[1][1] if len(series) > 1 else math.nan
         rows.append(
             [
-                run["scheme"],
+                run["scheme"] + (f" {run['ffn']}" if "ffn" in run else ""),
                 f"{run['layers']}L-{run['layers']}L",
                 run["warmup"],
                 early,
@@ -93,10 +95,49 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     table = report.markdown_table(header, rows)
     if entropy is not None:
         table = f"Unigram entropy of the validation targets: {entropy:.3f} nats.\n\n" + table
-    paths = [results.path, report.write_table(out, NAME, table), _plot(runs, schemes, s, out)]
+    paths = [results.path, report.write_table(out, NAME, table), _plot(runs, schemes, gated, out)]
     print(table)
     print("wrote " + ", ".join(paths))
     return results.payload
+
+
+def run_keys(setting: str) -> list[dict[str, Any]]:
+    """The setting's runs: ``{"scheme", "layers", "warmup"}`` each (gated: warm-up "none"
+    only, and ``"ffn"``, a :data:`FFNS` name)."""
+    gated = setting == "gated"
+    return [
+        {"scheme": scheme, "layers": n, "warmup": w} | ({"ffn": ffn} if gated else {})
+        for w in (["none"] if gated else WARMUPS)
+        for scheme in _schemes(setting)
+        for ffn in (FFNS if gated else [None])
+        for n in SETTINGS[setting]["depths"]
+    ]
+
+
+def run_config(
+    base: ml_collections.ConfigDict, setting: str, key: dict[str, Any]
+) -> ml_collections.ConfigDict:
+    """``base`` for one run of ``setting``: the key's scheme, depth, warm-up (at the paper's
+    peak learning rate) and FFN, the model update measured every few updates."""
+    s = SETTINGS[setting]
+    c = common.with_run(
+        base, key["scheme"], key["layers"], common.PAPER_LR, WARMUPS[key["warmup"]], s["steps"]
+    )
+    c.diagnostics.every = s["every"]
+    if "ffn" in key:
+        c.model.activation, c.model.ffn_dim = FFNS[key["ffn"]]
+    return c
+
+
+def _base_config(setting: str):
+    """common.base_config's (the gated setting: the quick setting's model and data)."""
+    return common.base_config("quick" if setting == "gated" else setting)
+
+
+def _schemes(setting: str) -> list[str]:
+    return {"smoke": ["post_ln", "deepnorm"], "gated": ["deepnorm", "subln"]}.get(
+        setting, list(common.SCHEMES)
+    )
 
 
 def _series(run: dict[str, Any]) -> list[tuple[int, float]]:
@@ -104,26 +145,29 @@ def _series(run: dict[str, Any]) -> list[tuple[int, float]]:
     return [(r["step"], r["model_update"]) for r in run["diagnostics"]]
 
 
-def _plot(runs: list[dict[str, Any]], schemes: list[str], s: dict[str, Any], out: str) -> str:
+def _plot(runs: list[dict[str, Any]], schemes: list[str], gated: bool, out: str) -> str:
+    """ΔF over updates: a column per scheme, a row per warm-up (gated: per FFN kind), a curve
+    per depth."""
+    rows = [("ffn", f) for f in FFNS] if gated else [("warmup", w) for w in WARMUPS]
     plt = report.pyplot()
     fig, axes = plt.subplots(
-        len(WARMUPS),
+        len(rows),
         len(schemes),
-        figsize=(3.2 * len(schemes), 2.6 * len(WARMUPS)),
+        figsize=(3.2 * len(schemes), 2.6 * len(rows)),
         sharex=True,
         sharey=True,
         squeeze=False,
     )
-    for row, warmup in enumerate(WARMUPS):
+    for row, (field, value) in enumerate(rows):
         for col, scheme in enumerate(schemes):
             ax = axes[row][col]
             for run in runs:
-                if run["scheme"] == scheme and run["warmup"] == warmup:
+                if run["scheme"] == scheme and run.get(field) == value:
                     steps, values = zip(*_series(run)[1:], strict=True)
                     ax.plot(steps, values, label=f"{run['layers']}L-{run['layers']}L")
             ax.set_yscale("log")
-            ax.set_title(f"{scheme}, warm-up: {warmup}", fontsize=9)
-            if row == len(WARMUPS) - 1:
+            ax.set_title(f"{scheme}, {field.replace('warmup', 'warm-up')}: {value}", fontsize=9)
+            if row == len(rows) - 1:
                 ax.set_xlabel("updates")
             if col == 0:
                 ax.set_ylabel("model update ΔF")

@@ -26,7 +26,13 @@ import ml_collections
 from deepnet_jax.common.tokens import PAD_ID
 from deepnet_jax.model import masks
 from deepnet_jax.model.config import TransformerConfig, default_config, validate
-from deepnet_jax.model.embeddings import OutputProjection, PositionEmbedding, TokenEmbedding, embed
+from deepnet_jax.model.embeddings import (
+    OutputProjection,
+    PositionEmbedding,
+    TokenEmbedding,
+    embed,
+    rotary_positions,
+)
 from deepnet_jax.model.stacks import Side, StackInputs, apply_layers
 
 __all__ = [
@@ -73,9 +79,9 @@ class Encoder(nn.Module):
         if c.zero_padding_embeddings:
             x = x * (tokens_BS != PAD_ID)[:, :, None].astype(x.dtype)
         side = Side(c, "encoder", has_cross=False, deterministic=deterministic)
-        return apply_layers(
-            self, side, StackInputs(x, masks.self_mask(tokens_BS, segment_ids, causal=False))
-        )
+        self_mask = masks.self_mask(tokens_BS, segment_ids, causal=False)
+        rope = rotary_positions(c, tokens_BS, positions)
+        return apply_layers(self, side, StackInputs(x, self_mask, positions=rope))
 
 
 class Decoder(nn.Module):
@@ -122,7 +128,13 @@ class Decoder(nn.Module):
         )
         side = Side(c, "decoder", has_cross=self.has_cross, deterministic=deterministic)
         inputs = StackInputs(
-            x, self_mask, enc_out_BSD, enc_mask, cache=cache, cache_index=cache_index
+            x,
+            self_mask,
+            enc_out_BSD,
+            enc_mask,
+            positions=rotary_positions(c, tokens_BT, positions),
+            cache=cache,
+            cache_index=cache_index,
         )
         return apply_layers(self, side, inputs)
 
@@ -302,17 +314,18 @@ def init_cache(
 ) -> dict[str, dict[str, jax.Array]]:
     """Zeroed decoding cache laid out like the scanned parameters (layers first).
 
-    ``{"self": {"k", "v"}}`` each [M, B, max_decode_len, H, K] and, for an encoder-decoder,
-    ``{"cross": {"k", "v"}}`` each [M, B, src_len, H, K] (M decoder layers, compute dtype).
+    ``{"self": {"k", "v"}}`` each [M, B, max_decode_len, N, K] and, for an encoder-decoder,
+    ``{"cross": {"k", "v"}}`` each [M, B, src_len, N, K] (M decoder layers, N = kv heads,
+    compute dtype).
     """
     if config.arch == "encoder":
         raise ValueError("model.arch='encoder' has no decoder to decode with")
     if max_decode_len > config.max_len:
         raise ValueError(f"decoding length {max_decode_len} exceeds model.max_len={config.max_len}")
-    M, H, K = config.num_decoder_layers, config.num_heads, config.head_dim
+    M, N, K = config.num_decoder_layers, config.kv_heads, config.head_dim
 
     def zeros(length: int) -> dict[str, jax.Array]:
-        shape = (M, batch_size, length, H, K)
+        shape = (M, batch_size, length, N, K)
         return {
             "k": jnp.zeros(shape, config.compute_dtype),
             "v": jnp.zeros(shape, config.compute_dtype),

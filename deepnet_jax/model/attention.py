@@ -15,8 +15,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from deepnet_jax.model import rotary
 from deepnet_jax.model.config import TransformerConfig
-from deepnet_jax.model.sublayers import Projection, dropout, layer_norm, record_input_norm
+from deepnet_jax.model.sublayers import Projection, dropout, normalization, record_input_norm
 
 
 class MultiHeadAttention(nn.Module):
@@ -24,6 +25,14 @@ class MultiHeadAttention(nn.Module):
 
     Inputs: queries ``x_q`` [B, T, D], keys/values ``x_kv`` [B, S, D] and a boolean ``mask``
     broadcastable to [B, H, T, S] (True = may attend). Output [B, T, D].
+
+    Keys and values have ``config.kv_heads`` heads N (``num_kv_heads``; logical axis
+    ``kv_heads``): query head h attends with kv head h // (H/N) (grouped-query attention,
+    Ainslie et al. 2023; N = 1 multi-query, N = H multi-head), and a decoding cache holds N
+    heads. ``config.qk_norm`` normalizes q and k per head before the dot product
+    (``q_norm``/``k_norm``, scale [K]); ``rotary`` (self-attention under
+    ``positions="rope"``) then rotates them by ``positions``, the queries' positions [B|1, T]
+    (:mod:`deepnet_jax.model.rotary`; the keys computed in the call share them).
 
     ``dropout_key`` seeds the attention-probability dropout (required unless deterministic).
 
@@ -43,6 +52,7 @@ class MultiHeadAttention(nn.Module):
     inner_norm: bool = False
     deterministic: bool = True
     fuse_qkv: bool = False
+    rotary: bool = False
 
     @nn.compact
     def __call__(
@@ -54,10 +64,11 @@ class MultiHeadAttention(nn.Module):
         *,
         cache: dict[str, jax.Array] | None = None,
         cache_index: jax.Array | None = None,
+        positions: jax.Array | None = None,
     ) -> jax.Array | tuple[jax.Array, dict[str, jax.Array]]:
         """Attend from ``x_q`` to ``x_kv``; with a ``cache``, also return the updated cache.
 
-        Cached decoding (``cache`` = {"k", "v"}, each [B, S_max, H, K]) has three modes:
+        Cached decoding (``cache`` = {"k", "v"}, each [B, S_max, N, K]) has three modes:
 
         * self-attention step (``cache_index`` given): the keys/values of ``x_kv`` [B, T, D]
           are written at positions ``cache_index`` … ``cache_index + T − 1`` and the queries
@@ -68,13 +79,17 @@ class MultiHeadAttention(nn.Module):
         """
         c = self.config
         D, H, K = c.d_model, c.num_heads, c.head_dim
+        if self.rotary and positions is None:
+            raise ValueError("rotary attention needs the queries' positions")
 
         def proj_in(name: str, gain: float) -> Projection:
+            queries = name == "q_proj"
+            heads, axis = (H, "heads") if queries else (c.kv_heads, "kv_heads")
             return Projection(
                 (D,),
-                (H, K),
+                (heads, K),
                 ("embed",),
-                ("heads", "kv"),
+                (axis, "kv"),
                 c,
                 gain,
                 tag=name,
@@ -97,15 +112,17 @@ class MultiHeadAttention(nn.Module):
                 name="qkv_proj",
             )(x_q)
             q_BTHK, k_BSHK, v_BSHK = (qkv_BT3HK[:, :, i] for i in range(3))
+            k_BSHK = self._position_keys(k_BSHK, positions)
         else:
             q_BTHK = proj_in("q_proj", 1.0)(x_q)
+        q_BTHK = self._position(self._qk_norm("q_norm", q_BTHK), positions)
         if x_kv is None:
             if cache is None:
                 raise ValueError("attention without x_kv needs a cache holding keys and values")
             k_BSHK, v_BSHK = cache["k"], cache["v"]
         else:
             if not self.fuse_qkv:
-                k_BSHK = proj_in("k_proj", 1.0)(x_kv)
+                k_BSHK = self._position_keys(proj_in("k_proj", 1.0)(x_kv), positions)
                 v_BSHK = proj_in("v_proj", self.value_gain)(x_kv)
             if cache is not None and cache_index is not None:
                 start = (0, cache_index, 0, 0)
@@ -135,7 +152,7 @@ class MultiHeadAttention(nn.Module):
             B, T = out_BTHK.shape[:2]
             out_BTD = out_BTHK.reshape(B, T, D)
             record_input_norm(self, "inner_attn_ln", out_BTD)
-            out_BTD = layer_norm(c, "inner_attn_ln")(out_BTD)
+            out_BTD = normalization(c, "inner_attn_ln")(out_BTD)
             out_BTHK = out_BTD.reshape(B, T, H, K)
         out_BTD = Projection(
             (H, K),
@@ -151,6 +168,25 @@ class MultiHeadAttention(nn.Module):
             return out_BTD
         return out_BTD, {"k": k_BSHK, "v": v_BSHK}
 
+    def _qk_norm(self, name: str, x_BTHK: jax.Array) -> jax.Array:
+        """``model.qk_norm``: x normalized over head_dim per head (one scale [K] shared by the
+        heads; Dehghani et al. 2023, "Scaling ViT to 22B"), else x."""
+        if not self.config.qk_norm:
+            return x_BTHK
+        return normalization(self.config, name, axis_name="kv")(x_BTHK)
+
+    def _position(self, x_BTHK: jax.Array, positions: jax.Array | None) -> jax.Array:
+        """x rotated by its positions [B|1, T] (rotary attention), else x."""
+        if not self.rotary:
+            return x_BTHK
+        cos, sin = rotary.angles(positions, self.config.head_dim, self.config.rope_theta)
+        return rotary.rotate(x_BTHK, cos, sin)
+
+    def _position_keys(self, k_BSHK: jax.Array, positions: jax.Array | None) -> jax.Array:
+        """Keys computed in this call: normalized (qk_norm), then rotated like the queries
+        (self-attention: they sit at the queries' positions)."""
+        return self._position(self._qk_norm("k_norm", k_BSHK), positions)
+
     def _reference_attention(
         self,
         q_BTHK: jax.Array,
@@ -161,19 +197,25 @@ class MultiHeadAttention(nn.Module):
     ) -> jax.Array:
         """softmax(q·kᵀ/√K + mask)·v [B, T, H, K] with float32 logits and softmax, dropout on
         the probabilities; masked logits are float32's lowest value (a row with no visible key
-        averages every value uniformly)."""
+        averages every value uniformly). Keys and values [B, S, N, K] with N = kv heads: query
+        head h reads kv head h // (H/N) (grouped-query attention; N = H: multi-head)."""
         c = self.config
-        logits_BHTS = jnp.einsum(
-            "bthk,bshk->bhts", q_BTHK, k_BSHK, preferred_element_type=jnp.float32
+        B, T, H, K = q_BTHK.shape
+        N = k_BSHK.shape[2]
+        q_BTNGK = q_BTHK.reshape(B, T, N, H // N, K)
+        logits_BNGTS = jnp.einsum(
+            "btngk,bsnk->bngts", q_BTNGK, k_BSHK, preferred_element_type=jnp.float32
         )
-        logits_BHTS = logits_BHTS * (c.head_dim**-0.5)
+        logits_BHTS = logits_BNGTS.reshape(B, H, T, -1) * (c.head_dim**-0.5)
         if mask is not None:
             logits_BHTS = jnp.where(mask, logits_BHTS, jnp.finfo(jnp.float32).min)
         probs_BHTS = jax.nn.softmax(logits_BHTS, axis=-1).astype(c.compute_dtype)
         probs_BHTS = dropout(
             probs_BHTS, c.attention_dropout, dropout_key, self.deterministic, c.dropout_rng
         )
-        return jnp.einsum("bhts,bshk->bthk", probs_BHTS, v_BSHK.astype(c.compute_dtype))
+        probs_BNGTS = probs_BHTS.reshape(B, N, H // N, T, -1)
+        out_BTNGK = jnp.einsum("bngts,bsnk->btngk", probs_BNGTS, v_BSHK.astype(c.compute_dtype))
+        return out_BTNGK.reshape(B, T, H, K)
 
 
 def fuse_qkv_params(params: Any) -> Any:

@@ -20,8 +20,11 @@ from deepnet_jax.model.remat import AUTO, POLICIES
 
 ARCHS = constants.ARCHS
 SCHEMES = ("post_ln", "pre_ln", "deepnorm", "subln", "dlcl_pre", "dlcl_post")
-ACTIVATIONS = ("relu", "gelu")
-POSITIONS = ("sinusoidal", "learned")
+ACTIVATIONS = ("relu", "gelu", "swiglu", "geglu")
+GATED_ACTIVATIONS = ("swiglu", "geglu")  # gated FFNs: fc2(φ(x·W_gate) ⊙ x·W_fc1)
+POSITIONS = ("sinusoidal", "learned", "rope")
+NORMS = ("layernorm", "rmsnorm")
+DEEPNORM_VARIANTS = ("paper", "glm")
 ATTENTION_IMPLS = ("reference", "xla", "cudnn")
 DROPOUT_RNGS = ("hash", "jax")
 DLCL_WEIGHTS = ("learnable", "fix_one", "fix_avg")
@@ -66,7 +69,11 @@ class TransformerConfig:
         0.0, "on the FFN hidden activation", low=0, high=1, high_open=True
     )
     activation: str = field(
-        "relu", "FFN nonlinearity (relu: the papers' fairseq runs)", choices=ACTIVATIONS
+        "relu",
+        "FFN nonlinearity: relu (the papers' fairseq runs), gelu, or a gated FFN "
+        "fc2(φ(x·W_gate) ⊙ x·W_fc1) with φ = SiLU (swiglu) or GELU (geglu); ffn_dim is the "
+        "hidden width of either kind (a gated FFN at the plain one's parameters: ⅔·ffn_dim)",
+        choices=ACTIVATIONS,
     )
     max_len: int = field(
         256,
@@ -75,7 +82,13 @@ class TransformerConfig:
         low=1,
     )
     positions: str = field(
-        "sinusoidal", "sinusoidal (fixed, fairseq) or learned", choices=POSITIONS
+        "sinusoidal",
+        "sinusoidal (fixed, fairseq), learned, or rope (rotary: q and k of self-attention "
+        "rotated by position, nothing added to the embeddings; docs/blocks.md)",
+        choices=POSITIONS,
+    )
+    rope_theta: float = field(
+        10000.0, "rope only: base of the rotary frequencies θ^(-2i/K)", low=1, low_open=True
     )
     tie_embeddings: bool = field(False, "output projection = input embedding transposed")
     share_embeddings: bool = field(False, "encdec only: one embedding for source and target")
@@ -87,7 +100,30 @@ class TransformerConfig:
         low_open=True,
         high_open=True,
     )
-    use_bias: bool = field(True, "biases in every projection (as fairseq/torchscale)")
+    use_bias: bool = field(
+        True, "biases in every projection and LayerNorm (as fairseq/torchscale); False: none"
+    )
+    num_kv_heads: int = field(
+        0,
+        "key/value heads: 0 = num_heads (multi-head), 1 (multi-query) or a divisor of "
+        "num_heads (grouped-query: num_heads/num_kv_heads query heads share one key/value head)",
+        low=0,
+    )
+    norm: str = field(
+        "layernorm",
+        "every norm a scheme places (post-, pre-, Sub-LN's inner and final norms): layernorm "
+        "or rmsnorm (x/√(mean(x²)+ε)·g, no centring, no bias)",
+        choices=NORMS,
+    )
+    qk_norm: bool = field(
+        False, "normalize q and k per head (over head_dim, model.norm) before the dot product"
+    )
+    deepnorm_variant: str = field(
+        "paper",
+        "deepnorm only: paper (DeepNet's α, β) or glm (GLM-130B's α = (2N)^(1/2), "
+        "β = (2N)^(-1/2); encoder or decoder only)",
+        choices=DEEPNORM_VARIANTS,
+    )
     scan_layers: bool = field(True, "nn.scan over depth (False: a Python loop, for comparison)")
     scan_group_size: int = field(
         0,
@@ -171,6 +207,15 @@ class TransformerConfig:
         return self.d_model // self.num_heads
 
     @property
+    def kv_heads(self) -> int:
+        """Key/value heads (``num_kv_heads``, 0 meaning ``num_heads``)."""
+        return self.num_kv_heads or self.num_heads
+
+    @property
+    def gated_ffn(self) -> bool:
+        return self.activation in GATED_ACTIVATIONS
+
+    @property
     def compute_dtype(self):
         return DTYPES[self.dtype]
 
@@ -181,7 +226,9 @@ class TransformerConfig:
     def side_constants(self, side: str) -> tuple[float, float]:
         """(α, init gain) of one side ("encoder" or "decoder") under this config's scheme."""
         if self.scheme == "deepnorm":
-            k = constants.deepnorm(self.arch, self.num_encoder_layers, self.num_decoder_layers)
+            k = constants.deepnorm(
+                self.arch, self.num_encoder_layers, self.num_decoder_layers, self.deepnorm_variant
+            )
             return k[side]["alpha"], k[side]["beta"]
         if self.scheme == "subln":
             k = constants.subln(self.arch, self.num_encoder_layers, self.num_decoder_layers)
@@ -226,6 +273,35 @@ def _validate_relations(c: ml_collections.ConfigDict) -> None:
         _fail("num_heads", c.num_heads, f"must divide model.d_model={c.d_model}")
     if c.positions == "sinusoidal" and c.d_model % 2:
         _fail("d_model", c.d_model, "must be even with positions='sinusoidal'")
+    if c.positions == "rope" and (c.d_model // c.num_heads) % 2:
+        _fail(
+            "num_heads",
+            c.num_heads,
+            f"positions='rope' rotates pairs of features: head_dim = d_model/num_heads = "
+            f"{c.d_model // c.num_heads} must be even",
+        )
+    if c.num_kv_heads and c.num_heads % c.num_kv_heads:
+        _fail("num_kv_heads", c.num_kv_heads, f"must divide model.num_heads={c.num_heads}")
+    if c.fused_qkv and c.num_kv_heads not in (0, c.num_heads):
+        _fail(
+            "fused_qkv",
+            True,
+            f"the fused [d_model, 3, heads, head_dim] kernel needs as many key/value heads as "
+            f"query heads, not num_kv_heads={c.num_kv_heads}; set model.fused_qkv=False",
+        )
+    if c.deepnorm_variant != "paper" and c.scheme != "deepnorm":
+        _fail(
+            "deepnorm_variant",
+            c.deepnorm_variant,
+            f"applies to scheme='deepnorm' only, not {c.scheme!r}; set it to 'paper'",
+        )
+    if c.deepnorm_variant == "glm" and c.arch == "encdec":
+        _fail(
+            "deepnorm_variant",
+            "glm",
+            "GLM-130B's constants are for one stack (arch encoder or decoder); the "
+            "encoder-decoder has only the paper's",
+        )
     if c.share_embeddings and c.arch != "encdec":
         _fail("share_embeddings", True, f"only arch='encdec' has two embeddings, not {c.arch!r}")
     if c.attention_impl != "reference" and c.attention_dropout:

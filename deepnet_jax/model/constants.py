@@ -12,8 +12,13 @@ encoder-decoder, encoder   0.81·(N⁴·M)^(1/16)      0.87·(N⁴·M)^(-1/16)  
 encoder-decoder, decoder   (3M)^(1/4)              (12M)^(-1/4)             √(ln 3M)
 =========================  ======================  =======================  ====================
 
-α multiplies the residual in x ← LN(α·x + G(x)); β and γ are Xavier-normal gains of the FFN,
-value and output projections. Post-LN is DeepNorm with α = β = 1.
+α multiplies the residual in x ← LN(α·x + G(x)); β and γ are Xavier-normal gains of the FFN's
+fc1 and fc2 (a gated FFN's gate keeps gain 1: docs/blocks.md), value and output projections.
+Post-LN is DeepNorm with α = β = 1.
+
+GLM-130B (Zeng et al. 2023, its code's DeepNorm) uses α = (2N)^(1/2) and β = (2N)^(-1/2) for its
+one stack of N layers instead of DeepNet's (2N)^(1/4) and (8N)^(-1/4) (``variant="glm"``): the
+residual is weighted more and the branches start smaller; it has no encoder-decoder form.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import math
 import numbers
 
 ARCHS = ("encoder", "decoder", "encdec")
+DEEPNORM_VARIANTS = ("paper", "glm")
 
 
 def _is_depth(n: object) -> bool:
@@ -42,15 +48,23 @@ def _check_depths(arch: str, num_encoder_layers: int, num_decoder_layers: int) -
 
 
 def deepnorm(
-    arch: str, num_encoder_layers: int = 0, num_decoder_layers: int = 0
+    arch: str, num_encoder_layers: int = 0, num_decoder_layers: int = 0, variant: str = "paper"
 ) -> dict[str, dict[str, float]]:
-    """DeepNorm residual weight α and init gain β for each side of ``arch``.
+    """DeepNorm residual weight α and init gain β for each side of ``arch`` (``variant``
+    "paper": DeepNet's table above; "glm": GLM-130B's, one stack only).
 
     Returns e.g. ``{"encoder": {"alpha": a, "beta": b}, "decoder": {"alpha": a, "beta": b}}``
     with only the sides the architecture has.
     """
     _check_depths(arch, num_encoder_layers, num_decoder_layers)
     N, M = num_encoder_layers, num_decoder_layers
+    if variant not in DEEPNORM_VARIANTS:
+        raise ValueError(f"variant={variant!r} is not one of {', '.join(DEEPNORM_VARIANTS)}")
+    if variant == "glm":
+        if arch == "encdec":
+            raise ValueError("the glm variant has no encoder-decoder constants (one stack only)")
+        L = N if arch == "encoder" else M
+        return {arch: {"alpha": (2 * L) ** 0.5, "beta": (2 * L) ** -0.5}}
     if arch == "encoder":
         return {"encoder": {"alpha": (2 * N) ** 0.25, "beta": (8 * N) ** -0.25}}
     if arch == "decoder":

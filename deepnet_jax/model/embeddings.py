@@ -127,6 +127,26 @@ def embed(
     positions_BT: jax.Array | None = None,
 ) -> jax.Array:
     """E[tokens]·√d (E[tokens] without ``scale_embedding``) + P[positions] (P[0:T] by
-    default; row p + ``position_offset`` of the table), then dropout: [B, T] → [B, T, D]."""
-    x_BTD = token_embedding(tokens_BT) + positions(tokens_BT.shape[1], positions_BT)
+    default; row p + ``position_offset`` of the table; nothing under ``positions="rope"``,
+    whose positions rotate q and k inside self-attention), then dropout: [B, T] → [B, T, D]."""
+    x_BTD = token_embedding(tokens_BT)
+    if config.positions == "rope":
+        if tokens_BT.shape[1] > config.max_len:
+            raise ValueError(
+                f"sequence length {tokens_BT.shape[1]} exceeds model.max_len={config.max_len}"
+            )
+    else:
+        x_BTD = x_BTD + positions(tokens_BT.shape[1], positions_BT)
     return Dropout(config.dropout, config.dropout_rng)(x_BTD, deterministic)
+
+
+def rotary_positions(
+    config: TransformerConfig, tokens_BT: jax.Array, positions_BT: jax.Array | None
+) -> jax.Array | None:
+    """The positions rotary self-attention reads: ``positions_BT`` (packed rows, decoding) or
+    0 … T−1 [1, T]; None when ``config.positions`` is not "rope"."""
+    if config.positions != "rope":
+        return None
+    if positions_BT is not None:
+        return positions_BT
+    return jnp.arange(tokens_BT.shape[1], dtype=jnp.int32)[None]

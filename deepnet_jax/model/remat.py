@@ -45,7 +45,7 @@ import jax
 import numpy as np
 
 # Names tagged with ``checkpoint_name`` inside each layer, saved by the "qkv_fc1" policy.
-SAVED_NAMES = ("q_proj", "k_proj", "v_proj", "qkv_proj", "fc1")
+SAVED_NAMES = ("q_proj", "k_proj", "v_proj", "qkv_proj", "fc1", "gate")
 # model.remat_policy → the jax.checkpoint policy of each layer (None: no remat)
 POLICIES = {
     "none": None,

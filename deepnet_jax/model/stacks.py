@@ -43,7 +43,7 @@ import numpy as np
 
 from deepnet_jax.model import remat
 from deepnet_jax.model.config import TransformerConfig
-from deepnet_jax.model.sublayers import DIAGNOSTICS, constrain, layer_norm
+from deepnet_jax.model.sublayers import DIAGNOSTICS, constrain, normalization
 from deepnet_jax.model.transformer_layer import TransformerLayer, residual_scheme
 
 
@@ -81,6 +81,8 @@ class StackInputs:
       self_mask: self-attention mask [B|1, 1, T|1, T] (None: none).
       enc_out, enc_mask: the encoder output [B, S, D] and its mask [B, 1, 1|T, S], for
         cross-attention (None: none, or read from the cache while decoding).
+      positions: the positions of x's tokens [B|1, T], for rotary self-attention (None: the
+        model has no rotary positions).
       keys: one dropout key per layer [L, …] (None: no dropout fires).
       cache, cache_index: a decoding cache stacked over layers ([L, B, …] leaves, see
         ``architectures.init_cache``) and the position this call writes (None: no decoding).
@@ -90,13 +92,15 @@ class StackInputs:
     self_mask: jax.Array | None
     enc_out: jax.Array | None = None
     enc_mask: jax.Array | None = None
+    positions: jax.Array | None = None
     keys: jax.Array | None = None
     cache: dict | None = None
     cache_index: jax.Array | None = None
 
     def attention_inputs(self) -> tuple:
-        """``(self_mask, enc_out, enc_mask)``: what every layer reads besides x."""
-        return self.self_mask, self.enc_out, self.enc_mask
+        """``(self_mask, enc_out, enc_mask, positions)``: what every layer reads besides x
+        (the same for every layer)."""
+        return self.self_mask, self.enc_out, self.enc_mask, self.positions
 
     def key(self, i: int) -> jax.Array | None:
         return None if self.keys is None else self.keys[i]
@@ -146,7 +150,7 @@ def apply_layers(owner: nn.Module, side: Side, inputs: StackInputs) -> jax.Array
     inputs = dataclasses.replace(inputs, keys=keys)
     x_BTD, new_cache = KINDS[stack_kind(owner, side, inputs)](owner, side, inputs)
     if has_final_norm(side.config):
-        x_BTD = layer_norm(side.config, "layer_norm")(x_BTD)
+        x_BTD = normalization(side.config, "layer_norm")(x_BTD)
     x_BTD = constrain(x_BTD)
     return x_BTD if inputs.cache is None else (x_BTD, new_cache)
 
@@ -174,7 +178,7 @@ def _scanned(owner: nn.Module, side: Side, inputs: StackInputs) -> tuple[jax.Arr
         _layer_class(side.config, scanned=True),
         variable_axes={"params": 0, DIAGNOSTICS: 0},  # instruments: one entry per layer
         split_rngs={"params": True, "dropout": True},
-        in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, 0, 0, nn.broadcast),
+        in_axes=(nn.broadcast,) * 4 + (0, 0, nn.broadcast),
         length=side.num_layers,
         metadata_params={nn.PARTITION_NAME: "layers"},
     )
@@ -238,19 +242,19 @@ def _grouped(owner: nn.Module, side: Side, inputs: StackInputs) -> tuple[jax.Arr
 
 
 def _scan_layers(fn: Callable, length: int) -> Callable:
-    """``fn(layer, x, self_mask, enc_out, enc_mask, key)`` scanned ``length`` times over the
-    layer's (already created) parameters and the keys."""
+    """``fn(layer, x, self_mask, enc_out, enc_mask, positions, key)`` scanned ``length`` times
+    over the layer's (already created) parameters and the keys."""
     return nn.scan(
         fn,
         variable_axes={"params": 0},
         split_rngs={"params": False},  # apply only: the parameters exist already
-        in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, 0),
+        in_axes=(nn.broadcast,) * 4 + (0,),
         length=length,
     )
 
 
-def _one_layer(layer: nn.Module, x, self_mask, enc_out, enc_mask, key):
-    return layer(x, self_mask, enc_out, enc_mask, key)  # (x, None): carry, no output
+def _one_layer(layer: nn.Module, x, self_mask, enc_out, enc_mask, positions, key):
+    return layer(x, self_mask, enc_out, enc_mask, positions, key)  # (x, None): carry, no output
 
 
 def _group(n: int, in_scan: bool) -> Callable:
@@ -314,13 +318,13 @@ def _dlcl(owner: nn.Module, side: Side, inputs: StackInputs) -> tuple[jax.Array,
     layer_cls = _layer_class(config, scanned=False)
 
     def push(y: jax.Array, k: int) -> jax.Array:
-        return layer_norm(config, f"history_layer_norm_{k}")(y) if pre and use_ln else y
+        return normalization(config, f"history_layer_norm_{k}")(y) if pre and use_ln else y
 
     def combine(history: list[jax.Array], row: int) -> jax.Array:
         w = W[row, : row + 1].astype(config.compute_dtype)
         x = jnp.einsum("k,kbtd->btd", w, jnp.stack(history))
         if not pre:  # eq. 9
-            x = layer_norm(config, f"combine_layer_norm_{row}")(x)
+            x = normalization(config, f"combine_layer_norm_{row}")(x)
         return constrain(x)
 
     history, per_layer = [push(inputs.x, 0)], []

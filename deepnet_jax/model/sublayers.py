@@ -9,6 +9,7 @@ applied afterwards. Parameters are stored in ``config.param_dtype`` and cast to
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -130,14 +131,29 @@ class Dropout(nn.Module):
         return dropout(x, self.rate, self.make_rng("dropout"), False, self.rng)
 
 
-def layer_norm(config: TransformerConfig, name: str, axis_name: str = "norm") -> nn.LayerNorm:
-    """LayerNorm over the last axis with float32 statistics; scale/bias on ``axis_name``."""
+def normalization(
+    config: TransformerConfig, name: str, axis_name: str = "norm"
+) -> nn.LayerNorm | nn.RMSNorm:
+    """The config's norm over the last axis, float32 statistics, its scale (and bias) on logical
+    axis ``axis_name``: ``model.norm="layernorm"`` (x − mean)/√(var + ε)·g + b (b only with
+    ``use_bias``), ``"rmsnorm"`` x/√(mean(x²) + ε)·g (Zhang & Sennrich 2019), ε =
+    ``layernorm_eps``."""
+    scale_init = nn.with_logical_partitioning(nn.initializers.ones, (axis_name,))
+    if config.norm == "rmsnorm":
+        return nn.RMSNorm(
+            epsilon=config.layernorm_eps,
+            dtype=config.compute_dtype,
+            param_dtype=config.storage_dtype,
+            scale_init=scale_init,
+            name=name,
+        )
     return nn.LayerNorm(
         epsilon=config.layernorm_eps,
         dtype=config.compute_dtype,
         param_dtype=config.storage_dtype,
+        use_bias=config.use_bias,
         use_fast_variance=False,
-        scale_init=nn.with_logical_partitioning(nn.initializers.ones, (axis_name,)),
+        scale_init=scale_init,
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (axis_name,)),
         name=name,
     )
@@ -224,12 +240,25 @@ class Projection(nn.Module):
         return init, nn.initializers.zeros
 
 
-class FeedForward(nn.Module):
-    """Position-wise FFN: x [B, T, D] → fc2(φ(fc1(x))) [B, T, D].
+_ACTIVATION_FNS = {
+    "relu": jax.nn.relu,
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),
+    "swiglu": jax.nn.silu,  # Swish with β = 1 (Shazeer 2020, "GLU Variants")
+    "geglu": functools.partial(jax.nn.gelu, approximate=False),
+}
 
-    ``gain`` is the Xavier gain of ``fc1`` and ``fc2``; ``inner_norm`` adds Sub-LN's
-    ``ffn_layernorm`` on the hidden activation before ``fc2`` (Magneto eq. 4). ``dropout_key``
-    seeds the activation dropout (required unless deterministic).
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: x [B, T, D] → [B, T, D].
+
+    Plain (``activation`` relu, gelu): fc2(φ(fc1(x))). Gated (swiglu, geglu; Shazeer 2020):
+    fc2(φ(gate(x)) ⊙ fc1(x)), φ = SiLU or GELU, every projection [D, F] or [F, D] with F =
+    ``ffn_dim``. ``gain`` is the Xavier gain of ``fc1`` and ``fc2``; a gated FFN's ``gate``
+    keeps gain 1, as attention's q and k do (its input to a nonlinearity that multiplies the
+    linear path: docs/blocks.md derives why β on fc1 and fc2 bounds the update as DeepNet's
+    Theorem 4.2 does for the plain FFN). ``inner_norm`` adds Sub-LN's ``ffn_layernorm`` on the
+    hidden activation before ``fc2`` (Magneto eq. 4). ``dropout_key`` seeds the activation
+    dropout (required unless deterministic).
     """
 
     config: TransformerConfig
@@ -240,16 +269,21 @@ class FeedForward(nn.Module):
     @nn.compact
     def __call__(self, x_BTD: jax.Array, dropout_key: jax.Array | None = None) -> jax.Array:
         c = self.config
-        h_BTF = Projection(
-            (c.d_model,), (c.ffn_dim,), ("embed",), ("mlp",), c, self.gain, tag="fc1", name="fc1"
-        )(x_BTD)
-        h_BTF = (
-            jax.nn.relu(h_BTF) if c.activation == "relu" else jax.nn.gelu(h_BTF, approximate=False)
-        )
+
+        def up(name: str, gain: float) -> Projection:
+            return Projection(
+                (c.d_model,), (c.ffn_dim,), ("embed",), ("mlp",), c, gain, tag=name, name=name
+            )
+
+        phi = _ACTIVATION_FNS[c.activation]
+        if c.gated_ffn:
+            h_BTF = phi(up("gate", 1.0)(x_BTD)) * up("fc1", self.gain)(x_BTD)
+        else:
+            h_BTF = phi(up("fc1", self.gain)(x_BTD))
         h_BTF = dropout(h_BTF, c.activation_dropout, dropout_key, self.deterministic, c.dropout_rng)
         if self.inner_norm:
             record_input_norm(self, "ffn_layernorm", h_BTF)
-            h_BTF = layer_norm(c, "ffn_layernorm", axis_name="mlp")(h_BTF)
+            h_BTF = normalization(c, "ffn_layernorm", axis_name="mlp")(h_BTF)
         return Projection(
             (c.ffn_dim,), (c.d_model,), ("mlp",), ("embed",), c, self.gain, name="fc2"
         )(h_BTF)

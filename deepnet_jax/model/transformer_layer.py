@@ -28,7 +28,7 @@ from deepnet_jax.model.sublayers import (
     FeedForward,
     constrain,
     dropout,
-    layer_norm,
+    normalization,
     record_input_norm,
 )
 
@@ -52,7 +52,9 @@ class TransformerLayer(nn.Module):
       carry_output: return ``(x, None)`` instead of ``x`` (the ``nn.scan`` convention).
 
     Call: ``layer(x [B,T,D], self_mask [B|1,1,T|1,T], enc_out [B,S,D] | None,
-    enc_mask [B,1,1|T,S] | None, dropout_key, cache=None, cache_index=None)``.
+    enc_mask [B,1,1|T,S] | None, positions [B|1,T] | None, dropout_key, cache=None,
+    cache_index=None)``; ``positions`` (of x's tokens) are read by rotary self-attention
+    (``positions="rope"``) only, which needs them.
 
     With a ``cache`` ({"self": {"k", "v"}, "cross": {"k", "v"}}, see
     ``MultiHeadAttention``) the layer decodes incrementally: this call's self-attention keys and
@@ -78,6 +80,7 @@ class TransformerLayer(nn.Module):
         self_mask: jax.Array | None,
         enc_out_BSD: jax.Array | None = None,
         enc_mask: jax.Array | None = None,
+        positions: jax.Array | None = None,
         dropout_key: jax.Array | None = None,
         cache: dict[str, dict[str, jax.Array]] | None = None,
         cache_index: jax.Array | None = None,
@@ -105,22 +108,30 @@ class TransformerLayer(nn.Module):
 
             if scheme in ("pre_ln", "subln"):
                 record_input_norm(self, norm, x)
-                y = x + branch(layer_norm(c, norm)(x))
+                y = x + branch(normalization(c, norm)(x))
             else:  # post_ln (α = 1) and deepnorm: α scales the residual, not G(x)
                 z = alpha * x + branch(x)
                 record_input_norm(self, norm, z)
-                y = layer_norm(c, norm)(z)
+                y = normalization(c, norm)(z)
             return constrain(y)
 
         def attend(module: MultiHeadAttention, h, kv, mask, i: int, slot: str, index):
             if cache is None:
-                return module(h, kv, mask, key(i))
-            out, new_cache[slot] = module(h, kv, mask, key(i), cache=cache[slot], cache_index=index)
+                return module(h, kv, mask, key(i), positions=positions)
+            out, new_cache[slot] = module(
+                h, kv, mask, key(i), cache=cache[slot], cache_index=index, positions=positions
+            )
             return out
 
         x_BTD = constrain(x_BTD)
         self_attn = MultiHeadAttention(
-            c, gain, inner, self.deterministic, fuse_qkv=c.fused_qkv, name="self_attn"
+            c,
+            gain,
+            inner,
+            self.deterministic,
+            fuse_qkv=c.fused_qkv,
+            rotary=c.positions == "rope",
+            name="self_attn",
         )
         x_BTD = sublayer(
             x_BTD,

@@ -318,6 +318,11 @@ ADDED_FIELDS: dict[str, Any] = {
     "model.init": "paper",
     "memory_budget_gb": 0.0,
     "data.min_len": 2,
+    "model.rope_theta": 10000.0,
+    "model.num_kv_heads": 0,
+    "model.norm": "layernorm",
+    "model.qk_norm": False,
+    "model.deepnorm_variant": "paper",
 }
 
 

@@ -7,29 +7,34 @@ matrix multiplications count, a backward pass costs twice the forward pass (trai
 recomputing.
 
 Forward FLOPs, a multiply-add being 2 FLOPs, with d = d_model, F = ffn_dim, V = vocab_size,
-B rows, T = target (decoder / MLM input) length and S = source length, on the padded batch
-shapes (the work the step really does, padding included):
+r = kv heads / heads (1 for multi-head attention, 1/H multi-query), g = 2 FFN matrices (relu,
+gelu) or 3 (the gated swiglu, geglu), B rows, T = target (decoder / MLM input) length and S =
+source length, on the padded batch shapes (the work the step really does, padding included):
 
-* per token of a self-attention layer: the q, k, v, out projections 4·2d², the FFN 2·2dF, and
-  the attention scores QKᵀ plus the weighted sum PV, 2·2·L·d over the L keys of its row. The full
-  L×L score matrix is computed (causal and padding masks are applied to it, not skipped), so
-  causal attention is *not* halved;
+* per token of a self-attention layer: the q and out projections 2·2d², the k and v
+  projections 2·2d²·r, the FFN g·2dF, and the attention scores QKᵀ plus the weighted sum PV,
+  2·2·L·d over the L keys of its row (grouped-query attention shares keys, not dot products).
+  The full L×L score matrix is computed (causal and padding masks are applied to it, not
+  skipped), so causal attention is *not* halved;
 * per target token of an encoder-decoder decoder layer, cross-attention adds q and out
   projections 2·2d² and scores + weighted sum 2·2·S·d over the source, and the k, v
-  projections of the encoder output cost 2·2d² per *source* token (recomputed in every layer);
+  projections of the encoder output cost 2·2d²·r per *source* token (recomputed in every layer);
 * the vocabulary projection, 2·d·V per output position (all T positions, MLM included; tied or
   not, it is a d×V matmul).
 
-So, with N encoder and M decoder layers:
+So, with N encoder and M decoder layers and P = 4d²(1 + r) + 2g·dF per token:
 
-    encoder:  N · B·L_enc · (8d² + 4dF + 4·L_enc·d)       L_enc = S (encdec) or T (encoder)
-    decoder:  M · B·T · (8d² + 4dF + 4·T·d)
-    cross:    M · (B·T · (4d² + 4·S·d) + B·S · 4d²)       encdec only
+    encoder:  N · B·L_enc · (P + 4·L_enc·d)              L_enc = S (encdec) or T (encoder)
+    decoder:  M · B·T · (P + 4·T·d)
+    cross:    M · (B·T · (4d² + 4·S·d) + B·S · 4d²·r)   encdec only
     output:   2 · B·T · d·V
     train step = 3 × (encoder + decoder + cross + output)
 
+(r = 1, g = 2: 8d² + 4dF, the papers' layer.)
+
 Not counted (each O(d) per token or smaller, against the O(d² + dF) matmuls): embedding
-lookups, positions, LayerNorm, softmax, biases, activations, dropout, residual scaling, DLCL's
+lookups, positions (rotary ones included), norms (qk_norm's too), softmax, biases, activations
+and the gate's product, dropout, residual scaling, DLCL's
 weighted layer combination (2·l·d per token before layer l), the loss and the optimizer update.
 Those are a few percent of XLA's own count at small widths and vanish as d grows.
 """
@@ -43,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from deepnet_jax.model.config import TransformerConfig
+from deepnet_jax.model.config import GATED_ACTIVATIONS, TransformerConfig
 
 ModelConfig = ml_collections.ConfigDict | TransformerConfig
 
@@ -78,20 +83,38 @@ def _layer_shapes(model_config: ModelConfig) -> tuple[int, int, int]:
     return model_config.d_model, model_config.ffn_dim, model_config.vocab_size
 
 
+def _kv_ratio(model_config: ModelConfig) -> float:
+    """r: key/value heads over query heads (``num_kv_heads``, 0 meaning all)."""
+    return (model_config.num_kv_heads or model_config.num_heads) / model_config.num_heads
+
+
+def _ffn_matrices(model_config: ModelConfig) -> int:
+    """g: the FFN's d×F matrices, 3 for a gated FFN (gate, fc1, fc2), else 2."""
+    return 3 if model_config.activation in GATED_ACTIVATIONS else 2
+
+
+def _layer_matmul_flops(model_config: ModelConfig) -> float:
+    """P: a self-attention layer's projection and FFN FLOPs per token, 4d²(1 + r) + 2g·dF."""
+    d, f, _ = _layer_shapes(model_config)
+    return 4 * d * d * (1 + _kv_ratio(model_config)) + 2 * _ffn_matrices(model_config) * d * f
+
+
 def matmul_params(model_config: ModelConfig) -> int:
     """Number of weights that enter matrix multiplications: Σ of the projection kernels.
 
-    Per encoder layer 4d² + 2dF (attention q, k, v, out; FFN), per decoder layer the same plus
-    4d² for cross-attention in ``encdec``, and d·V for the vocabulary projection (the embedding
-    table itself when embeddings are tied). Embedding lookups, biases and norms are excluded.
+    Per encoder layer 2d²(1 + r) + g·dF (attention q, out and k, v at r = kv heads / heads;
+    the FFN's g matrices), per decoder layer the same plus 2d²(1 + r) for cross-attention in
+    ``encdec``, and d·V for the vocabulary projection (the embedding table itself when
+    embeddings are tied). Embedding lookups, biases and norms are excluded.
     For a decoder-only model, forward FLOPs ≈ 2 · matmul_params · tokens + attention scores.
 
     ``model_config``: the ``ml_collections.ConfigDict`` of ``deepnet_jax.default_config()`` or a
     ``TransformerConfig`` (any object with its fields).
     """
     d, f, v = _layer_shapes(model_config)
-    layer = 4 * d * d + 2 * d * f
-    cross = 4 * d * d if model_config.arch == "encdec" else 0
+    attn = round(2 * d * d * (1 + _kv_ratio(model_config)))
+    layer = attn + _ffn_matrices(model_config) * d * f
+    cross = attn if model_config.arch == "encdec" else 0
     return (
         model_config.num_encoder_layers * layer
         + model_config.num_decoder_layers * (layer + cross)
@@ -149,10 +172,11 @@ def forward_flops(model_config: ModelConfig, batch_shapes: Mapping[str, Sequence
     ``sequence_shapes`` for the keys ``batch_shapes`` needs.
     """
     B, T, S = sequence_shapes(model_config, batch_shapes)
-    d, f, v = _layer_shapes(model_config)
+    d, _, v = _layer_shapes(model_config)
+    per_token = _layer_matmul_flops(model_config)
 
-    def self_attention_layers(layers: int, rows: int, length: int) -> int:
-        return layers * rows * length * (8 * d * d + 4 * d * f + 4 * length * d)
+    def self_attention_layers(layers: int, rows: int, length: int) -> float:
+        return layers * rows * length * (per_token + 4 * length * d)
 
     n_enc, n_dec = model_config.num_encoder_layers, model_config.num_decoder_layers
     if model_config.arch == "encoder":
@@ -160,7 +184,7 @@ def forward_flops(model_config: ModelConfig, batch_shapes: Mapping[str, Sequence
     elif model_config.arch == "decoder":
         total = self_attention_layers(n_dec, B, T)
     else:
-        cross = B * T * (4 * d * d + 4 * S * d) + B * S * 4 * d * d
+        cross = B * T * (4 * d * d + 4 * S * d) + B * S * 4 * d * d * _kv_ratio(model_config)
         total = self_attention_layers(n_enc, B, S) + self_attention_layers(n_dec, B, T)
         total += n_dec * cross
     return float(total + 2 * B * T * d * v)

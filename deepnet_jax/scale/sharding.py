@@ -3,7 +3,8 @@
 The mesh has three axes: ``data`` (pure data parallelism), ``fsdp`` (data parallelism with
 parameters and optimizer state sharded, ZeRO-3 style) and ``tensor`` (Megatron-style splitting
 of heads and the FFN width). Every parameter carries logical axis names (``layers``, ``embed``,
-``heads``, ``kv``, ``qkv``, ``mlp``, ``vocab``, ``norm``, ``positions``); ``LOGICAL_AXIS_RULES``
+``heads``, ``kv_heads``, ``kv``, ``qkv``, ``mlp``, ``vocab``, ``norm``, ``positions``);
+``LOGICAL_AXIS_RULES``
 maps them to mesh axes in priority order (flax skips a rule whose mesh axis an earlier dimension
 of the same array already uses), and activations are constrained to ``(batch, length, embed)`` at
 block boundaries.
@@ -35,6 +36,7 @@ LOGICAL_AXES = (
     "length",
     "embed",
     "heads",
+    "kv_heads",
     "kv",
     "qkv",
     "mlp",
@@ -48,6 +50,7 @@ DEFAULT_RULES = {
     "batch": "data,fsdp",  # rows of a batch: data parallel over data × fsdp
     "embed": "fsdp",  # d_model dimension of parameters: ZeRO-3 sharding over fsdp
     "heads": "tensor",  # attention heads: Megatron tensor parallelism
+    "kv_heads": "tensor",  # key/value heads (grouped-query attention): with the query heads
     "mlp": "tensor",  # FFN width: tensor parallelism
     "vocab": "tensor",  # vocabulary of embeddings and output projection
     "length": "",  # sequence positions (no sequence parallelism)
@@ -212,11 +215,36 @@ def abstract_parameters(
         boxed = jax.eval_shape(init_variables)["params"]
         specs = nn.get_partition_spec(boxed)
         param_shardings = nn.logical_to_mesh_sharding(specs, mesh, rules)
+        _check_divisible(_strip_metadata(boxed), specs, param_shardings, mesh)
         return jax.tree.map(
             lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
             _strip_metadata(boxed),
             param_shardings,
         )
+
+
+def _check_divisible(params: Any, specs: Any, shardings: Any, mesh: jax.sharding.Mesh) -> None:
+    """One-line error for the first parameter dimension the rules split over mesh axes whose
+    size does not divide it (e.g. 2 key/value heads over tensor=4), naming the logical axis
+    and its rule to change."""
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    for (path, leaf), names, sh in zip(
+        flat, jax.tree.leaves(specs, is_leaf=_is_spec), jax.tree.leaves(shardings), strict=True
+    ):
+        for dim, (size, axes) in enumerate(zip(leaf.shape, sh.spec, strict=False)):
+            axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+            split = int(np.prod([mesh.shape[a] for a in axes]))
+            if size % split:
+                name = names[dim]
+                raise ValueError(
+                    f"parameter {'/'.join(_names(path))} has {size} along logical axis "
+                    f"{name!r}, which mesh.rules.{name}={','.join(axes)!r} splits {split} "
+                    f"ways; choose sizes it divides or set mesh.rules.{name}='' (replicated)"
+                )
+
+
+def _is_spec(x: Any) -> bool:
+    return isinstance(x, PartitionSpec)
 
 
 def sharded_state(

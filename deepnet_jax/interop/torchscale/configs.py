@@ -29,6 +29,7 @@ from typing import Any
 import ml_collections
 from absl import logging
 
+from deepnet_jax.interop.torchscale import state_dict
 from deepnet_jax.model import architectures
 from deepnet_jax.model.config import ARCHS
 
@@ -306,12 +307,12 @@ def torchscale_args_from_config(config: ml_collections.ConfigDict) -> dict[str, 
     """The torchscale config keywords (plus fairseq's ``*_learned_pos``) of a model config:
     ``EncoderConfig(**args)`` (or Decoder/EncoderDecoder) builds the same model, given
     torchscale's ``PositionalEmbedding`` (learned) or fairseq's sinusoids. Refuses what torchscale
-    lacks: DLCL, models without biases, sinusoids that do not start at position 2."""
+    lacks: DLCL, models without biases, the blocks beyond the papers' (RMSNorm, grouped-query
+    attention, QK-norm, rotary positions, gated FFNs: ``state_dict.check_torchscale_has``),
+    sinusoids that do not start at position 2."""
     c = config
     architectures.validate(c)
-    if c.scheme.startswith("dlcl") or not c.use_bias:
-        what = "DLCL" if c.use_bias else "projections without biases (model.use_bias=False)"
-        raise ValueError(f"model.scheme={c.scheme!r}: torchscale has no {what}")
+    state_dict.check_torchscale_has(c)
     if c.positions == "sinusoidal" and c.position_offset != POSITION_OFFSET:
         raise ValueError(
             f"model.position_offset={c.position_offset} with sinusoidal positions: torchscale "

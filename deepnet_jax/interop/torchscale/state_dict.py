@@ -157,13 +157,35 @@ def _table_entries(c: ml_collections.ConfigDict) -> list[Entry]:
     return [*tables, Entry(head, ("output_projection", "kernel"), "transpose", (V, D))]
 
 
+# (model field, its value torchscale 0.3.0's Encoder/Decoder has, what torchscale lacks)
+_TORCHSCALE_HAS = (
+    ("use_bias", True, "models without biases (its projections and LayerNorms all have them)"),
+    ("norm", "layernorm", "RMSNorm in its Encoder/Decoder"),
+    ("num_kv_heads", (0, "num_heads"), "grouped-query attention (its k/v have every head)"),
+    ("qk_norm", False, "QK-norm"),
+    ("positions", ("sinusoidal", "learned"), "rotary positions (its relative positions: xPos)"),
+    ("activation", ("relu", "gelu"), "gated FFNs in its Encoder/Decoder"),
+    ("deepnorm_variant", "paper", "GLM-130B's DeepNorm constants"),
+)
+
+
+def check_torchscale_has(c: ml_collections.ConfigDict) -> None:
+    """One-line ``ValueError`` naming the first field of model config ``c`` whose value
+    torchscale 0.3.0's Encoder/Decoder/EncoderDecoder cannot express (DLCL, the blocks beyond
+    the papers'), so that an export fails before anything is converted."""
+    if c.scheme.startswith("dlcl"):
+        raise ValueError(f"model.scheme={c.scheme!r}: torchscale has no DLCL models")
+    for name, allowed, lacks in _TORCHSCALE_HAS:
+        values = allowed if isinstance(allowed, tuple) else (allowed,)
+        values = tuple(c.num_heads if v == "num_heads" else v for v in values)
+        if c[name] not in values:
+            raise ValueError(f"model.{name}={c[name]!r}: torchscale has no {lacks}")
+
+
 def entries(c: ml_collections.ConfigDict) -> list[Entry]:
     """Every torchscale tensor of a model built from ``c`` (a validated model config whose
     scheme torchscale has: post_ln, pre_ln, deepnorm or subln), in state-dict order."""
-    if c.scheme.startswith("dlcl"):
-        raise ValueError(f"model.scheme={c.scheme!r}: torchscale has no DLCL models")
-    if not c.use_bias:
-        raise ValueError("model.use_bias=False: torchscale's projections all have biases")
+    check_torchscale_has(c)
     sides = {"encoder": ["encoder"], "decoder": ["decoder"], "encdec": ["encoder", "decoder"]}
     out = _table_entries(c)
     for side in sides[c.arch]:
