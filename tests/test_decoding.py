@@ -95,10 +95,23 @@ def _sequence_log_probs(model, params, src, hypotheses):
     return [float(sum(logp[i, t, y] for t, y in enumerate(ys))) for i, ys in enumerate(hypotheses)]
 
 
-@pytest.mark.parametrize("form, alpha", [("fairseq", 1.0), ("gnmt", 0.6)])
-def test_beam_search_finds_brute_force_best(form, alpha):
+MODERN = {  # the modern blocks (docs/blocks.md): rotary positions in the cached steps too
+    "positions": "rope",
+    "activation": "swiglu",
+    "num_kv_heads": 2,
+    "norm": "rmsnorm",
+    "qk_norm": True,
+}
+
+
+@pytest.mark.parametrize(
+    "form, alpha, blocks",
+    [("fairseq", 1.0, {}), ("gnmt", 0.6, {}), ("fairseq", 1.0, MODERN)],
+    ids=["fairseq", "gnmt", "fairseq-modern-blocks"],
+)
+def test_beam_search_finds_brute_force_best(form, alpha, blocks):
     """Vocab 4 (pad 0, BOS-as-word 1, EOS 2, word 3), at most 3 tokens: 7 hypotheses."""
-    cfg = tiny_config("encdec", "deepnorm", vocab_size=4, d_model=16, ffn_dim=32)
+    cfg = tiny_config("encdec", "deepnorm", vocab_size=4, d_model=16, ffn_dim=32, **blocks)
     model = architectures.build(cfg)
     src = jnp.asarray([[3, 1, 3, 2]], jnp.int32)
     params = init_params(model, "encdec", src, seed=7)

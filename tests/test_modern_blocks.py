@@ -21,6 +21,7 @@ from deepnet_jax.model.attention import MultiHeadAttention
 from deepnet_jax.model.config import SCHEMES, TransformerConfig
 from deepnet_jax.model.sublayers import FeedForward
 from deepnet_jax.model.transformer_layer import TransformerLayer
+from deepnet_jax.training import memory_plan
 
 # one block at a time, and all of them together (the modern decoder's block)
 BLOCKS = {
@@ -264,3 +265,14 @@ def test_ffn_output_variance_at_init_is_the_derived_value(scheme, activation):
         assert want == pytest.approx(gain**2 * one)
     elif activation != "gelu":  # ReLU is homogeneous, a gated FFN's gate keeps gain 1: β²·β²
         assert want == pytest.approx(gain**4 * one, rel=1e-9)
+
+
+@pytest.mark.parametrize("arch", ["decoder", "encdec"])
+def test_planner_decode_cache_is_init_caches_size(arch):
+    for kv in (0, 2, 1):
+        cfg = tiny_config(arch, "deepnorm", num_kv_heads=kv, dtype="bfloat16")
+        tc = TransformerConfig.from_config(cfg)
+        cache = architectures.init_cache(tc, 1, 24, 24 if arch == "encdec" else None)
+        want = sum(a.nbytes for a in jax.tree.leaves(cache))
+        assert memory_plan.decode_cache_bytes(cfg, 24) == want
+    assert memory_plan.decode_cache_bytes(tiny_config("encoder", "deepnorm"), 24) == 0

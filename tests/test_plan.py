@@ -44,6 +44,9 @@ def test_planner_on_the_1000_layer_model():
     )
     assert plan["temporaries"] == memory["temp_size_in_bytes"] > 0
     assert "per device:" in proc.stdout and "compiled in" in proc.stdout
+    # 500 decoder layers × (target + source positions) × k, v × 8 heads × 64 × 2 bytes (bf16)
+    assert plan["decode_cache"] == 500 * (2 * 256) * 2 * 8 * 64 * 2
+    assert "decoding cache (keys and values), one sequence of 256 tokens" in proc.stdout
 
 
 def test_planner_rejects_a_mesh_that_does_not_match():

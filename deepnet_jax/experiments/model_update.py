@@ -102,15 +102,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def run_keys(setting: str) -> list[dict[str, Any]]:
-    """The setting's runs: ``{"scheme", "layers", "warmup"}`` each (gated: warm-up "none"
-    only, and ``"ffn"``, a :data:`FFNS` name)."""
+    """The setting's runs in the order they run: ``{"scheme", "layers", "warmup"}`` each
+    (gated: warm-up "none" only, and ``"ffn"``, a :data:`FFNS` name, both FFNs of a depth
+    one after the other)."""
     gated = setting == "gated"
     return [
         {"scheme": scheme, "layers": n, "warmup": w} | ({"ffn": ffn} if gated else {})
         for w in (["none"] if gated else WARMUPS)
         for scheme in _schemes(setting)
-        for ffn in (FFNS if gated else [None])
         for n in SETTINGS[setting]["depths"]
+        for ffn in (FFNS if gated else [None])  # each depth's pair together
     ]
 
 

@@ -40,6 +40,7 @@ from jax._src import config as jax_config  # the compilation cache switch as a c
 from deepnet_jax.data import batching, synthetic
 from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
+from deepnet_jax.model.config import DTYPES
 from deepnet_jax.scale import flops, hlo_census, roofline, sharding, targets
 from deepnet_jax.training import actions as train_actions
 from deepnet_jax.training import config as train_config
@@ -84,6 +85,7 @@ class Plan:
     xla_flops: float  # Compiled.cost_analysis()["flops"], per device, loop bodies once
     xla_bytes_accessed: float  # the same for "bytes accessed"
     expected_recompute: float | None  # program/model FLOPs the remat policy implies
+    decode_cache: int  # bytes of one sequence's decoding cache at the batch's length (0: none)
     collectives: dict[str, dict[str, int]]
     roofline: dict[str, Any] | None
     warnings: list[str]
@@ -97,6 +99,20 @@ def device_bytes(tree: Any) -> int:
         shape = leaf.sharding.shard_shape(leaf.shape)
         total += int(np.prod(shape, dtype=np.int64)) * leaf.dtype.itemsize
     return total
+
+
+def decode_cache_bytes(model_config: ml_collections.ConfigDict, length: int) -> int:
+    """Bytes of one sequence's decoding cache (``architectures.init_cache``'s layout): keys and
+    values of every decoder layer's kv heads (``num_kv_heads``, 0 meaning ``num_heads``) at
+    ``length`` target positions and, for an encoder-decoder, ``length`` source positions, in
+    the compute dtype; 0 for an encoder."""
+    m = model_config
+    if m.arch == "encoder":
+        return 0
+    positions = length * (2 if m.arch == "encdec" else 1)
+    kv_heads = m.num_kv_heads or m.num_heads
+    itemsize = np.dtype(DTYPES[m.dtype]).itemsize
+    return m.num_decoder_layers * positions * 2 * kv_heads * (m.d_model // m.num_heads) * itemsize
 
 
 def batch_shape(config: ml_collections.ConfigDict, row_multiple: int) -> tuple[int, int]:
@@ -296,6 +312,7 @@ def _plan(
         xla_flops=float(cost.get("flops", 0.0)),
         xla_bytes_accessed=float(cost.get("bytes accessed", 0.0)),
         expected_recompute=flops.remat_flops_ratio(config.model, shapes),
+        decode_cache=decode_cache_bytes(config.model, next(iter(shapes.values()))[1]),
         collectives={k: dataclasses.asdict(v) for k, v in moved.items()},
         roofline=dataclasses.asdict(roof) if roof else None,
         warnings=_warnings(not_aliased, hlo_census.unknown_loops(compiled_hlo), target),

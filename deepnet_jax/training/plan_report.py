@@ -93,5 +93,10 @@ def text(plan: Plan) -> str:
         *_collective_lines(plan),
         *_roofline_lines(plan),
     ]
+    if plan.decode_cache:
+        lines.append(
+            f"decoding cache (keys and values), one sequence of {plan.batch_shape[1]} tokens:"
+            f" {size(plan.decode_cache).strip()}"
+        )
     lines += [f"warning: {w}" for w in plan.warnings]
     return "\n".join(lines)
