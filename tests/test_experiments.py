@@ -16,6 +16,7 @@ from deepnet_jax.common.tokens import EOS_ID
 from deepnet_jax.data import corpus, pipeline, synthetic
 from deepnet_jax.experiments import (
     common,
+    dropout_gap,
     lr_tolerance,
     model_update,
     opening,
@@ -269,3 +270,23 @@ def test_model_update_gated_setting_pairs_each_depth_with_a_plain_and_a_gated_ff
     assert abs(3 * 88 - 2 * 128) / (2 * 128) < 0.04
     assert configs["relu"].optimizer.learning_rate == common.PAPER_LR
     assert configs["relu"].schedule.name == "constant"  # no warm-up
+
+
+def test_dropout_gap_smoke_scores_each_checkpoint_in_both_modes(tmp_path):
+    """Both checkpoints, both splits, both modes; dropout off is deterministic, so scoring
+    again gives the same figures, and dropout on differs from it (masks fire)."""
+    payload = dropout_gap.main(["--setting=smoke", f"--out={tmp_path}"])
+    results = payload["results"]
+    assert {(r["update"], r["split"], r["mode"]) for r in results} == {
+        (u, s, m)
+        for u in dropout_gap.SETTINGS["smoke"]
+        for s in ("train", "validation")
+        for m in dropout_gap.MODES
+    }
+    by = {(r["update"], r["split"], r["mode"]): r for r in results}
+    assert by[(2, "train", "dropout off")]["nll"] != by[(4, "train", "dropout off")]["nll"]
+    assert by[(4, "train", "dropout off")]["nll"] != by[(4, "train", "dropout on")]["nll"]
+    table = (tmp_path / "dropout_gap.md").read_text()
+    assert "| update | train, dropout off | train, dropout on |" in table
+    saved = json.loads((tmp_path / "dropout_gap.json").read_text())
+    assert saved["results"] == results

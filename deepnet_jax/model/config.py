@@ -94,7 +94,7 @@ class TransformerConfig:
     share_embeddings: bool = field(False, "encdec only: one embedding for source and target")
     layernorm_eps: float = field(
         1e-5,
-        "LayerNorm epsilon (PyTorch/fairseq default)",
+        "epsilon of every norm, LayerNorm or RMSNorm (1e-5: PyTorch/fairseq default)",
         low=0,
         high=1,
         low_open=True,

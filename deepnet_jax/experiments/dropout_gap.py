@@ -1,0 +1,124 @@
+"""Does a model's prediction depend on dropout? Each checkpoint of one run scored with dropout off
+(evaluation mode, as every reported figure) and on (the training's rates), on training and
+validation batches.
+
+The question comes from Post-LN on the main job (docs/reproduction.md, "It is dropout"): its
+validation NLL ends above the uniform level while its training NLL does not. A model whose
+predictions are the same in both modes scores alike; one that adapted to dropout's noise scores
+far worse with it off.
+
+=========  ============================================================  ====================
+setting    run                                                           scored checkpoints
+=========  ============================================================  ====================
+smoke      common's 16-32-2 Post-LN on the synthetic reversal task       2, 4
+           (one held-out set for both splits), dropout 0.1, 4 updates
+quick      the main job (configs/default.py) with Post-LN 6L-6L, seed    400, 1800
+           0, its 1,800 updates
+=========  ============================================================  ====================
+
+Each checkpoint is scored on the first :data:`BATCHES` batches of the training split (in its
+evaluation order) and of the validation split: token-weighted NLL and accuracy, teacher-forced,
+with ``deterministic`` True (dropout off) and False (dropout on, one mask per batch from a
+fixed key).
+
+Run: ``python -m deepnet_jax.experiments.dropout_gap --setting=quick --out=DIR``; writes
+``dropout_gap.json`` and ``dropout_gap.md``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+from typing import Any
+
+import jax
+import ml_collections
+
+from deepnet_jax.experiments import common, opening, report
+from deepnet_jax.runs import loading
+from deepnet_jax.training import config as train_config
+from deepnet_jax.training import data as train_data
+from deepnet_jax.training import steps
+
+NAME = "dropout_gap"
+SETTINGS = {"smoke": (2, 4), "quick": (400, 1800)}  # the checkpoints scored
+BATCHES = 8  # batches of each split scored
+MODES = {"dropout off": True, "dropout on": False}  # name → deterministic
+
+
+def base_config(setting: str) -> ml_collections.ConfigDict:
+    """The run: the main job with Post-LN 6L-6L (smoke: common's smoke model with dropout),
+    a checkpoint at every scored update, no validation or BLEU during training."""
+    last = SETTINGS[setting][-1]
+    if setting == "smoke":  # a constant 3e-3, so that the two checkpoints differ
+        c = common.with_run(common.base_config("smoke"), "post_ln", 2, 3e-3, 0, last)
+        c.model.dropout = 0.1
+    else:
+        c = common.main_job_config()
+        lr, warmup = c.optimizer.learning_rate, c.schedule.warmup_steps
+        c = common.with_run(c, "post_ln", 6, lr, warmup, last)
+    c.checkpoint_every = SETTINGS[setting][0]
+    c.max_to_keep = last // c.checkpoint_every
+    c.eval_every, c.decode.eval_sentences, c.final_split = 0, 0, ""
+    return c
+
+
+def score(run: loading.LoadedRun, batches: list[dict[str, Any]], deterministic: bool) -> dict:
+    """Token-weighted NLL and accuracy of ``run``'s parameters over ``batches``."""
+    loss_fn = jax.jit(steps.make_loss_fn(run.model, run.config.model.arch, 0.0), static_argnums=3)
+    total = {"nll_sum": 0.0, "weight": 0.0, "correct": 0.0}
+    for i, batch in enumerate(batches):
+        _, sums = loss_fn(run.params, batch, jax.random.key(i), deterministic)
+        for key in total:
+            total[key] += float(sums[key])
+    return {
+        "nll": total["nll_sum"] / total["weight"],
+        "accuracy": total["correct"] / total["weight"],
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Train the setting's run (again: a workdir from before is emptied), score its
+    checkpoints in both modes, write the results and the table; returns the results."""
+    args, config, out = opening.start(argv, NAME, base_config, tuple(SETTINGS))
+    os.makedirs(out, exist_ok=True)
+    workdir = os.path.join(out, "run")
+    common.train_once(config, workdir)
+    data = train_data.make_data(train_config.resolve(config), 1)
+    splits = {
+        split: list(itertools.islice(data.eval_batches(split), BATCHES))
+        for split in ("train", "validation")
+    }
+    results = []
+    for step in SETTINGS[args.setting]:
+        run = loading.load_run(workdir, step)
+        for split, batches in splits.items():
+            for mode, deterministic in MODES.items():
+                results.append({"update": step, "split": split, "mode": mode}
+                               | score(run, batches, deterministic))  # fmt: skip
+    with open(os.path.join(out, f"{NAME}.json"), "w") as f:
+        json.dump({"setting": args.setting, "results": results}, f, indent=1)
+    text = _table(results)
+    path = report.write_table(out, NAME, text)
+    print(text)
+    print(f"wrote {path}")
+    return {"results": results}
+
+
+def _table(results: list[dict[str, Any]]) -> str:
+    """A row per checkpoint, a column per (split, mode): NLL / accuracy."""
+    columns = [(s, m) for s in ("train", "validation") for m in MODES]
+    header = ["update"] + [f"{s}, {m}" for s, m in columns]
+    rows = []
+    for step in dict.fromkeys(r["update"] for r in results):
+        cell = {(r["split"], r["mode"]): r for r in results if r["update"] == step}
+        rows.append(
+            [step] + [f"{cell[c]['nll']:.2f} / {100 * cell[c]['accuracy']:.2f}%" for c in columns]
+        )
+    return "NLL / token accuracy, teacher-forced:\n\n" + report.markdown_table(header, rows) + "\n"
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
