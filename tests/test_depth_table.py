@@ -227,3 +227,17 @@ def test_modern_lm_setting_is_the_modern_config_at_its_tiny_width():
         "eval_bits_per_char", "validation bits per character", False
     )  # fmt: skip
     assert dtr.depth_label(100, {"lm": True}) == "100L"
+
+
+def test_the_recorded_recipe_names_a_schedule_other_than_inverse_sqrt():
+    """modern_lm's decay is recorded and reported; the quick setting's record is unchanged, so
+    its committed results file stays compatible."""
+    modern = depth_table._recipe(depth_table.base_config("modern_lm"))
+    assert modern["schedule"] == "polynomial"
+    note = dtr._recipe_note({"grid": depth_table.GRIDS["modern_lm"], **modern})
+    assert "100-update warm-up (then polynomial decay to the end)" in note
+    quick = depth_table._recipe(depth_table.base_config("quick"))
+    assert "schedule" not in quick
+    assert "(inverse square root)" in dtr._recipe_note(
+        {"grid": depth_table.GRIDS["quick"], **quick}
+    )

@@ -347,6 +347,8 @@ def _recipe(base: ml_collections.ConfigDict, with_rates: bool = True) -> dict[st
     recipe is started afresh); the learning rate and warm-up only ``with_rates`` (not for the
     ``recipe`` setting's grid, whose runs have their own)."""
     rates = {"lr": base.optimizer.learning_rate, "warmup": base.schedule.warmup_steps}
+    if base.schedule.name != "inverse_sqrt":  # recorded where it is not the settings' usual
+        rates["schedule"] = base.schedule.name
     return (rates if with_rates else {}) | {
         "updates": base.total_steps,
         "batch": base.data.batch_size if not base.data.max_tokens else base.data.max_tokens,

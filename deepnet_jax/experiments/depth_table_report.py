@@ -154,12 +154,21 @@ def _cell(grouped: dict, task: str, scheme: str, n: int, field: str) -> str:
     return cell_text(grouped[(task, scheme, n)], field) if (task, scheme, n) in grouped else ""
 
 
+_SCHEDULES = {  # what follows the warm-up, by schedule.name
+    "inverse_sqrt": "inverse square root",
+    "polynomial": "then polynomial decay to the end",
+    "linear": "then linear decay to the end",
+    "cosine": "then cosine decay to the end",
+    "constant": "then constant",
+}
+
+
 def _recipe_note(s: dict[str, Any]) -> str:
     if "recipes" in s["grid"]:
         rates = "the peak learning rates and warm-ups of each panel (inverse square root)"
     else:
         rates = f"peak learning rate {s['lr']:g} after a {s['warmup']}-update warm-up"
-        rates += " (inverse square root)"
+        rates += f" ({_SCHEDULES[s.get('schedule', 'inverse_sqrt')]})"
     return (
         f"One recipe for every cell: {rates}, {s['updates']} updates, batch {s['batch']}, "
         f"dropout {s['dropout']:g}, training curves logged every {s['log_every']} updates; "
