@@ -134,9 +134,9 @@ def with_run(
     steps: int,
 ) -> ml_collections.ConfigDict:
     """A copy of ``c`` for one run: N-layer encoder and decoder (those ``c``'s arch has) of
-    ``scheme``, peak
-    ``learning_rate`` after ``warmup_steps`` (0: constant from the first update). DLCL stacks
-    are unrolled (each layer reads every earlier one); the others are scanned."""
+    ``scheme``, peak ``learning_rate`` after ``warmup_steps`` (0: constant from the first
+    update). DLCL stacks are unrolled (each layer reads every earlier one); the others are
+    scanned."""
     c = ml_collections.ConfigDict(c.to_dict())
     c.model.scheme = scheme
     has = {"encoder": (layers, 0), "decoder": (0, layers), "encdec": (layers, layers)}
