@@ -19,7 +19,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from deepnet_jax.model import architectures
+from deepnet_jax.model import architectures, schemes
 from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.model.config import ARCHS, SCHEMES
 
@@ -65,16 +65,21 @@ def xla_flags(devices: int | None = None) -> str:
 
 ARCH_SCHEME = list(itertools.product(ARCHS, SCHEMES))
 FAST_SCHEMES = ("deepnorm", "subln")
+# The papers' schemes; those since DeepNet have their own default-run tests in every
+# architecture (tests/test_schemes_since_deepnet.py) and join the generic grids under -m slow.
+PAPER_SCHEMES = ("post_ln", "pre_ln", "deepnorm", "subln", "dlcl_pre", "dlcl_post")
 
 
 def arch_scheme_params(pairs=ARCH_SCHEME) -> list:
-    """``pairs`` as pytest params: every scheme on the encoder-decoder (it holds every layer
-    kind), the other architectures with DeepNorm and Sub-LN in the default run and with the
-    remaining schemes under ``-m slow`` (the same layer code behind other masks and losses)."""
-    return [
-        pytest.param(a, s, marks=() if a == "encdec" or s in FAST_SCHEMES else pytest.mark.slow)
-        for a, s in pairs
-    ]
+    """``pairs`` as pytest params: the papers' schemes on the encoder-decoder (it holds every
+    layer kind), the other architectures with DeepNorm and Sub-LN in the default run and with
+    the remaining schemes under ``-m slow`` (the same layer code behind other masks and
+    losses)."""
+    return [pytest.param(a, s, marks=() if _fast(a, s) else pytest.mark.slow) for a, s in pairs]
+
+
+def _fast(arch: str, scheme: str) -> bool:
+    return (arch == "encdec" and scheme in PAPER_SCHEMES) or scheme in FAST_SCHEMES
 
 
 def tiny_config(
@@ -87,7 +92,7 @@ def tiny_config(
     c.num_encoder_layers = 3 if arch in ("encoder", "encdec") else 0
     c.num_decoder_layers = 2 if arch in ("decoder", "encdec") else 0
     c.dropout = 0.0
-    if scheme.startswith("dlcl"):
+    if not schemes.get(scheme).scannable:
         c.scan_layers = False
     for key, value in overrides.items():
         c[key] = value

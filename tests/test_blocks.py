@@ -7,10 +7,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import tiny_config
+from conftest import PAPER_SCHEMES, tiny_config
 from flax.traverse_util import flatten_dict, unflatten_dict
 
-from deepnet_jax.model.config import SCHEMES, TransformerConfig
+from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.model.transformer_layer import TransformerLayer
 
 B, T, S = 2, 5, 6
@@ -145,6 +145,18 @@ def randomize_norms(params, rng):
     return unflatten_dict(flat)
 
 
+def layer_inputs(d_model, side, has_cross, rng):
+    """A layer's inputs: x [B, T, D], its self-attention mask (causal on the decoder side),
+    the encoder output [B, S, D] (with cross-attention) and its mask (row 1: 2 padded keys)."""
+    x = rng.normal(0, 1, (B, T, d_model)).astype(np.float32)
+    enc = rng.normal(0, 1, (B, S, d_model)).astype(np.float32) if has_cross else None
+    causal = np.tril(np.ones((T, T), bool))[None, None]
+    self_mask = causal if side == "decoder" else np.ones((1, 1, 1, T), bool)
+    enc_mask = np.ones((B, 1, 1, S), bool)
+    enc_mask[1, ..., -2:] = False
+    return x, self_mask, enc, enc_mask
+
+
 def layer_setup(scheme, side, has_cross, **overrides):
     arch = "encdec"
     cfg = TransformerConfig.from_config(
@@ -152,21 +164,13 @@ def layer_setup(scheme, side, has_cross, **overrides):
     )
     layer = TransformerLayer(cfg, side=side, has_cross=has_cross)
     rng = np.random.default_rng(0)
-    x = rng.normal(0, 1, (B, T, cfg.d_model)).astype(np.float32)
-    enc = rng.normal(0, 1, (B, S, cfg.d_model)).astype(np.float32) if has_cross else None
-    self_mask = (
-        np.tril(np.ones((T, T), bool))[None, None]
-        if side == "decoder"
-        else np.ones((1, 1, 1, T), bool)
-    )
-    enc_mask = np.ones((B, 1, 1, S), bool)
-    enc_mask[1, ..., -2:] = False
+    x, self_mask, enc, enc_mask = layer_inputs(cfg.d_model, side, has_cross, rng)
     variables = layer.init(jax.random.key(1), x, self_mask, enc, enc_mask)
     params = randomize_norms(jax.tree.map(np.asarray, nn.unbox(variables["params"])), rng)
     return cfg, layer, params, x, self_mask, enc, enc_mask
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("scheme", PAPER_SCHEMES)  # the others: test_schemes_since_deepnet.py
 @pytest.mark.parametrize("side, has_cross", [("encoder", False), ("decoder", True)])
 def test_layer_matches_formula(scheme, side, has_cross):
     cfg, layer, params, x, self_mask, enc, enc_mask = layer_setup(scheme, side, has_cross)

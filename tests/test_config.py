@@ -7,7 +7,7 @@ from conftest import tiny_config
 from deepnet_jax.model import architectures
 
 BAD = [
-    (dict(scheme="admin"), r"model\.scheme='admin'.*'post_ln', 'pre_ln', 'deepnorm', 'subln'"),
+    (dict(scheme="t_fixup"), r"model\.scheme='t_fixup'.*'post_ln', 'pre_ln', 'deepnorm', 'subln'"),
     (dict(arch="t5"), r"model\.arch='t5'.*'encoder', 'decoder', 'encdec'"),
     (dict(num_heads=5), r"model\.num_heads=5.*must divide model\.d_model=32"),
     (dict(num_encoder_layers=0), r"model\.num_encoder_layers=0.*integer >= 1"),

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from deepnet_jax.data import synthetic
-from deepnet_jax.experiments import common, depth_table, thousand_layers
+from deepnet_jax.experiments import common, depth_table, lr_tolerance, model_update, thousand_layers
 from deepnet_jax.experiments import depth_table_report as dtr
+from deepnet_jax.model import architectures
 
 
 def test_smoke_end_to_end_and_a_second_shard_adds_to_the_same_file(tmp_path):
@@ -87,6 +88,31 @@ def test_grids_hold_every_cell_the_issue_names():
     assert {(k["lr"], k["warmup"]) for k in keys} == {
         (depth_table.RECIPE.lr, depth_table.RECIPE.warmup)
     }
+
+
+def test_since_deepnet_setting_is_quicks_recipe_for_the_new_schemes_seed_by_seed():
+    base = depth_table.base_config("since_deepnet")
+    quick = depth_table.base_config("quick")
+    assert base.to_dict() == quick.to_dict()  # the same recipe, task and model as quick's rows
+    keys = depth_table.keys("since_deepnet", base)
+    assert len(keys) == len(common.SINCE_DEEPNET) * 2 * 3
+    assert {k["scheme"] for k in keys} == set(common.SINCE_DEEPNET)
+    assert [k["seed"] for k in keys] == [s for s in (0, 1, 2) for _ in range(16)]
+    # within a seed: the scanned schemes by depth, then DenseFormer's unrolled stacks
+    assert [(k["scheme"], k["layers"]) for k in keys[14:16]] == [
+        ("denseformer", 6),
+        ("denseformer", 18),
+    ]
+    configs = [depth_table.make_config(base, k) for k in keys[:16]]
+    assert [c.model.scan_layers for c in configs] == [True] * 14 + [False] * 2
+    for c in configs:  # every accepted config is a valid model
+        architectures.build(c.model)
+    for experiment in (model_update, lr_tolerance):  # the other instruments' rows
+        assert experiment.SETTINGS["since_deepnet"]
+    assert {k["scheme"] for k in model_update.run_keys("since_deepnet")} == set(
+        common.SINCE_DEEPNET
+    )
+    assert lr_tolerance.SETTINGS["since_deepnet"]["schemes"] == list(common.SINCE_DEEPNET)
 
 
 def test_one_recipe_every_synthetic_run_differs_only_in_task_scheme_depth_and_seed():

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from conftest import (
     ARCH_SCHEME,
+    PAPER_SCHEMES,
     arch_scheme_params,
     built,
     init_params,
@@ -135,7 +136,10 @@ def test_sequence_longer_than_max_len_is_rejected():
         model.init(jax.random.key(0), random_tokens((1, 9), cfg.vocab_size))
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize(
+    "scheme",
+    [s if s in PAPER_SCHEMES else pytest.param(s, marks=pytest.mark.slow) for s in SCHEMES],
+)
 def test_dropout_changes_train_mode_only(scheme):
     cfg, model, params = built(
         "encdec", scheme, dropout=0.3, attention_dropout=0.1, activation_dropout=0.1

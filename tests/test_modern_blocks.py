@@ -11,7 +11,15 @@ import numpy as np
 import pytest
 from conftest import arch_scheme_params, init_params, jit_apply, random_tokens, tiny_config
 from flax.traverse_util import flatten_dict
-from test_blocks import B, S, T, attention, randomize_norms, reference_layer, rope
+from test_blocks import (
+    B,
+    T,
+    attention,
+    layer_inputs,
+    randomize_norms,
+    reference_layer,
+    rope,
+)
 from test_decoding import _incremental_logits
 
 from deepnet_jax.interop.torchscale import configs as torchscale_configs
@@ -50,12 +58,7 @@ def _layer(scheme, side, has_cross, blocks, pos_start=3):
     )
     layer = TransformerLayer(cfg, side=side, has_cross=has_cross)
     rng = np.random.default_rng(0)
-    x = rng.normal(0, 1, (B, T, cfg.d_model)).astype(np.float32)
-    enc = rng.normal(0, 1, (B, S, cfg.d_model)).astype(np.float32) if has_cross else None
-    causal = np.tril(np.ones((T, T), bool))[None, None]
-    self_mask = causal if side == "decoder" else np.ones((1, 1, 1, T), bool)
-    enc_mask = np.ones((B, 1, 1, S), bool)
-    enc_mask[1, ..., -2:] = False
+    x, self_mask, enc, enc_mask = layer_inputs(cfg.d_model, side, has_cross, rng)
     # packed-row-like positions that do not start at 0 (row 1 restarts mid-row)
     pos = np.stack([np.arange(T) + pos_start, np.r_[np.arange(2), np.arange(T - 2)]])
     pos = pos.astype(np.int32) if cfg.positions == "rope" else None

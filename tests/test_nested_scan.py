@@ -14,13 +14,13 @@ from conftest import init_params, model_args, random_tokens, tiny_config
 from test_training import small_config
 
 from deepnet_jax.decoding import search
-from deepnet_jax.model import architectures, remat
+from deepnet_jax.model import architectures, remat, schemes
 from deepnet_jax.model.config import SCHEMES, TransformerConfig
 from deepnet_jax.runs import metrics
 from deepnet_jax.training import train
 
 DROPOUTS = dict(dropout=0.2, attention_dropout=0.1, activation_dropout=0.1)
-SCANNED = [s for s in SCHEMES if not s.startswith("dlcl")]  # DLCL cannot scan
+SCANNED = [s for s in SCHEMES if schemes.get(s).scannable]  # DLCL, DenseFormer cannot scan
 ARCHS = ("encdec", "encoder", "decoder")
 
 
@@ -50,7 +50,15 @@ def _train_and_eval(model, arch, src, tgt):
 
 # Each scheme once and each arch once in the default run (the grouping is the same code for
 # every layer body); the other pairs under -m slow.
-FAST = {("encdec", "deepnorm"), ("encoder", "post_ln"), ("decoder", "subln"), ("decoder", "pre_ln")}
+# Mix-LN and LayerNorm Scaling read the layer index, which the groups slice like the keys.
+FAST = {
+    ("encdec", "deepnorm"),
+    ("encoder", "post_ln"),
+    ("decoder", "subln"),
+    ("decoder", "pre_ln"),
+    ("decoder", "mix_ln"),
+    ("encoder", "ln_scaling"),
+}
 
 
 @pytest.mark.parametrize(

@@ -106,6 +106,13 @@ def test_default_config_on_v5e_4():
         pytest.param("deepnorm", "full", 0, marks=pytest.mark.slow),
         ("deepnorm", "full", -1),
         pytest.param("pre_ln", "dots", -1, marks=pytest.mark.slow),
+        # the schemes since DeepNet under full remat: which keep the branch output (x + c·F)
+        ("deepscalelm", "full", 0),
+        ("peri_ln", "full", 0),
+        *(
+            pytest.param(s, "full", 0, marks=pytest.mark.slow)
+            for s in ("mix_ln", "ln_scaling", "rezero", "skipinit", "admin")
+        ),
     ],
 )
 def test_compiled_flops_are_the_analytic_count_with_remat_recompute(scheme, remat, group):
@@ -114,6 +121,8 @@ def test_compiled_flops_are_the_analytic_count_with_remat_recompute(scheme, rema
     padded shapes, so they agree exactly, not within a tolerance."""
     config = _decoder(6, remat)
     config.model.scheme, config.model.scan_group_size = scheme, group
+    if scheme == "deepscalelm":
+        config.model.activation = "relu"  # its init is ReLU's
     plan = _plan(config, "v5e-4")
     model = train_config.resolve(config).model
     shapes = {"inputs": plan.batch_shape}

@@ -9,6 +9,8 @@ import pytest
 from conftest import arch_scheme_params
 
 from configs import base as base_config
+from deepnet_jax.experiments.common import SINCE_DEEPNET
+from deepnet_jax.model import schemes
 from deepnet_jax.training import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,7 +26,7 @@ def small_config(arch: str, scheme: str, steps: int = 40):
     m.d_model, m.num_heads, m.ffn_dim, m.vocab_size, m.max_len = 32, 4, 64, 12, 16
     m.num_encoder_layers = 3 if arch != "decoder" else 0
     m.num_decoder_layers = 2 if arch != "encoder" else 0
-    m.scan_layers = not scheme.startswith("dlcl")
+    m.scan_layers = schemes.get(scheme).scannable
     c.data.max_len, c.data.batch_size = 12, 16
     c.optimizer.learning_rate = 3e-3
     c.schedule.warmup_steps = 10
@@ -40,6 +42,17 @@ def test_loss_falls(arch, scheme):
     # MLM on the reversal task learns the copy later than the other tasks (the masked-token
     # loss sits at the unigram entropy ln 7 (ids 5 … 11) until it does): it gets 120 steps.
     metrics = train.run(small_config(arch, scheme, steps=120 if arch == "encoder" else 40))
+    assert metrics["eval_loss"] < 0.85 * metrics["first_train_loss"], metrics
+
+
+@pytest.mark.parametrize("scheme", [*SINCE_DEEPNET, "dyt"])
+def test_schemes_since_deepnet_train(scheme):
+    """The schemes since DeepNet (their other architectures under -m slow in test_loss_falls):
+    the causal LM's loss falls in 40 updates; ``dyt``: Pre-LN with Dynamic Tanh."""
+    c = small_config("decoder", "pre_ln" if scheme == "dyt" else scheme)
+    if scheme == "dyt":
+        c.model.norm = "dyt"
+    metrics = train.run(c)
     assert metrics["eval_loss"] < 0.85 * metrics["first_train_loss"], metrics
 
 

@@ -42,12 +42,24 @@ import ml_collections
 import numpy as np
 
 from deepnet_jax.experiments.opening import SETTINGS
+from deepnet_jax.model import schemes
 from deepnet_jax.runs import metrics
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import data as train_data
 from deepnet_jax.training import train
 
 SCHEMES = ("post_ln", "pre_ln", "deepnorm", "subln")
+# the stability schemes since DeepNet (docs/schemes.md), in the experiments' own settings
+SINCE_DEEPNET = (
+    "mix_ln",
+    "peri_ln",
+    "ln_scaling",
+    "deepscalelm",
+    "rezero",
+    "skipinit",
+    "admin",
+    "denseformer",
+)
 PAPER_LR = 5e-4  # DeepNet Table 4 (IWSLT-14 De-En)
 PAPER_WARMUP = 4000  # warm-up updates, from 1e-7 (DeepNet Table 4)
 STUCK_MARGIN = 0.25  # nats: "stuck" = validation NLL >= unigram entropy - this
@@ -141,7 +153,7 @@ def with_run(
     c.model.scheme = scheme
     has = {"encoder": (layers, 0), "decoder": (0, layers), "encdec": (layers, layers)}
     c.model.num_encoder_layers, c.model.num_decoder_layers = has[c.model.arch]
-    c.model.scan_layers = not scheme.startswith("dlcl")  # DLCL reads every earlier layer
+    c.model.scan_layers = schemes.get(scheme).scannable  # DLCL reads every earlier layer
     c.optimizer.learning_rate = learning_rate
     if warmup_steps:
         c.schedule.name, c.schedule.warmup_steps = "inverse_sqrt", warmup_steps

@@ -38,7 +38,12 @@ quick      post_ln, pre_ln, deepnorm, subln × 6, 18,   reversal, reversal64    
 full       quick's, plus 12 and 200 layers             reversal, reversal64        3
 corpus     post_ln, pre_ln, deepnorm × 6, 18           the main job's corpus       2
 modern_lm  pre_ln, deepnorm, subln × 6, 100 (1 stack)  char-level Shakespeare      2
+since_     mix_ln, peri_ln, ln_scaling, deepscalelm,   reversal64                  3
+deepnet    rezero, skipinit, admin, denseformer × 6, 18
 =========  ==========================================  ==========================  =====
+
+``since_deepnet`` puts the schemes since DeepNet (docs/schemes.md) beside quick's rows under the
+same recipe and verdict rules, seed 0 of every cell before seeds 1 and 2.
 
 ``modern_lm`` trains configs/deepnorm_lm.py's modern decoder (rotary positions, SwiGLU,
 grouped-query attention, RMSNorm; docs/blocks.md) at :data:`MODERN_LM`'s tiny width and recipe,
@@ -65,9 +70,10 @@ from absl import flags
 from deepnet_jax.common.tokens import FIRST_CONTENT_ID
 from deepnet_jax.experiments import common, opening, report, thousand_layers
 from deepnet_jax.experiments import depth_table_report as table_report
+from deepnet_jax.model import schemes
 
 NAME = "depth_table"
-SETTINGS = ("smoke", "recipe", "init", "quick", "full", "corpus", "modern_lm")
+SETTINGS = ("smoke", "recipe", "init", "quick", "full", "corpus", "modern_lm", "since_deepnet")
 _SHARD = flags.DEFINE_string(
     "shard",
     "0/1",
@@ -150,6 +156,14 @@ GRIDS: dict[str, dict[str, Any]] = {
         + [(s, n) for n in (6, 12, 18) for s in _DLCL],
         "seeds": [0, 1, 2],
     },
+    # the schemes since DeepNet under the same recipe and verdict rules, beside quick's rows
+    # (docs/schemes.md); seed 0 of every cell first, then seeds 1 and 2
+    "since_deepnet": {
+        "tasks": ["reversal64"],
+        "cells": [(s, n) for n in (6, 18) for s in common.SINCE_DEEPNET],
+        "seeds": [0, 1, 2],
+        "seeds_first": True,
+    },
     "corpus": {
         "tasks": ["corpus"],
         "cells": [(s, n) for n in (6, 18) for s in ("post_ln", "pre_ln", "deepnorm")],
@@ -180,16 +194,17 @@ MODERN_LM = {
 
 def keys(setting: str, base: ml_collections.ConfigDict) -> list[dict[str, Any]]:
     """The setting's runs in the order they run: task by task (the grid's order), the scanned
-    schemes by depth before DLCL's unrolled stacks, every seed of a cell together, so that a
+    schemes by depth before the unrolled stacks (DLCL, DenseFormer), every seed of a cell
+    together (or, in a grid with ``seeds_first``, every cell of a seed together), so that a
     partial table holds the paper's Table 1 shape on the first task first: ``{"task",
     "scheme", "layers", "seed", "lr", "warmup"}`` each, plus ``"init"`` in a grid of
     initializations; the learning rate and warm-up are ``base``'s (the recipe's) except in the
     ``recipe`` setting's grid."""
     grid = GRIDS[setting]
-    cells = sorted(grid["cells"], key=lambda cell: (cell[0].startswith("dlcl"), cell[1]))
+    cells = sorted(grid["cells"], key=lambda cell: (not schemes.get(cell[0]).scannable, cell[1]))
     recipes = grid.get("recipes", [(base.optimizer.learning_rate, base.schedule.warmup_steps)])
     inits = [{"init": init} for init in grid["inits"]] if "inits" in grid else [{}]
-    return [
+    runs = [
         {"task": task, "scheme": scheme, "layers": n, "seed": seed, "lr": lr, "warmup": warmup}
         | init
         for lr, warmup in recipes
@@ -198,6 +213,9 @@ def keys(setting: str, base: ml_collections.ConfigDict) -> list[dict[str, Any]]:
         for scheme, n in cells
         for seed in grid["seeds"]
     ]
+    if grid.get("seeds_first"):  # stable: within a seed, the order above
+        runs.sort(key=lambda run: grid["seeds"].index(run["seed"]))
+    return runs
 
 
 def base_config(setting: str) -> ml_collections.ConfigDict:

@@ -16,6 +16,8 @@ setting    depth         peak learning rates         updates  cost on 2 CPU core
 smoke      2L-2L         5e-4, 8e-3                  4        about 1 min (synthetic, 16-32-2)
 quick      6L-6L         2e-3 × 4^k, k = 0 … 2       150      13 min (measured)
 full       18L-18L       5e-4 × 2^k, k = 0 … 6       2,000    about 10 hours
+since_     6L-6L         quick's                     150      quick's, for the schemes since
+deepnet                                                       DeepNet (docs/schemes.md)
 =========  ============  ==========================  =======  =============================
 
 The quick grid starts at 2e-3, not 5e-4: over 150 updates with a 75-update warm-up the
@@ -51,11 +53,23 @@ SETTINGS = {
         "steps": 2000,
         "schemes": list(common.SCHEMES),
     },
+    # quick's grid for the schemes since DeepNet (docs/schemes.md)
+    "since_deepnet": {
+        "layers": 6,
+        "lrs": [2e-3 * 4**k for k in range(3)],
+        "steps": 150,
+        "schemes": list(common.SINCE_DEEPNET),
+    },
 }
 
 
+def _base_config(setting: str):
+    """common.base_config's (since_deepnet: the quick setting's model and data)."""
+    return common.base_config("quick" if setting == "since_deepnet" else setting)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args, base, out = opening.start(argv, NAME, common.base_config)
+    args, base, out = opening.start(argv, NAME, _base_config, tuple(SETTINGS))
     s = SETTINGS[args.setting]
     entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
     results = common.Results(out, NAME, args.setting, {**s, "unigram_entropy": entropy})

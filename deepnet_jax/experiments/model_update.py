@@ -16,6 +16,8 @@ quick      6, 18             100      5               19.4 min (measured)
 full       6, 18, 50, 100    300      10              about 5 hours (100L-100L: ~2 s/update)
 gated      6, 18, 50, 100,   100      10              docs/blocks.md (DeepNorm, Sub-LN; no
            200                                        warm-up; a plain and a gated FFN)
+since_     6, 18             100      5               quick's, for the schemes since DeepNet
+deepnet                                               (docs/schemes.md)
 =========  ================  =======  ==============  ======================================
 
 The ``gated`` setting asks whether DeepNorm's β and Sub-LN's γ on a gated FFN's fc1 and fc2
@@ -46,6 +48,7 @@ SETTINGS = {
     "quick": {"depths": [6, 18], "steps": 100, "every": 5},
     "full": {"depths": [6, 18, 50, 100], "steps": 300, "every": 10},
     "gated": {"depths": [6, 18, 50, 100, 200], "steps": 100, "every": 10},
+    "since_deepnet": {"depths": [6, 18], "steps": 100, "every": 5},
 }
 # the gated setting's FFNs: (activation, ffn_dim) at equal parameters (docs/blocks.md's rule)
 FFNS = {"relu": ("relu", 128), "swiglu": ("swiglu", 88)}
@@ -131,14 +134,16 @@ def run_config(
 
 
 def _base_config(setting: str):
-    """common.base_config's (the gated setting: the quick setting's model and data)."""
-    return common.base_config("quick" if setting == "gated" else setting)
+    """common.base_config's (gated, since_deepnet: the quick setting's model and data)."""
+    return common.base_config("quick" if setting in ("gated", "since_deepnet") else setting)
 
 
 def _schemes(setting: str) -> list[str]:
-    return {"smoke": ["post_ln", "deepnorm"], "gated": ["deepnorm", "subln"]}.get(
-        setting, list(common.SCHEMES)
-    )
+    return {
+        "smoke": ["post_ln", "deepnorm"],
+        "gated": ["deepnorm", "subln"],
+        "since_deepnet": list(common.SINCE_DEEPNET),
+    }.get(setting, list(common.SCHEMES))
 
 
 def _series(run: dict[str, Any]) -> list[tuple[int, float]]:

@@ -34,6 +34,7 @@ from deepnet_jax.model.embeddings import (
     rotary_positions,
 )
 from deepnet_jax.model.stacks import Side, StackInputs, apply_layers
+from deepnet_jax.model.sublayers import normalization
 
 __all__ = [
     "Decoder",
@@ -47,6 +48,14 @@ __all__ = [
     "init_cache",
     "validate",
 ]
+
+
+def embedding_norm(config: TransformerConfig, x_BTD: jax.Array) -> jax.Array:
+    """Peri-LN's norm of the embedded input (``embed_layer_norm``; Kim et al. 2025), x
+    unchanged under the other schemes. Call inside the Encoder's/Decoder's compact call."""
+    if config.scheme != "peri_ln":
+        return x_BTD
+    return normalization(config, "embed_layer_norm")(x_BTD)
 
 
 class Encoder(nn.Module):
@@ -76,6 +85,7 @@ class Encoder(nn.Module):
             deterministic,
             positions,
         )
+        x = embedding_norm(c, x)
         if c.zero_padding_embeddings:
             x = x * (tokens_BS != PAD_ID)[:, :, None].astype(x.dtype)
         side = Side(c, "encoder", has_cross=False, deterministic=deterministic)
@@ -126,6 +136,7 @@ class Decoder(nn.Module):
             deterministic,
             positions,
         )
+        x = embedding_norm(c, x)
         side = Side(c, "decoder", has_cross=self.has_cross, deterministic=deterministic)
         inputs = StackInputs(
             x,

@@ -37,8 +37,10 @@ class MultiHeadAttention(nn.Module):
     ``dropout_key`` seeds the attention-probability dropout (required unless deterministic).
 
     ``value_gain`` is the Xavier gain of ``v_proj`` and ``out_proj`` (β for DeepNorm, γ for
-    Sub-LN); ``q_proj``/``k_proj`` keep gain 1. ``inner_norm`` adds Sub-LN's ``inner_attn_ln``
-    on the concatenated heads before ``out_proj`` (Magneto eq. 2).
+    Sub-LN); ``q_proj``/``k_proj`` keep gain 1. ``stds`` = (σ_qk, σ_vo) replaces that init by
+    N(0, σ²) kernels (DeepScaleLM's; σ_vo may be a traced per-layer value). ``inner_norm``
+    adds Sub-LN's ``inner_attn_ln`` on the concatenated heads before ``out_proj`` (Magneto
+    eq. 2).
 
     ``fuse_qkv`` (self-attention only: ``x_kv`` must be ``x_q``) computes q, k and v with one
     ``qkv_proj`` kernel [D, 3, H, K] (slices q, k, v; fans per slice, only v scaled) instead of
@@ -53,6 +55,7 @@ class MultiHeadAttention(nn.Module):
     deterministic: bool = True
     fuse_qkv: bool = False
     rotary: bool = False
+    stds: tuple[Any, Any] | None = None
 
     @nn.compact
     def __call__(
@@ -94,6 +97,7 @@ class MultiHeadAttention(nn.Module):
                 gain,
                 tag=name,
                 role="attn_in",
+                std=self._std(name),
                 name=name,
             )
 
@@ -162,11 +166,18 @@ class MultiHeadAttention(nn.Module):
             c,
             self.value_gain,
             role="attn_out",
+            std=self._std("out_proj"),
             name="out_proj",
         )(out_BTHK)
         if cache is None:
             return out_BTD
         return out_BTD, {"k": k_BSHK, "v": v_BSHK}
+
+    def _std(self, name: str) -> Any:
+        """The N(0, σ²) std of projection ``name`` under ``stds`` (None: the config's init)."""
+        if self.stds is None:
+            return None
+        return self.stds[0] if name in ("q_proj", "k_proj") else self.stds[1]
 
     def _qk_norm(self, name: str, x_BTHK: jax.Array) -> jax.Array:
         """``model.qk_norm``: x normalized over head_dim per head (one scale [K] shared by the

@@ -15,15 +15,15 @@ import ml_collections
 
 from deepnet_jax.common import config_schema
 from deepnet_jax.common.config_schema import field
-from deepnet_jax.model import constants
+from deepnet_jax.model import constants, schemes
 from deepnet_jax.model.remat import AUTO, POLICIES
 
 ARCHS = constants.ARCHS
-SCHEMES = ("post_ln", "pre_ln", "deepnorm", "subln", "dlcl_pre", "dlcl_post")
+SCHEMES = schemes.NAMES
 ACTIVATIONS = ("relu", "gelu", "swiglu", "geglu")
 GATED_ACTIVATIONS = ("swiglu", "geglu")  # gated FFNs: fc2(φ(x·W_gate) ⊙ x·W_fc1)
 POSITIONS = ("sinusoidal", "learned", "rope")
-NORMS = ("layernorm", "rmsnorm")
+NORMS = ("layernorm", "rmsnorm", "dyt")
 DEEPNORM_VARIANTS = ("paper", "glm")
 ATTENTION_IMPLS = ("reference", "xla", "cudnn")
 DROPOUT_RNGS = ("hash", "jax")
@@ -43,7 +43,13 @@ class TransformerConfig:
     arch: str = field(
         "encdec", "encoder (MLM), decoder (causal LM) or encdec (translation)", choices=ARCHS
     )
-    scheme: str = field("deepnorm", "the residual scheme", choices=SCHEMES)
+    scheme: str = field(
+        "deepnorm",
+        "the residual scheme (docs/schemes.md): the papers' post_ln, pre_ln, deepnorm, subln, "
+        "dlcl_pre, dlcl_post; and mix_ln, peri_ln, ln_scaling, deepscalelm, rezero, skipinit, "
+        "admin, denseformer",
+        choices=SCHEMES,
+    )
     num_encoder_layers: int = field(6, "N: >= 1 when the arch has an encoder, else 0")
     num_decoder_layers: int = field(6, "M: >= 1 when the arch has a decoder, else 0")
     d_model: int = field(512, "residual width", low=1)
@@ -111,8 +117,9 @@ class TransformerConfig:
     )
     norm: str = field(
         "layernorm",
-        "every norm a scheme places (post-, pre-, Sub-LN's inner and final norms): layernorm "
-        "or rmsnorm (x/√(mean(x²)+ε)·g, no centring, no bias)",
+        "every norm a scheme places (post-, pre-, Sub-LN's inner and final norms): layernorm, "
+        "rmsnorm (x/√(mean(x²)+ε)·g, no centring, no bias) or dyt (Dynamic Tanh, "
+        "g·tanh(a·x) + b, a learned scalar; pre-norm schemes only)",
         choices=NORMS,
     )
     qk_norm: bool = field(
@@ -123,6 +130,32 @@ class TransformerConfig:
         "deepnorm only: paper (DeepNet's α, β) or glm (GLM-130B's α = (2N)^(1/2), "
         "β = (2N)^(-1/2); encoder or decoder only)",
         choices=DEEPNORM_VARIANTS,
+    )
+    dyt_alpha: float = field(
+        0.5,
+        "norm=dyt only: the initial a of every DyT (Zhu et al. 2025: 0.5)",
+        low=0,
+        low_open=True,
+    )
+    mix_ln_ratio: float = field(
+        0.25,
+        "mix_ln only: the first ⌊ratio·L⌋ layers of each stack are Post-LN, the rest Pre-LN "
+        "(Li et al. 2025: 0.25)",
+        low=0,
+        high=1,
+    )
+    deepscalelm_k: float = field(
+        2.0,
+        "deepscalelm only: β² = k/S of x ← λx + βF(x), λ² = 1 − β², S the stack's residual "
+        "branches (2 per layer; 3 in an encoder-decoder's decoder)",
+        low=0,
+        low_open=True,
+    )
+    skipinit_alpha: float = field(
+        0.0,
+        "skipinit only: the initial α of x ← x + α·F(x) on every branch (De & Smith 2020: 0, "
+        "or a small constant <= 1/√(branches))",
+        low=0,
     )
     scan_layers: bool = field(True, "nn.scan over depth (False: a Python loop, for comparison)")
     scan_group_size: int = field(
@@ -224,7 +257,11 @@ class TransformerConfig:
         return DTYPES[self.param_dtype]
 
     def side_constants(self, side: str) -> tuple[float, float]:
-        """(α, init gain) of one side ("encoder" or "decoder") under this config's scheme."""
+        """(α, init gain) of one side ("encoder" or "decoder") under this config's scheme: α
+        weights the residual x (DeepNorm's α, DeepScaleLM's λ; 1 otherwise), the gain is the
+        Xavier gain of v, out, fc1 and fc2 (DeepNorm's β, Sub-LN's γ; 1 otherwise)."""
+        if self.scheme == "deepscalelm":
+            return self.deepscalelm_weights(side)[0], 1.0
         if self.scheme == "deepnorm":
             k = constants.deepnorm(
                 self.arch, self.num_encoder_layers, self.num_decoder_layers, self.deepnorm_variant
@@ -234,6 +271,13 @@ class TransformerConfig:
             k = constants.subln(self.arch, self.num_encoder_layers, self.num_decoder_layers)
             return 1.0, k[side]["gamma"]
         return 1.0, 1.0
+
+    def deepscalelm_weights(self, side: str) -> tuple[float, float]:
+        """DeepScaleLM's (λ, β) of one side (``constants.deepscalelm``)."""
+        k = constants.deepscalelm(
+            self.arch, self.num_encoder_layers, self.num_decoder_layers, self.deepscalelm_k
+        )[side]
+        return k["lambda"], k["beta"]
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -327,10 +371,69 @@ def _validate_relations(c: ml_collections.ConfigDict) -> None:
             "groups a scanned stack; model.scan_layers=False (a Python loop) has no scan to "
             "group: set it to 0",
         )
-    if c.scheme.startswith("dlcl") and c.scan_layers:
+    if not schemes.get(c.scheme).scannable and c.scan_layers:
         _fail(
             "scan_layers",
             True,
             f"scheme={c.scheme!r} combines all earlier layer outputs and "
             "cannot be scanned; set model.scan_layers=False",
         )
+    _validate_scheme_fields(c)
+
+
+# Fields that belong to one scheme (or norm): (field, the scheme or norm it belongs to).
+_SCHEME_FIELDS = (
+    ("mix_ln_ratio", "scheme", "mix_ln"),
+    ("deepscalelm_k", "scheme", "deepscalelm"),
+    ("skipinit_alpha", "scheme", "skipinit"),
+    ("dyt_alpha", "norm", "dyt"),
+)
+
+
+def _validate_scheme_fields(c: ml_collections.ConfigDict) -> None:
+    """The relations of the schemes since DeepNet (docs/schemes.md) to the other fields."""
+    defaults = config_schema.defaults(TransformerConfig)
+    for name, owner, value in _SCHEME_FIELDS:
+        if c[name] != defaults[name] and c[owner] != value:
+            _fail(name, c[name], f"applies to {owner}={value!r} only, not {c[owner]!r}")
+    if c.norm == "dyt" and not schemes.get(c.scheme).dyt_ok:
+        allowed = ", ".join(n for n, s in schemes.SCHEMES.items() if s.dyt_ok)
+        _fail(
+            "norm",
+            "dyt",
+            f"Dynamic Tanh replaces the norms of pre-norm schemes ({allowed}), not "
+            f"scheme={c.scheme!r}'s",
+        )
+    if c.scheme == "deepscalelm":
+        _validate_deepscalelm(c)
+
+
+def _validate_deepscalelm(c: ml_collections.ConfigDict) -> None:
+    if c.activation != "relu":
+        _fail(
+            "activation",
+            c.activation,
+            "DeepScaleLM's unit-moment init is derived for ReLU FFNs (its code swaps GeLU for "
+            "ReLU); set it to 'relu'",
+        )
+    if c.init != "paper":
+        _fail("init", c.init, "scheme='deepscalelm' has its own init; set it to 'paper'")
+    if c.fused_qkv:
+        _fail("fused_qkv", True, "DeepScaleLM sets q, k and v apart; set it to False")
+    if c.positions == "sinusoidal" and c.dropout >= 0.5:
+        _fail(
+            "dropout",
+            c.dropout,
+            "DeepScaleLM gives the embedding sum variance 1 − dropout; the sinusoidal table "
+            "alone has 1/2, so dropout must be < 0.5",
+        )
+    sides = {"encoder": ("encoder",), "decoder": ("decoder",), "encdec": ("encoder", "decoder")}
+    for side in sides[c.arch]:
+        layers = c[f"num_{side}_layers"]
+        branches = constants.residual_branches(c.arch, side, layers)
+        if c.deepscalelm_k >= branches:
+            _fail(
+                "deepscalelm_k",
+                c.deepscalelm_k,
+                f"β² = k/{branches} (the {side}'s residual branches) must be < 1",
+            )

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from deepnet_jax.common.tokens import PAD_ID
+from deepnet_jax.model import constants
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.model.initializers import embedding_normal, sinusoidal_table, token_embedding_init
 from deepnet_jax.model.sublayers import Dropout
@@ -16,7 +17,8 @@ class TokenEmbedding(nn.Module):
     """Token table E [vocab, d_model] (logical axes ``vocab``, ``embed``), init N(0, d^-1/2)
     (``init="torchscale"``: with the padding row zeroed, as torchscale's embeddings;
     ``"torchscale_bert"``: N(0, 0.02²), padding row zeroed unless ``tied_output``, see
-    :func:`~deepnet_jax.model.initializers.token_embedding_init`).
+    :func:`~deepnet_jax.model.initializers.token_embedding_init`; ``scheme="deepscalelm"``:
+    the variance of ``constants.deepscalelm_embedding_variances``).
 
     ``__call__`` maps tokens [B, T] to E[tokens]·√d_model [B, T, D] (E[tokens] without
     ``scale_embedding``); ``attend`` maps hidden states [B, T, D] to float32 logits x·Eᵀ
@@ -28,12 +30,14 @@ class TokenEmbedding(nn.Module):
 
     def setup(self) -> None:
         c = self.config
+        init = token_embedding_init(c.d_model, c.init, PAD_ID, self.tied_output)
+        if c.scheme == "deepscalelm":  # variance v of E[tokens]·√d (or E[tokens])
+            v = constants.deepscalelm_embedding_variances(c.positions, c.dropout)[0]
+            scale = c.d_model**-0.5 if c.scale_embedding else 1.0
+            init = nn.initializers.normal(stddev=v**0.5 * scale)
         self.embedding = self.param(
             "embedding",
-            nn.with_logical_partitioning(
-                token_embedding_init(c.d_model, c.init, PAD_ID, self.tied_output),
-                ("vocab", "embed"),
-            ),
+            nn.with_logical_partitioning(init, ("vocab", "embed")),
             (c.vocab_size, c.d_model),
             c.storage_dtype,
         )
@@ -100,11 +104,13 @@ class PositionEmbedding(nn.Module):
             rows = length if positions_BT is None else c.max_len
             table = sinusoidal_table(rows + offset, c.d_model)
         else:
+            init = embedding_normal(c.d_model, c.init)
+            if c.scheme == "deepscalelm":
+                v = constants.deepscalelm_embedding_variances(c.positions, c.dropout)[1]
+                init = nn.initializers.normal(stddev=v**0.5)
             table = self.param(
                 "embedding",
-                nn.with_logical_partitioning(
-                    embedding_normal(c.d_model, c.init), ("positions", "embed")
-                ),
+                nn.with_logical_partitioning(init, ("positions", "embed")),
                 (c.max_len + offset, c.d_model),
                 c.storage_dtype,
             )

@@ -25,7 +25,11 @@ DLCL (Wang et al. 2019, eq. 8–9) feeds layer l+1 a learned combination of *all
 y_0 … y_l, so its carry grows with depth and has no fixed shape; it cannot be expressed as a scan
 with a constant carry and runs as an unrolled, per-layer rematerialized loop.
 
-Interface: every stack kind (:data:`KINDS`: scanned, grouped, unrolled, DLCL) is one function
+DenseFormer (Pagliardini et al. 2024) likewise averages all earlier block outputs after every
+block (:func:`_denseformer`) and runs as the same kind of loop.
+
+Interface: every stack kind (:data:`KINDS`: scanned, grouped, unrolled, DLCL, DenseFormer) is
+one function
 ``(owner, side: Side, inputs: StackInputs) -> (x [B, T, D], cache | None)``; :func:`stack_kind`
 picks one and :func:`apply_layers` runs it and the side's final LayerNorm. The parameter paths
 are those of the kind (``layers`` stacked [L, …], or ``layers_{i}``), whichever runs them.
@@ -41,10 +45,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from deepnet_jax.model import remat
+from deepnet_jax.model import remat, schemes
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.model.sublayers import DIAGNOSTICS, constrain, normalization
-from deepnet_jax.model.transformer_layer import TransformerLayer, residual_scheme
+from deepnet_jax.model.transformer_layer import ADMIN_PROFILE, TransformerLayer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,8 +127,18 @@ def num_layers(config: TransformerConfig, side: str) -> int:
 
 
 def has_final_norm(config: TransformerConfig) -> bool:
-    """Pre-LN-style stacks (pre_ln, subln, dlcl_pre) end with a LayerNorm."""
-    return residual_scheme(config.scheme) in ("pre_ln", "subln")
+    """Pre-norm stacks (pre_ln, subln, dlcl_pre, mix_ln, peri_ln, …) end with a norm
+    (``schemes.Scheme.final_norm``)."""
+    return schemes.get(config.scheme).final_norm
+
+
+def admin_profiling(owner: nn.Module, config: TransformerConfig) -> bool:
+    """Admin's profiling pass is running (its collection mutable outside init)."""
+    return (
+        config.scheme == "admin"
+        and owner.is_mutable_collection(ADMIN_PROFILE)
+        and not owner.is_initializing()
+    )
 
 
 def dlcl_weight_init(size: int, fill: str) -> np.ndarray:
@@ -147,8 +161,12 @@ def apply_layers(owner: nn.Module, side: Side, inputs: StackInputs) -> jax.Array
     compiled. ``inputs.keys`` is filled here (:func:`layer_dropout_keys`).
     """
     keys = layer_dropout_keys(owner, side.config, side.num_layers, side.deterministic)
-    inputs = dataclasses.replace(inputs, keys=keys)
+    profiling = admin_profiling(owner, side.config)
+    x0 = (inputs.x, jnp.ones((), jnp.float32)) if profiling else inputs.x  # Admin: r₀ = 1
+    inputs = dataclasses.replace(inputs, keys=keys, x=x0)
     x_BTD, new_cache = KINDS[stack_kind(owner, side, inputs)](owner, side, inputs)
+    if profiling:
+        x_BTD = x_BTD[0]
     if has_final_norm(side.config):
         x_BTD = normalization(side.config, "layer_norm")(x_BTD)
     x_BTD = constrain(x_BTD)
@@ -160,12 +178,13 @@ def stack_kind(owner: nn.Module, side: Side, inputs: StackInputs) -> str:
     pass keeps, so init, cached decoding and the instruments' probe (forward only) take the
     flat scan over the same parameters."""
     c = side.config
-    if c.scheme.startswith("dlcl"):
-        return "dlcl"
+    if c.scheme in ("dlcl_pre", "dlcl_post", "denseformer"):
+        return c.scheme.removesuffix("_pre").removesuffix("_post")
     forward_only = (
         inputs.cache is not None
         or owner.is_initializing()
         or owner.is_mutable_collection(DIAGNOSTICS)
+        or admin_profiling(owner, c)
     )
     if remat.group_size(c, side.num_layers) and not forward_only:
         return "grouped"
@@ -176,15 +195,20 @@ def _scanned(owner: nn.Module, side: Side, inputs: StackInputs) -> tuple[jax.Arr
     """``nn.scan`` over the layers: parameters (and a cache) stacked [L, …] under ``layers``."""
     scanned = nn.scan(
         _layer_class(side.config, scanned=True),
-        variable_axes={"params": 0, DIAGNOSTICS: 0},  # instruments: one entry per layer
+        variable_axes={"params": 0, DIAGNOSTICS: 0, ADMIN_PROFILE: 0},  # one entry per layer
         split_rngs={"params": True, "dropout": True},
-        in_axes=(nn.broadcast,) * 4 + (0, 0, nn.broadcast),
+        in_axes=(nn.broadcast,) * 4 + (0, 0, nn.broadcast, 0),
         length=side.num_layers,
         metadata_params={nn.PARTITION_NAME: "layers"},
     )
     layers = scanned(**side.layer_kwargs(), carry_output=True, name="layers")
     return layers(
-        inputs.x, *inputs.attention_inputs(), inputs.keys, inputs.cache, inputs.cache_index
+        inputs.x,
+        *inputs.attention_inputs(),
+        inputs.keys,
+        inputs.cache,
+        inputs.cache_index,
+        jnp.arange(side.num_layers),
     )
 
 
@@ -204,13 +228,14 @@ def _call_layer(
 ) -> tuple[jax.Array, dict | None]:
     """Layer ``i`` on ``x_BTD``: ``(y, its cache | None)``."""
     if inputs.cache is None:
-        return layer(x_BTD, *inputs.attention_inputs(), inputs.key(i)), None
+        return layer(x_BTD, *inputs.attention_inputs(), inputs.key(i), layer_index=i), None
     return layer(
         x_BTD,
         *inputs.attention_inputs(),
         inputs.key(i),
         _layer_slice(inputs.cache, i),
         inputs.cache_index,
+        i,
     )
 
 
@@ -229,32 +254,43 @@ def _grouped(owner: nn.Module, side: Side, inputs: StackInputs) -> tuple[jax.Arr
         **side.layer_kwargs(), carry_output=True, name="layers"
     )
     x_BTD, broadcast = inputs.x, inputs.attention_inputs()
+    index = jnp.arange(L)
     G, r = divmod(L, k)
     if G:
         groups = nn.map_variables(
             _scan_layers(_group(k, in_scan=True), G), "params", _view(0, G * k, (G, k))
         )
-        x_BTD, _ = groups(layer, x_BTD, *broadcast, _part(inputs.keys, 0, G * k, (G, k)))
+        x_BTD, _ = groups(
+            layer,
+            x_BTD,
+            *broadcast,
+            _part(inputs.keys, 0, G * k, (G, k)),
+            _part(index, 0, G * k, (G, k)),
+        )
     if r:
         rest = nn.map_variables(_group(r, in_scan=False), "params", _view(G * k, L, (r,)))
-        x_BTD, _ = rest(layer, x_BTD, *broadcast, _part(inputs.keys, G * k, L, (r,)))
+        x_BTD, _ = rest(
+            layer, x_BTD, *broadcast, _part(inputs.keys, G * k, L, (r,)), index[G * k :]
+        )
     return x_BTD, None
 
 
 def _scan_layers(fn: Callable, length: int) -> Callable:
-    """``fn(layer, x, self_mask, enc_out, enc_mask, positions, key)`` scanned ``length`` times
-    over the layer's (already created) parameters and the keys."""
+    """``fn(layer, x, self_mask, enc_out, enc_mask, positions, key, index)`` scanned
+    ``length`` times over the layer's (already created) parameters, the keys and the layer
+    indices."""
     return nn.scan(
         fn,
         variable_axes={"params": 0},
         split_rngs={"params": False},  # apply only: the parameters exist already
-        in_axes=(nn.broadcast,) * 4 + (0,),
+        in_axes=(nn.broadcast,) * 4 + (0, 0),
         length=length,
     )
 
 
-def _one_layer(layer: nn.Module, x, self_mask, enc_out, enc_mask, positions, key):
-    return layer(x, self_mask, enc_out, enc_mask, positions, key)  # (x, None): carry, no output
+def _one_layer(layer: nn.Module, x, self_mask, enc_out, enc_mask, positions, key, index):
+    # (x, None): carry, no output
+    return layer(x, self_mask, enc_out, enc_mask, positions, key, layer_index=index)
 
 
 def _group(n: int, in_scan: bool) -> Callable:
@@ -352,9 +388,52 @@ def _dlcl_weights(owner: nn.Module, config: TransformerConfig, L: int) -> jax.Ar
     return W * jnp.asarray(dlcl_weight_init(L + 1, "one"))  # keep it lower-triangular
 
 
+def dwa_weight_init(num_layers: int) -> np.ndarray:
+    """DenseFormer's initial DWA weights [L, L+1]: row i (the average after block i+1) is 1
+    on that block's output X_{i+1} and 0 elsewhere (the identity: Pagliardini et al. 2024,
+    Sec. 3; the official code's ``weight[0, -1] = 1``)."""
+    W = np.zeros((num_layers, num_layers + 1), np.float32)
+    W[np.arange(num_layers), np.arange(1, num_layers + 1)] = 1.0
+    return W
+
+
+def _denseformer(
+    owner: nn.Module, side: Side, inputs: StackInputs
+) -> tuple[jax.Array, dict | None]:
+    """DenseFormer (Pagliardini et al., NeurIPS 2024, eq. 1–2; the 1×1 model, every block
+    averaged): X_0 the embedded input, X_{i+1} = B_{i+1}(Y_i) with Y_0 = X_0, and after each
+    block the depth-weighted average Y_{i+1} = Σ_{j ≤ i+1} W[i, j]·X_j (``dwa_weights``
+    [L, L+1], learned, lower-triangular, the identity at init: :func:`dwa_weight_init`). The
+    blocks are Pre-LN layers; Y_L goes on to the final norm (in :func:`apply_layers`). The
+    averages are position-wise, so cached decoding only needs each layer's attention cache.
+    """
+    config, L = side.config, side.num_layers
+    W = owner.param(  # logical axes unmapped: a tiny matrix, replicated
+        "dwa_weights",
+        nn.with_logical_partitioning(
+            lambda key, shape, dtype: jnp.asarray(dwa_weight_init(shape[0]), dtype),
+            (None, None),
+        ),
+        (L, L + 1),
+        jnp.float32,
+    )
+    W = W * jnp.asarray(np.tril(np.ones((L, L + 1), np.float32), k=1))  # X_j with j <= i + 1
+    layer_cls = _layer_class(config, scanned=False)
+    history, per_layer, y_BTD = [inputs.x], [], inputs.x
+    for i in range(L):
+        layer = layer_cls(**side.layer_kwargs(), name=f"layers_{i}")
+        x_BTD, layer_cache = _call_layer(layer, y_BTD, inputs, i)
+        per_layer.append(layer_cache)
+        history.append(x_BTD)
+        w = W[i, : i + 2].astype(config.compute_dtype)
+        y_BTD = constrain(jnp.einsum("k,kbtd->btd", w, jnp.stack(history)))
+    return y_BTD, _stack_layers(per_layer) if inputs.cache is not None else None
+
+
 KINDS: dict[str, StackFn] = {  # stack_kind(...) -> the function that runs it
     "scanned": _scanned,
     "grouped": _grouped,
     "unrolled": _unrolled,
     "dlcl": _dlcl,
+    "denseformer": _denseformer,
 }

@@ -131,13 +131,61 @@ class Dropout(nn.Module):
         return dropout(x, self.rate, self.make_rng("dropout"), False, self.rng)
 
 
+class DynamicTanh(nn.Module):
+    """Dynamic Tanh (Zhu, Chen, He, LeCun, Liu, CVPR 2025, eq. 1): DyT(x) = g ⊙ tanh(a·x) + b
+    over the last axis [..., F] → [..., F], a one learned scalar (``alpha``, initially
+    ``alpha_init``: the paper's α₀ = 0.5), g (``scale``) ones and b (``bias``, only with
+    ``use_bias``) zeros [F] on logical axis ``axis_name``; tanh in float32."""
+
+    alpha_init: float
+    use_bias: bool
+    dtype: jnp.dtype
+    param_dtype: jnp.dtype
+    axis_name: str = "norm"
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        F = x.shape[-1]
+        alpha = self.param(
+            "alpha",
+            nn.with_logical_partitioning(nn.initializers.constant(self.alpha_init), ()),
+            (),
+            jnp.float32,
+        )
+        scale = self.param(
+            "scale",
+            nn.with_logical_partitioning(nn.initializers.ones, (self.axis_name,)),
+            (F,),
+            self.param_dtype,
+        )
+        y = jnp.tanh(alpha * x.astype(jnp.float32)) * scale.astype(jnp.float32)
+        if self.use_bias:
+            bias = self.param(
+                "bias",
+                nn.with_logical_partitioning(nn.initializers.zeros, (self.axis_name,)),
+                (F,),
+                self.param_dtype,
+            )
+            y = y + bias.astype(jnp.float32)
+        return y.astype(self.dtype)
+
+
 def normalization(
     config: TransformerConfig, name: str, axis_name: str = "norm"
-) -> nn.LayerNorm | nn.RMSNorm:
+) -> nn.LayerNorm | nn.RMSNorm | DynamicTanh:
     """The config's norm over the last axis, float32 statistics, its scale (and bias) on logical
     axis ``axis_name``: ``model.norm="layernorm"`` (x − mean)/√(var + ε)·g + b (b only with
     ``use_bias``), ``"rmsnorm"`` x/√(mean(x²) + ε)·g (Zhang & Sennrich 2019), ε =
-    ``layernorm_eps``."""
+    ``layernorm_eps``; ``"dyt"`` :class:`DynamicTanh` (a = ``dyt_alpha``)."""
+    if config.norm == "dyt":
+        return DynamicTanh(
+            config.dyt_alpha,
+            config.use_bias,
+            config.compute_dtype,
+            config.storage_dtype,
+            axis_name,
+            name=name,
+        )
     scale_init = nn.with_logical_partitioning(nn.initializers.ones, (axis_name,))
     if config.norm == "rmsnorm":
         return nn.RMSNorm(
@@ -164,8 +212,9 @@ class Projection(nn.Module):
 
     The kernel has shape ``in_shape + out_shape`` and logical names ``in_names + out_names``;
     it is Xavier-normal with gain ``gain`` whose fans are the products of the in/out shapes,
-    the bias zero. With ``slice_gains``, the first output axis stacks ``len(slice_gains)``
-    projections (a fused kernel): slice i has gain ``slice_gains[i]`` and the fans of one slice.
+    the bias zero (N(0, ``std``²) with ``std``). With ``slice_gains``, the first output axis
+    stacks ``len(slice_gains)`` projections (a fused kernel): slice i has gain
+    ``slice_gains[i]`` and the fans of one slice.
     Under ``config.init="torchscale"`` kernel and bias are both U(±gain/√fan_in) instead
     (:func:`~deepnet_jax.model.initializers.torchscale_uniform`, per slice); under
     ``"torchscale_bert"`` the kernel is N(0, (0.02·gain)²) per slice, the bias zero; under
@@ -183,6 +232,7 @@ class Projection(nn.Module):
     tag: str | None = None
     slice_gains: tuple[float, ...] | None = None
     role: str = "linear"
+    std: float | jax.Array | None = None
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -209,8 +259,17 @@ class Projection(nn.Module):
         return y
 
     def _initializers(self) -> tuple[Initializer, Initializer]:
-        """(kernel init, bias init) under ``config.init``."""
+        """(kernel init, bias init) under ``config.init`` (or N(0, ``std``²) and a zero bias
+        where ``std`` is given: a scheme's own init, e.g. DeepScaleLM's, whose std may be a
+        traced per-layer value)."""
         n_in, n_out = len(self.in_shape), len(self.out_shape)
+        if self.std is not None:
+            std = self.std
+
+            def normal(key: jax.Array, shape, dtype=jnp.float32) -> jax.Array:
+                return (jax.random.normal(key, shape, jnp.float32) * std).astype(dtype)
+
+            return normal, nn.initializers.zeros
         if self.config.init == "fairseq":
             gains = (self.gain,) if self.slice_gains is None else self.slice_gains
             return fairseq_initializers(self.role, gains, n_in, n_out, math.prod(self.in_shape))
@@ -256,7 +315,8 @@ class FeedForward(nn.Module):
     ``ffn_dim``. ``gain`` is the Xavier gain of ``fc1`` and ``fc2``; a gated FFN's ``gate``
     keeps gain 1, as attention's q and k do (its input to a nonlinearity that multiplies the
     linear path: docs/blocks.md derives why β on fc1 and fc2 bounds the update as DeepNet's
-    Theorem 4.2 does for the plain FFN). ``inner_norm`` adds Sub-LN's ``ffn_layernorm`` on the
+    Theorem 4.2 does for the plain FFN); ``std`` replaces the Xavier init of fc1 and fc2 by
+    N(0, std²) (DeepScaleLM's). ``inner_norm`` adds Sub-LN's ``ffn_layernorm`` on the
     hidden activation before ``fc2`` (Magneto eq. 4). ``dropout_key`` seeds the activation
     dropout (required unless deterministic).
     """
@@ -265,14 +325,24 @@ class FeedForward(nn.Module):
     gain: float = 1.0
     inner_norm: bool = False
     deterministic: bool = True
+    std: float | None = None  # fc1 and fc2 N(0, std²) instead (DeepScaleLM)
 
     @nn.compact
     def __call__(self, x_BTD: jax.Array, dropout_key: jax.Array | None = None) -> jax.Array:
         c = self.config
 
         def up(name: str, gain: float) -> Projection:
+            std = None if name == "gate" else self.std
             return Projection(
-                (c.d_model,), (c.ffn_dim,), ("embed",), ("mlp",), c, gain, tag=name, name=name
+                (c.d_model,),
+                (c.ffn_dim,),
+                ("embed",),
+                ("mlp",),
+                c,
+                gain,
+                tag=name,
+                std=std,
+                name=name,
             )
 
         phi = _ACTIVATION_FNS[c.activation]
@@ -285,7 +355,7 @@ class FeedForward(nn.Module):
             record_input_norm(self, "ffn_layernorm", h_BTF)
             h_BTF = normalization(c, "ffn_layernorm", axis_name="mlp")(h_BTF)
         return Projection(
-            (c.ffn_dim,), (c.d_model,), ("mlp",), ("embed",), c, self.gain, name="fc2"
+            (c.ffn_dim,), (c.d_model,), ("mlp",), ("embed",), c, self.gain, std=self.std, name="fc2"
         )(h_BTF)
 
 

@@ -323,6 +323,10 @@ ADDED_FIELDS: dict[str, Any] = {
     "model.norm": "layernorm",
     "model.qk_norm": False,
     "model.deepnorm_variant": "paper",
+    "model.dyt_alpha": 0.5,
+    "model.mix_ln_ratio": 0.25,
+    "model.deepscalelm_k": 2.0,
+    "model.skipinit_alpha": 0.0,
 }
 
 

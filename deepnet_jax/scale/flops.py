@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from deepnet_jax.model import schemes
 from deepnet_jax.model.config import GATED_ACTIVATIONS, TransformerConfig
 
 ModelConfig = ml_collections.ConfigDict | TransformerConfig
@@ -241,7 +242,8 @@ def remat_flops_ratio(
     ``tests/test_plan_targets.py`` checks them exactly on decoders, encoder-decoders and an
     encoder.
     """
-    if model_config.scheme.startswith("dlcl"):
+    scheme = schemes.get(model_config.scheme)
+    if not scheme.scannable:
         return None
     forward = forward_flops(model_config, batch_shapes)
     B, T, S = sequence_shapes(model_config, batch_shapes)
@@ -249,7 +251,7 @@ def remat_flops_ratio(
     layers = forward - 2.0 * B * T * d * model_config.vocab_size
     tokens = model_config.num_decoder_layers * B * T
     tokens += model_config.num_encoder_layers * (S if model_config.arch == "encdec" else T) * B
-    kept = 2.0 * d * f * tokens if model_config.scheme in ("pre_ln", "subln") else 0.0
+    kept = 2.0 * d * f * tokens if scheme.branch_output_kept else 0.0
     recompute = {
         "none": 0.0,
         "dots": attention_flops(model_config, batch_shapes),

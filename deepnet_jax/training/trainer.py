@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
+from jax.experimental import multihost_utils
 
 from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
@@ -94,6 +95,9 @@ def build_run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> R
     start_state = batches.get_state()
     example = next(batches)  # shapes for init; the stream is rewound below
     batches.set_state(start_state)
+    if config.model.scheme == "admin" and jax.process_count() > 1:
+        # Admin profiles ω on this batch: every process must profile the same one
+        example = multihost_utils.broadcast_one_to_all(example)
     optimizer = optimizers.make_optimizer(config)
     model, plan = _model_and_state(train_config.stand_in(config), example, optimizer, mesh)
     checkpointer = _checkpointer(config, workdir, plan)  # free space: before auto compiles

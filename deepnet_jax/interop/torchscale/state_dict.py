@@ -39,10 +39,10 @@ import ml_collections
 import numpy as np
 from flax import traverse_util
 
-from deepnet_jax.model import architectures
+from deepnet_jax.model import architectures, schemes
 from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.model.config import AUTO
-from deepnet_jax.model.transformer_layer import residual_scheme
+from deepnet_jax.model.schemes import residual_scheme
 
 Path = tuple[str, ...]
 QKV = ("q_proj", "k_proj", "v_proj")
@@ -173,8 +173,9 @@ def check_torchscale_has(c: ml_collections.ConfigDict) -> None:
     """One-line ``ValueError`` naming the first field of model config ``c`` whose value
     torchscale 0.3.0's Encoder/Decoder/EncoderDecoder cannot express (DLCL, the blocks beyond
     the papers'), so that an export fails before anything is converted."""
-    if c.scheme.startswith("dlcl"):
-        raise ValueError(f"model.scheme={c.scheme!r}: torchscale has no DLCL models")
+    if not schemes.get(c.scheme).torchscale:
+        kind = "DLCL models" if c.scheme.startswith("dlcl") else f"{c.scheme} scheme"
+        raise ValueError(f"model.scheme={c.scheme!r}: torchscale has no {kind}")
     for name, allowed, lacks in _TORCHSCALE_HAS:
         values = allowed if isinstance(allowed, tuple) else (allowed,)
         values = tuple(c.num_heads if v == "num_heads" else v for v in values)
