@@ -11,6 +11,8 @@ argv: mode out_json [args]. Modes:
 * ``process PID PORT WORKDIR``: one of two processes (4 devices each) training the encdec
   config of ``equivalence`` on mesh (2, 2, 2) through ``jax.distributed``, then beam-searching
   with parameters sharded over both processes.
+* ``admin PID PORT``: one of two processes building that run under ``scheme="admin"``: the
+  profiled ω this process holds, and the ω profiled on its own first batch alone.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from deepnet_jax.decoding import search
 from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.runs import metrics
-from deepnet_jax.scale import sharding
-from deepnet_jax.training import train
+from deepnet_jax.scale import distributed, sharding
+from deepnet_jax.training import train, trainer
 
 ARCHS = ("encdec", "decoder", "encoder")
 
@@ -147,10 +149,37 @@ def process(pid: int, port: str, workdir: str) -> dict:
     return result
 
 
+def admin(pid: int, port: str) -> dict:
+    c = config("encdec", (2, 2, 2))
+    c.model.scheme = "admin"
+    d = c.distributed
+    d.coordinator_address, d.num_processes, d.process_id = f"127.0.0.1:{port}", 2, pid
+    d.initialization_timeout = 60
+    distributed.initialize(c.distributed)
+    mesh = sharding.make_mesh(c.mesh, jax.devices())
+    with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.logical_axis_rules(c.mesh)):
+        run = trainer.build_run(c, None, mesh)
+        state, _ = trainer.initial_state(run)
+        own_batch = next(run.batches)  # this process's own rows of the first batch
+    # outside the mesh: this process's devices only, its batch alone
+    own = model_inputs.init_variables(run.model, "encdec", own_batch, run.config.seed)
+    names = ("self_attn_omega", "cross_attn_omega", "ffn_omega")
+
+    def omegas(layers, local) -> dict:
+        return {n: np.asarray(local(layers[n]))[:, 0].tolist() for n in names}
+
+    held = omegas(state.params["decoder"]["layers"], lambda a: a.addressable_shards[0].data)
+    alone = omegas(nn.unbox(own["params"])["decoder"]["layers"], lambda a: a)
+    jax.distributed.shutdown()
+    return {"omegas": held, "own_batch_omegas": alone}
+
+
 def main() -> None:
     mode, out = sys.argv[1], sys.argv[2]
     if mode == "process":
         result = process(int(sys.argv[3]), sys.argv[4], sys.argv[5])
+    elif mode == "admin":
+        result = admin(int(sys.argv[3]), sys.argv[4])
     else:
         tmp = sys.argv[3]
         result = {"equivalence": equivalence, "restore": restore}[mode](out, tmp)

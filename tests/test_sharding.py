@@ -73,20 +73,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_equal_one_process_with_eight_devices(equivalence, tmp_path):
+def _two_processes(mode: str, tmp_path, *args: str) -> list[dict]:
+    """The worker's ``mode`` as processes 0 and 1 of one ``jax.distributed`` job on
+    127.0.0.1 (4 devices each): their results."""
     port = str(_free_port())
-    workdir = tmp_path / "run"
     procs = [
         subprocess.Popen(
-            [
-                sys.executable,
-                WORKER,
-                "process",
-                str(tmp_path / f"p{pid}.json"),
-                str(pid),
-                port,
-                str(workdir),
-            ],
+            [sys.executable, WORKER, mode, str(tmp_path / f"p{pid}.json"), str(pid), port, *args],
             env=_env(4),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -103,8 +96,12 @@ def test_two_processes_equal_one_process_with_eight_devices(equivalence, tmp_pat
                 p.wait()
     for p, err in zip(procs, errors, strict=True):
         assert p.returncode == 0, err[-3000:]
-    r0 = json.loads((tmp_path / "p0.json").read_text())
-    r1 = json.loads((tmp_path / "p1.json").read_text())
+    return [json.loads((tmp_path / f"p{pid}.json").read_text()) for pid in (0, 1)]
+
+
+def test_two_processes_equal_one_process_with_eight_devices(equivalence, tmp_path):
+    workdir = tmp_path / "run"
+    r0, r1 = _two_processes("process", tmp_path, str(workdir))
     assert (r0["process_count"], r0["local_devices"], r0["devices"]) == (2, 4, 8)
     assert r1["process_count"] == 2 and "losses" not in r1  # process 0 alone logs
     np.testing.assert_allclose(r0["losses"], equivalence["encdec"]["sharded"], rtol=1e-5, atol=1e-5)
@@ -113,6 +110,18 @@ def test_two_processes_equal_one_process_with_eight_devices(equivalence, tmp_pat
     # the same as one process with 8 devices
     assert r0["translations"] == r1["translations"] == equivalence["translations"]
     assert all(len(t) > 0 for t in r0["translations"])
+
+
+def test_admin_profiles_one_batch_for_every_process(tmp_path):
+    """Each process reads its own rows, but Admin's ω is profiled on process 0's first batch
+    (all of it) by every process: each holds the ω of that batch alone."""
+    r0, r1 = _two_processes("admin", tmp_path)
+    assert r0["own_batch_omegas"] != r1["own_batch_omegas"]  # the rows differ
+    for r in (r0, r1):
+        for name, want in r0["own_batch_omegas"].items():
+            np.testing.assert_allclose(r["omegas"][name], want, rtol=1e-5)
+    assert r0["omegas"]["self_attn_omega"][0] == 1.0  # the profile's ω₁
+    assert all(w > 1.0 for w in r0["omegas"]["ffn_omega"])
 
 
 @pytest.mark.parametrize(
