@@ -266,8 +266,8 @@ class TransformerLayer(nn.Module):
             return constrain(x + alpha.astype(x.dtype) * branch(x)), residual
         if scheme == "mix_ln":
             ln = normalization(c, norm)
-            record_input_norm(self, norm, x)
             z = x + branch(jnp.where(residual.post, x, ln(x)))
+            record_input_norm(self, norm, jnp.where(residual.post, z, x))  # what N reads
             return constrain(jnp.where(residual.post, ln(z), z)), residual
         if scheme in ("post_ln", "deepnorm", "admin"):
             return self._post_sublayer(residual, x, branch, name)
@@ -292,21 +292,10 @@ class TransformerLayer(nn.Module):
         if residual.scheme != "admin":
             z = _weighted(residual.alpha, x) + f
         elif residual.admin_ratio is None:
-            omega = self.param(
-                f"{name}_omega",
-                nn.with_logical_partitioning(nn.initializers.ones, ("norm",)),
-                (c.d_model,),
-                jnp.float32,
-            )
-            z = x * omega.astype(x.dtype) + f
-        else:
+            z = x * self._admin_omega(name).astype(x.dtype) + f
+        else:  # the profiling pass: its ω is r (the parameter, not read, is ones until set)
+            self._admin_omega(name)
             r = residual.admin_ratio
-            self.param(  # created (ones) so the profiled model has its parameters
-                f"{name}_omega",
-                nn.with_logical_partitioning(nn.initializers.ones, ("norm",)),
-                (c.d_model,),
-                jnp.float32,
-            )
             self.sow(ADMIN_PROFILE, f"{name}_omega", r, reduce_fn=lambda _, v: v, init_fn=float)
             scaled = r.astype(x.dtype) * x
             z = scaled + f
@@ -314,6 +303,15 @@ class TransformerLayer(nn.Module):
             residual = dataclasses.replace(residual, admin_ratio=r)
         record_input_norm(self, norm, z)
         return constrain(normalization(c, norm)(z)), residual
+
+    def _admin_omega(self, name: str) -> jax.Array:
+        """Admin's ω [D] of sublayer ``name`` (ones until ``admin.profile`` sets it)."""
+        return self.param(
+            f"{name}_omega",
+            nn.with_logical_partitioning(nn.initializers.ones, ("norm",)),
+            (self.config.d_model,),
+            jnp.float32,
+        )
 
     def _skipinit_alpha(self, name: str) -> jax.Array:
         """SkipInit's α of sublayer ``name`` (``skipinit_alpha`` at init)."""
