@@ -203,6 +203,21 @@ def test_cell_text_and_onsets():
     assert dtr.metric(corpus)[0] == "eval_bleu_greedy" and dtr.metric(levels)[0] == "eval_accuracy"
 
 
+def test_newer_schemes_are_called_against_the_papers_rows_only():
+    runs = [
+        _run(seed, "trained", acc, [0.5]) | {"scheme": scheme}
+        for scheme, accs in (("pre_ln", (0.5, 0.6)), ("rezero", (0.8, 0.9)), ("admin", (0.7, 0.8)))
+        for seed, acc in enumerate(accs)
+    ]
+    settings = {"lr": 1e-3, "warmup": 50, "updates": 100, "batch": 8, "dropout": 0.0}
+    settings |= {"log_every": 25, "grid": {"seeds": [0, 1], "tasks": ["reversal"]}}
+    levels = {"unigram_entropy": 2.4, "chance": {"accuracy": 0.1, "nll": 2.3}}
+    text = dtr.table(runs, {**settings, "levels": {"reversal": levels}})
+    calls = text[text.index("differences") :]
+    assert "pre_ln < rezero" in calls and "pre_ln < admin" in calls
+    assert "rezero" not in calls.replace("pre_ln < rezero", "")  # no newer-vs-newer pair
+
+
 def test_two_results_objects_on_one_file_keep_both_runs(tmp_path):
     """What two shards do: each adds under the lock to what the other wrote."""
     a = common.Results(str(tmp_path), "grid", "smoke", {"steps": 4})
