@@ -173,13 +173,17 @@ def apply_layers(owner: nn.Module, side: Side, inputs: StackInputs) -> jax.Array
     return x_BTD if inputs.cache is None else (x_BTD, new_cache)
 
 
+# the schemes whose layers read every earlier layer's output: their own stack kind
+_COMBINING = {"dlcl_pre": "dlcl", "dlcl_post": "dlcl", "denseformer": "denseformer"}
+
+
 def stack_kind(owner: nn.Module, side: Side, inputs: StackInputs) -> str:
     """The key of :data:`KINDS` that runs this side. Grouping only changes what the backward
     pass keeps, so init, cached decoding and the instruments' probe (forward only) take the
     flat scan over the same parameters."""
     c = side.config
-    if c.scheme in ("dlcl_pre", "dlcl_post", "denseformer"):
-        return c.scheme.removesuffix("_pre").removesuffix("_post")
+    if c.scheme in _COMBINING:
+        return _COMBINING[c.scheme]
     forward_only = (
         inputs.cache is not None
         or owner.is_initializing()
