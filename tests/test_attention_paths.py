@@ -178,6 +178,39 @@ def test_bad_attention_fields(overrides, message):
         architectures.build(tiny_config("decoder", **overrides))
 
 
+@pytest.mark.parametrize("arch", ["encdec", "decoder", "encoder"])
+def test_cudnn_attention_traces_with_every_mask(arch, monkeypatch):
+    """cuDNN's attention takes the mask as a bias over every query and key position, and its
+    checks run while tracing: key-padding masks [B, 1, 1, S] were refused on an H100 ("Bias
+    must have same seq length as QKV, got 1 and 8"). Traced here without a GPU: jax asks for
+    cuDNN's version before the checks, so that one query (a private function) is answered."""
+    from jax._src.cudnn import fused_attention_stablehlo
+
+    monkeypatch.setattr(fused_attention_stablehlo, "check_cudnn_version", lambda: 91000)
+    cfg = tiny_config(arch, dtype="bfloat16", attention_impl="cudnn", num_heads=2)  # K = 16
+    model = architectures.build(cfg)
+    params = jax.eval_shape(lambda: init_params(model, arch, jnp.ones((1, 4), jnp.int32)))
+    src = random_tokens((2, 8), cfg.vocab_size, seed=1).at[1, 5:].set(0)  # even lengths:
+    tgt = random_tokens((2, 6), cfg.vocab_size, seed=2).at[1, 3:].set(0)  # cuDNN's rule
+    args = model_args(arch, src if arch != "decoder" else tgt, tgt)
+
+    def loss(p):
+        return model.apply({"params": p}, *args).astype(jnp.float32).mean()
+
+    grads = jax.eval_shape(jax.grad(loss), params)  # forward and backward traced
+    assert jax.tree.structure(grads) == jax.tree.structure(params)
+    if arch == "decoder":  # cached decoding: one query against the cache's keys
+        jax.eval_shape(lambda p: _incremental_logits(model, p, cfg, arch, None, args[0]), params)
+
+
+def test_cudnn_attention_refuses_odd_batch_lengths():
+    c = train_config.default_config()
+    c.model = tiny_config("decoder", attention_impl="cudnn", dtype="bfloat16")
+    c.data.dataset, c.data.max_len, c.data.bucket_boundaries = "synthetic_reversal", 16, (7,)
+    with pytest.raises(ValueError, match=r"attention_impl='cudnn' trains on even lengths only"):
+        train.validate(c)
+
+
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="cuDNN is there on a GPU")
 def test_cudnn_attention_is_refused_without_a_gpu():
     c = train_config.default_config()

@@ -144,6 +144,11 @@ class MultiHeadAttention(nn.Module):
             out_BTHK = self._reference_attention(q_BTHK, k_BSHK, v_BSHK, mask, dropout_key)
         else:
             dtype = c.compute_dtype
+            if mask is not None and c.attention_impl == "cudnn":
+                # cuDNN reads the mask as a bias over every query and key position: a key
+                # padding mask [B, 1, 1, S] is refused ("Bias must have same seq length")
+                B, _, _, S = mask.shape
+                mask = jnp.broadcast_to(mask, (B, mask.shape[1], q_BTHK.shape[1], S))
             out_BTHK = jax.nn.dot_product_attention(
                 q_BTHK.astype(dtype),
                 k_BSHK.astype(dtype),

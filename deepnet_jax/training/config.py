@@ -20,8 +20,8 @@ import ml_collections
 
 from deepnet_jax.common import config_schema
 from deepnet_jax.common.config_schema import FRACTION, field
+from deepnet_jax.data import batching, pipeline, registry, synthetic
 from deepnet_jax.data import options as data_options
-from deepnet_jax.data import pipeline, registry, synthetic
 from deepnet_jax.data.options import DataOptions
 from deepnet_jax.data.sources import SPLITS
 from deepnet_jax.decoding import options as decoding_options
@@ -267,8 +267,23 @@ def validate(config: ml_collections.ConfigDict, device_count: int | None = None)
         _check_corpus(resolved)
 
 
+def _check_cudnn_lengths(data: ml_collections.ConfigDict) -> None:
+    """cuDNN's masked attention trains only on even lengths (its flash attention with a bias:
+    "Unsupported sequence length"); the model sees each batch bucket's length."""
+    lengths = batching.bucket_boundaries(data.max_len, data.get("bucket_boundaries", ()) or ())
+    odd = [n for n in lengths if n % 2]
+    if odd:
+        raise ValueError(
+            f"model.attention_impl='cudnn' trains on even lengths only (cuDNN's masked "
+            f"attention); the batch lengths {odd} from data.max_len={data.max_len} and "
+            f"data.bucket_boundaries={tuple(data.get('bucket_boundaries', ()) or ())} are odd"
+        )
+
+
 def _check_across(config: ml_collections.ConfigDict, device_count: int) -> None:
     """The relations between groups that every dataset shares."""
+    if config.model.attention_impl == "cudnn":
+        _check_cudnn_lengths(config.data)
     if config.model.attention_impl == "cudnn" and jax.default_backend() != "gpu":
         raise ValueError(
             f"model.attention_impl='cudnn' needs a GPU; this backend is "

@@ -147,10 +147,33 @@ def plan(
             "(target=targets.parse('v5p-8'), say): its chip's memory and peak judge the plan"
         )
     target = target or targets.parse(f"cpu:{len(devices)}")
+    return compile_step(config, devices, target).plan
+
+
+@dataclasses.dataclass
+class CompiledStep:
+    """A planned train step that can also run: ``executable(params, opt_state, batch, step,
+    learning_rate, bad_in_a_row)`` on arrays with the shardings of ``state.abstract`` and
+    ``batch`` (``state.create()`` makes the state)."""
+
+    plan: Plan
+    executable: Any  # jax.stages.Compiled
+    state: sharding.ShardedState
+    batch: dict[str, jax.ShapeDtypeStruct]
+    mesh: jax.sharding.Mesh
+
+
+def compile_step(
+    config: ml_collections.ConfigDict, devices: list[jax.Device], target: targets.Target
+) -> CompiledStep:
+    """:func:`plan`'s compile on ``devices`` (real or compile-only), keeping the executable.
+
+    Raises :class:`DoesNotFitError` (one line) when XLA refuses to compile it for lack of memory."""
     config = train_config.resolve(config)  # model fields derived from the data
     step = _Step.build(config, devices)
     lowered, compiled, compile_s = _compile(step, target)
-    return _plan(config, target, devices[0], step, lowered, compiled, compile_s)
+    figures = _plan(config, target, devices[0], step, lowered, compiled, compile_s)
+    return CompiledStep(figures, compiled, step.state, step.batch, step.mesh)
 
 
 @dataclasses.dataclass

@@ -1,0 +1,218 @@
+"""The train step on this process's own accelerator: planned by its compiler (autotuning on),
+run and timed, beside the deviceless plan of the same target — docs/scaling.md ("Measured on
+one H100").
+
+    python -m benchmarks.on_device --target=h100-1 --json=/tmp/on_device.json
+    python -m benchmarks.on_device --target=h100-1 --configs=deepnet_1000l \\
+        --set=model.scan_group_size=-1 --set=data.batch_size=32
+
+Per config: ``memory_plan.compile_step`` on ``jax.devices()`` (the plan's memory, FLOPs and
+roofline bound, from the real compile), then the compiled step run on a fixed synthetic batch:
+``--warmup`` updates, then ``--steps`` timed ones ended by ``block_until_ready``. Reported:
+milliseconds per update, tokens per second, the measured MFU (flops.py's model FLOPs ÷ (time ×
+the chip's datasheet peak)) beside the roofline's MFU upper bound, the device allocator's peak
+(``memory_stats()["peak_bytes_in_use"]``) beside the plan's, and the first and last losses (the
+batch is fixed, so the loss must fall). ``--deviceless`` plans the same step again on the
+target's compile-only devices (the path CI takes without the accelerator) for the memory
+comparison. On a CPU host (``--target=cpu:N``) the same code runs on simulated devices: that is
+what the tests check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import json
+import sys
+import time
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+
+from deepnet_jax.data import synthetic
+from deepnet_jax.scale import targets
+from deepnet_jax.training import config as train_config
+from deepnet_jax.training import memory_plan, remat_auto, train
+
+CONFIGS = ("default", "wmt17_ende", "magneto_lm", "bert_mlm")
+GIB = 2**30
+
+
+def load_config(name: str, overrides: list[str]) -> ml_collections.ConfigDict:
+    """``configs/<name>.py``'s config with ``path.to.field=value`` overrides (Python literals;
+    anything else is taken as a string)."""
+    config = importlib.import_module(f"configs.{name}").get_config()
+    for item in overrides:
+        path, _, text = item.partition("=")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = text
+        *parents, leaf = path.split(".")
+        node = config
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    return config
+
+
+def _concrete_batch(abstract: dict[str, jax.ShapeDtypeStruct], arch: str, vocab: int) -> dict:
+    """Random tokens shaped and sharded like the planned batch (every row full length)."""
+    rows, length = next(iter(abstract.values())).shape
+    example = synthetic.batch(arch, rows, max(vocab, 8), length, np.random.default_rng(0))
+    return {k: jax.device_put(example[k].astype(v.dtype), v.sharding) for k, v in abstract.items()}
+
+
+def _run(step: memory_plan.CompiledStep, batch: dict, warmup: int, steps: int) -> dict:
+    """Run the compiled step ``warmup`` + ``steps`` times; the timed loop's seconds per update
+    and the losses."""
+    params, opt_state = step.state.create()
+    learning_rate = np.float32(1e-4)
+    bad = np.int32(0)
+    losses = []
+    start = 0.0
+    for i in range(warmup + steps):
+        if i == warmup:
+            jax.block_until_ready((params, opt_state))
+            start = time.perf_counter()
+        params, opt_state, metrics = step.executable(
+            params, opt_state, batch, np.int32(i), learning_rate, bad
+        )
+        losses.append(metrics["loss"])
+    jax.block_until_ready((params, opt_state, metrics))
+    seconds = (time.perf_counter() - start) / steps
+    losses = [float(x) for x in losses]
+    return {"step_s": seconds, "first_loss": losses[0], "last_loss": losses[-1]}
+
+
+def _resolve(config: ml_collections.ConfigDict, devices: list, target: targets.Target) -> Any:
+    """The config with ``remat_policy='auto'`` replaced by the candidate the planner picks on
+    these devices (the trainer's choice)."""
+    if train_config.is_auto(config):
+        config, _ = remat_auto.choose(config, devices, lambda line: print(line), target)
+    return config
+
+
+def measure(
+    name: str,
+    target: targets.Target,
+    overrides: list[str],
+    warmup: int = 3,
+    steps: int = 20,
+    deviceless: bool = False,
+    compile_only: bool = False,
+) -> dict:
+    """One config's figures on this process's devices (see the module docstring); with
+    ``compile_only`` the step is compiled, not run."""
+    devices = jax.devices()
+    config = load_config(name, overrides)
+    train.validate(config, len(devices))
+    config = train_config.resolve(_resolve(config, devices, target))
+    step = memory_plan.compile_step(config, devices, target)
+    plan = step.plan
+    ran = {}
+    if not compile_only:
+        batch = _concrete_batch(step.batch, config.model.arch, config.model.vocab_size)
+        ran = _run(step, batch, warmup, steps)
+    n = len(devices)
+    chip = target.chip
+    stats = devices[0].memory_stats() or {}
+    rows, length = plan.batch_shape
+    result = {
+        "config": name,
+        "overrides": overrides,
+        "target": target.name,
+        "device_kind": devices[0].device_kind,
+        "jax": jax.__version__,
+        "remat_policy": config.model.remat_policy,
+        "scan_group_size": config.model.get("scan_group_size", 0),
+        "num_params": plan.num_params,
+        "batch_shape": [rows, length],
+        "compile_s": plan.compile_s,
+        "planned_peak": plan.peak,
+        "planned_temporaries": plan.temporaries,
+        "allocator_peak": int(stats.get("peak_bytes_in_use", 0)),
+        "model_flops": plan.model_flops,
+        "program_flops": plan.program_flops,
+        "mfu_upper_bound": (plan.roofline or {}).get("mfu_upper_bound"),
+        **ran,
+    }
+    if ran:
+        result["tokens_per_s"] = rows * length / ran["step_s"]
+    if ran and chip.peak_flops:
+        result["mfu"] = plan.model_flops / n / (ran["step_s"] * chip.peak_flops)
+        result["program_flops_utilization"] = (
+            plan.program_flops / n / (ran["step_s"] * chip.peak_flops)
+        )
+    if deviceless:
+        result["deviceless"] = _deviceless(config, target)
+    return result
+
+
+def _deviceless(config: ml_collections.ConfigDict, target: targets.Target) -> dict:
+    """The same step planned on the target's compile-only devices (or the error, one line)."""
+    try:
+        plan = memory_plan.plan(config, target=target)
+    except Exception as e:  # the figure is optional: say why it is missing
+        return {"error": " ".join(str(e).split())[:300]}
+    return {"peak": plan.peak, "temporaries": plan.temporaries, "compile_s": plan.compile_s}
+
+
+def table(results: list[dict]) -> str:
+    """The results as a Markdown table."""
+    lines = [
+        "| config | remat | batch | ms/update | tokens/s | MFU | MFU bound | planned peak | "
+        "allocator peak | deviceless peak | compile | loss first → last |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        mfu = f"{r['mfu']:.1%}" if "mfu" in r else "–"
+        bound = f"{r['mfu_upper_bound']:.0%}" if r.get("mfu_upper_bound") else "–"
+        d = r.get("deviceless", {})
+        free = f"{d['peak'] / GIB:.2f} GiB" if "peak" in d else "–"
+        group = f", group {r['scan_group_size']}" if r["scan_group_size"] else ""
+        if "step_s" not in r:  # compiled only
+            r = {**r, "step_s": float("nan"), "tokens_per_s": float("nan")}
+            r.update(first_loss=float("nan"), last_loss=float("nan"))
+        lines.append(
+            f"| {r['config']} | {r['remat_policy']}{group} | {r['batch_shape'][0]}×"
+            f"{r['batch_shape'][1]} | {r['step_s'] * 1e3:.1f} | {r['tokens_per_s']:,.0f} | "
+            f"{mfu} | {bound} | {r['planned_peak'] / GIB:.2f} GiB | "
+            f"{r['allocator_peak'] / GIB:.2f} GiB | {free} | {r['compile_s']:.0f} s | "
+            f"{r['first_loss']:.3f} → {r['last_loss']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", required=True, help="the chip this process has, e.g. h100-1")
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--set", action="append", default=[], help="path.to.field=value")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--deviceless", action="store_true")
+    parser.add_argument("--compile_only", action="store_true", help="plan, do not run")
+    parser.add_argument("--json", default="", help="append each result as a JSON line here")
+    args = parser.parse_args(argv)
+    target = targets.parse(args.target)
+    if target.platform == "cpu":
+        jax.config.update("jax_num_cpu_devices", target.num_devices)
+    results = []
+    for name in filter(None, args.configs.split(",")):
+        result = measure(
+            name, target, args.set, args.warmup, args.steps, args.deviceless, args.compile_only
+        )
+        results.append(result)
+        print(json.dumps(result), flush=True)
+        if args.json:
+            with open(args.json, "a") as f:
+                f.write(json.dumps(result) + "\n")
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
