@@ -3,8 +3,8 @@ run and timed, beside the deviceless plan of the same target — docs/scaling.md
 one H100").
 
     python -m benchmarks.on_device --target=h100-1 --json=/tmp/on_device.json
-    python -m benchmarks.on_device --target=h100-1 --configs=deepnet_1000l \\
-        --set=model.scan_group_size=-1 --set=data.batch_size=32
+    python -m benchmarks.on_device --target=h100-1 --configs=deepnet_1000l --compile_only \\
+        --set=model.scan_group_size=-1 --set=data.max_tokens=8192
 
 Per config: ``memory_plan.compile_step`` on ``jax.devices()`` (the plan's memory, FLOPs and
 roofline bound, from the real compile), then the compiled step run on a fixed synthetic batch:
@@ -14,8 +14,9 @@ the chip's datasheet peak)) beside the roofline's MFU upper bound, the device al
 (``memory_stats()["peak_bytes_in_use"]``) beside the plan's, and the first and last losses (the
 batch is fixed, so the loss must fall). ``--deviceless`` plans the same step again on the
 target's compile-only devices (the path CI takes without the accelerator) for the memory
-comparison. On a CPU host (``--target=cpu:N``) the same code runs on simulated devices: that is
-what the tests check.
+comparison. Of several configs, each runs in its own process (the allocator's peak is a
+process's). On a CPU host (``--target=cpu:N``) the same code runs on simulated devices: that
+is what the tests check.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import argparse
 import ast
 import importlib
 import json
+import subprocess
 import sys
 import time
 from typing import Any
@@ -198,20 +200,46 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--compile_only", action="store_true", help="plan, do not run")
     parser.add_argument("--json", default="", help="append each result as a JSON line here")
     args = parser.parse_args(argv)
+    names = [n for n in args.configs.split(",") if n]
+    if len(names) > 1:  # the allocator's peak is a process's: one process per config
+        results = [_in_own_process(name, argv) for name in names]
+    else:
+        results = [_measure_here(names[0], args)]
+    print(table(results))
+
+
+def _measure_here(name: str, args: argparse.Namespace) -> dict:
+    """Measure one config in this process; print and (``--json``) append its JSON line."""
     target = targets.parse(args.target)
     if target.platform == "cpu":
         jax.config.update("jax_num_cpu_devices", target.num_devices)
-    results = []
-    for name in filter(None, args.configs.split(",")):
-        result = measure(
-            name, target, args.set, args.warmup, args.steps, args.deviceless, args.compile_only
-        )
-        results.append(result)
-        print(json.dumps(result), flush=True)
-        if args.json:
-            with open(args.json, "a") as f:
-                f.write(json.dumps(result) + "\n")
-    print(table(results))
+    result = measure(
+        name, target, args.set, args.warmup, args.steps, args.deviceless, args.compile_only
+    )
+    print(json.dumps(result), flush=True)
+    if args.json:
+        with open(args.json, "a") as f:
+            f.write(json.dumps(result) + "\n")
+    return result
+
+
+def _in_own_process(name: str, argv: list[str]) -> dict:
+    """Run this script for config ``name`` alone in a fresh process; its result."""
+    rest, skip = [], False
+    for a in argv:  # every argument but --configs (=value or its own value)
+        if not skip and not a.startswith("--configs"):
+            rest.append(a)
+        skip = a == "--configs"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.on_device", f"--configs={name}", *rest],
+        capture_output=True,
+        text=True,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode or not lines:
+        raise SystemExit(f"{name}: exit {proc.returncode}: {proc.stderr.strip()[-1500:]}")
+    print(lines[-1], flush=True)
+    return json.loads(lines[-1])
 
 
 if __name__ == "__main__":

@@ -155,23 +155,31 @@ def test_profile_step_benchmark_smoke():
 
 def test_on_device_benchmark_runs_the_planned_step(tmp_path):
     """The planned step runs on the process's own devices (here 2 simulated CPUs): timed,
-    the allocator's figures read, and the loss falls on its fixed batch; a compile-only row
-    has no timings. On a GPU the same code gave docs/scaling.md's "Measured on one H100"."""
+    the allocator's figures read, and the loss falls on its fixed batch; compile-only rows have
+    no timings, and several configs run one process each. On a GPU the same code gave
+    docs/scaling.md's "Measured on one H100"."""
     out = tmp_path / "rows.jsonl"
     common = [sys.executable, "-m", "benchmarks.on_device", "--target=cpu:2", f"--json={out}"]
     for extra in (
         ["--configs=default", "--warmup=1", "--steps=2"],
-        ["--configs=labml_shakespeare", "--compile_only", "--set=model.num_decoder_layers=2"],
+        ["--configs", "default,labml_shakespeare", "--compile_only"],
     ):
         proc = subprocess.run(
-            [*common, *extra], capture_output=True, text=True, cwd=ROOT, timeout=300
+            [*common, *extra, "--set=model.num_decoder_layers=2"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
         )
         assert proc.returncode == 0, proc.stderr[-2000:]
-    ran, compiled = [json.loads(line) for line in out.read_text().splitlines()]
+    ran, *compiled = [json.loads(line) for line in out.read_text().splitlines()]
     assert ran["config"] == "default" and ran["target"] == "cpu:2"
     assert ran["step_s"] > 0 and ran["tokens_per_s"] > 0
     assert ran["last_loss"] < ran["first_loss"]  # three Adam updates on one batch
     assert ran["planned_peak"] > ran["planned_temporaries"] > 0
     assert "mfu" not in ran  # a simulated CPU has no datasheet peak
-    assert compiled["overrides"] == ["model.num_decoder_layers=2"] and "step_s" not in compiled
+    assert [r["config"] for r in compiled] == ["default", "labml_shakespeare"]
+    assert all("step_s" not in r for r in compiled)
+    assert compiled[1]["overrides"] == ["model.num_decoder_layers=2"]
+    assert compiled[0]["planned_peak"] == ran["planned_peak"]  # one config, one program
     assert "| labml_shakespeare |" in proc.stdout  # the table
