@@ -116,12 +116,13 @@ def measure(
     step = memory_plan.compile_step(config, devices, target)
     plan = step.plan
     ran = {}
-    if not compile_only:
+    if not compile_only:  # (a compile alone leaves only the autotuner's scratch allocated)
         batch = _concrete_batch(step.batch, config.model.arch, config.model.vocab_size)
         ran = _run(step, batch, warmup, steps)
+        stats = devices[0].memory_stats() or {}
+        ran["allocator_peak"] = int(stats.get("peak_bytes_in_use", 0))
     n = len(devices)
     chip = target.chip
-    stats = devices[0].memory_stats() or {}
     rows, length = plan.batch_shape
     result = {
         "config": name,
@@ -136,7 +137,6 @@ def measure(
         "compile_s": plan.compile_s,
         "planned_peak": plan.peak,
         "planned_temporaries": plan.temporaries,
-        "allocator_peak": int(stats.get("peak_bytes_in_use", 0)),
         "model_flops": plan.model_flops,
         "program_flops": plan.program_flops,
         "mfu_upper_bound": (plan.roofline or {}).get("mfu_upper_bound"),
@@ -171,22 +171,25 @@ def table(results: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        mfu = f"{r['mfu']:.1%}" if "mfu" in r else "–"
-        bound = f"{r['mfu_upper_bound']:.0%}" if r.get("mfu_upper_bound") else "–"
         d = r.get("deviceless", {})
-        free = f"{d['peak'] / GIB:.2f} GiB" if "peak" in d else "–"
         group = f", group {r['scan_group_size']}" if r["scan_group_size"] else ""
-        if "step_s" not in r:  # compiled only
-            r = {**r, "step_s": float("nan"), "tokens_per_s": float("nan")}
-            r.update(first_loss=float("nan"), last_loss=float("nan"))
+        loss = f"{r['first_loss']:.3f} → {r['last_loss']:.3f}" if "step_s" in r else "–"
         lines.append(
             f"| {r['config']} | {r['remat_policy']}{group} | {r['batch_shape'][0]}×"
-            f"{r['batch_shape'][1]} | {r['step_s'] * 1e3:.1f} | {r['tokens_per_s']:,.0f} | "
-            f"{mfu} | {bound} | {r['planned_peak'] / GIB:.2f} GiB | "
-            f"{r['allocator_peak'] / GIB:.2f} GiB | {free} | {r['compile_s']:.0f} s | "
-            f"{r['first_loss']:.3f} → {r['last_loss']:.3f} |"
+            f"{r['batch_shape'][1]} | {_cell(r.get('step_s'), 1e3, '.1f')} | "
+            f"{_cell(r.get('tokens_per_s'), 1, ',.0f')} | {_cell(r.get('mfu'), 1, '.1%')} | "
+            f"{_cell(r.get('mfu_upper_bound'), 1, '.0%')} | "
+            f"{_cell(r['planned_peak'], 1 / GIB, '.2f', ' GiB')} | "
+            f"{_cell(r.get('allocator_peak'), 1 / GIB, '.2f', ' GiB')} | "
+            f"{_cell(d.get('peak'), 1 / GIB, '.2f', ' GiB')} | {r['compile_s']:.0f} s | {loss} |"
         )
     return "\n".join(lines)
+
+
+def _cell(value: float | None, scale: float, spec: str, unit: str = "") -> str:
+    """``value × scale`` formatted, with its unit, or "–" where the figure is missing (a
+    compile-only row, no deviceless plan)."""
+    return "–" if value is None else format(value * scale, spec) + unit
 
 
 def main(argv: list[str]) -> None:

@@ -160,7 +160,6 @@ class CompiledStep:
     executable: Any  # jax.stages.Compiled
     state: sharding.ShardedState
     batch: dict[str, jax.ShapeDtypeStruct]
-    mesh: jax.sharding.Mesh
 
 
 def compile_step(
@@ -173,7 +172,7 @@ def compile_step(
     step = _Step.build(config, devices)
     lowered, compiled, compile_s = _compile(step, target)
     figures = _plan(config, target, devices[0], step, lowered, compiled, compile_s)
-    return CompiledStep(figures, compiled, step.state, step.batch, step.mesh)
+    return CompiledStep(figures, compiled, step.state, step.batch)
 
 
 @dataclasses.dataclass
