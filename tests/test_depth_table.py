@@ -95,24 +95,27 @@ def test_since_deepnet_setting_is_quicks_recipe_for_the_new_schemes_seed_by_seed
     quick = depth_table.base_config("quick")
     assert base.to_dict() == quick.to_dict()  # the same recipe, task and model as quick's rows
     keys = depth_table.keys("since_deepnet", base)
-    assert len(keys) == len(common.SINCE_DEEPNET) * 2 * 3
-    assert {k["scheme"] for k in keys} == set(common.SINCE_DEEPNET)
-    assert [k["seed"] for k in keys] == [s for s in (0, 1, 2) for _ in range(16)]
+    rows = (*common.SINCE_DEEPNET, "pre_ln+dyt")  # every scheme, and Pre-LN with DyT
+    assert rows == common.SINCE_DEEPNET_ROWS
+    assert len(keys) == len(rows) * 2 * 3
+    assert {k["scheme"] for k in keys} == set(rows)
+    assert [k["seed"] for k in keys] == [s for s in (0, 1, 2) for _ in range(18)]
     # within a seed: the scanned schemes by depth, then DenseFormer's unrolled stacks
-    assert [(k["scheme"], k["layers"]) for k in keys[14:16]] == [
+    assert [(k["scheme"], k["layers"]) for k in keys[16:18]] == [
         ("denseformer", 6),
         ("denseformer", 18),
     ]
-    configs = [depth_table.make_config(base, k) for k in keys[:16]]
-    assert [c.model.scan_layers for c in configs] == [True] * 14 + [False] * 2
-    for c in configs:  # every accepted config is a valid model
-        architectures.build(c.model)
+    configs = [depth_table.make_config(base, k) for k in keys[:18]]
+    assert [c.model.scan_layers for c in configs] == [True] * 16 + [False] * 2
+    for key, c in zip(keys[:18], configs, strict=True):  # the row's scheme and norm
+        assert (c.model.scheme, c.model.norm) == (
+            ("pre_ln", "dyt") if key["scheme"] == "pre_ln+dyt" else (key["scheme"], "layernorm")
+        )
+        architectures.build(c.model)  # every accepted config is a valid model
     for experiment in (model_update, lr_tolerance):  # the other instruments' rows
         assert experiment.SETTINGS["since_deepnet"]
-    assert {k["scheme"] for k in model_update.run_keys("since_deepnet")} == set(
-        common.SINCE_DEEPNET
-    )
-    assert lr_tolerance.SETTINGS["since_deepnet"]["schemes"] == list(common.SINCE_DEEPNET)
+    assert {k["scheme"] for k in model_update.run_keys("since_deepnet")} == set(rows)
+    assert lr_tolerance.SETTINGS["since_deepnet"]["schemes"] == list(rows)
 
 
 def test_one_recipe_every_synthetic_run_differs_only_in_task_scheme_depth_and_seed():

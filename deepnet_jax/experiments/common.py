@@ -60,6 +60,10 @@ SINCE_DEEPNET = (
     "admin",
     "denseformer",
 )
+# the rows of the experiments' since_deepnet settings: those schemes, and Dynamic Tanh in place
+# of every norm of Pre-LN (the pre-norm Transformer its paper replaces the norms of), a row
+# named "scheme+norm" (:func:`split_row`)
+SINCE_DEEPNET_ROWS = (*SINCE_DEEPNET, "pre_ln+dyt")
 PAPER_LR = 5e-4  # DeepNet Table 4 (IWSLT-14 De-En)
 PAPER_WARMUP = 4000  # warm-up updates, from 1e-7 (DeepNet Table 4)
 STUCK_MARGIN = 0.25  # nats: "stuck" = validation NLL >= unigram entropy - this
@@ -137,20 +141,29 @@ def repo_config(name: str) -> ml_collections.ConfigDict:
     return c
 
 
+def split_row(row: str) -> tuple[str, str | None]:
+    """An experiment row's scheme and the norm it places (None: the config's own):
+    ``"pre_ln+dyt"`` → ``("pre_ln", "dyt")``, ``"deepnorm"`` → ``("deepnorm", None)``."""
+    scheme, _, norm = row.partition("+")
+    return scheme, norm or None
+
+
 def with_run(
     c: ml_collections.ConfigDict,
-    scheme: str,
+    row: str,
     layers: int,
     learning_rate: float,
     warmup_steps: int,
     steps: int,
 ) -> ml_collections.ConfigDict:
     """A copy of ``c`` for one run: N-layer encoder and decoder (those ``c``'s arch has) of
-    ``scheme``, peak ``learning_rate`` after ``warmup_steps`` (0: constant from the first
-    update). DLCL stacks are unrolled (each layer reads every earlier one); the others are
-    scanned."""
+    ``row``'s scheme and norm (:func:`split_row`), peak ``learning_rate`` after
+    ``warmup_steps`` (0: constant from the first update). DLCL stacks are unrolled (each layer
+    reads every earlier one); the others are scanned."""
     c = ml_collections.ConfigDict(c.to_dict())
+    scheme, norm = split_row(row)
     c.model.scheme = scheme
+    c.model.norm = norm or c.model.norm
     has = {"encoder": (layers, 0), "decoder": (0, layers), "encdec": (layers, layers)}
     c.model.num_encoder_layers, c.model.num_decoder_layers = has[c.model.arch]
     c.model.scan_layers = schemes.get(scheme).scannable  # DLCL reads every earlier layer

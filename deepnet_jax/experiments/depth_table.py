@@ -39,11 +39,13 @@ full       quick's, plus 12 and 200 layers             reversal, reversal64     
 corpus     post_ln, pre_ln, deepnorm × 6, 18           the main job's corpus       2
 modern_lm  pre_ln, deepnorm, subln × 6, 100 (1 stack)  char-level Shakespeare      2
 since_     mix_ln, peri_ln, ln_scaling, deepscalelm,   reversal64                  3
-deepnet    rezero, skipinit, admin, denseformer × 6, 18
+deepnet    rezero, skipinit, admin, denseformer,
+           pre_ln+dyt × 6, 18
 =========  ==========================================  ==========================  =====
 
 ``since_deepnet`` puts the schemes since DeepNet (docs/schemes.md) beside quick's rows under the
-same recipe and verdict rules, seed 0 of every cell before seeds 1 and 2.
+same recipe and verdict rules, seed 0 of every cell before seeds 1 and 2; its row ``pre_ln+dyt``
+is Pre-LN with Dynamic Tanh in place of every norm (``model.norm="dyt"``).
 
 ``modern_lm`` trains configs/deepnorm_lm.py's modern decoder (rotary positions, SwiGLU,
 grouped-query attention, RMSNorm; docs/blocks.md) at :data:`MODERN_LM`'s tiny width and recipe,
@@ -160,7 +162,7 @@ GRIDS: dict[str, dict[str, Any]] = {
     # (docs/schemes.md); seed 0 of every cell first, then seeds 1 and 2
     "since_deepnet": {
         "tasks": ["reversal64"],
-        "cells": [(s, n) for n in (6, 18) for s in common.SINCE_DEEPNET],
+        "cells": [(s, n) for n in (6, 18) for s in common.SINCE_DEEPNET_ROWS],
         "seeds": [0, 1, 2],
         "seeds_first": True,
     },
@@ -201,7 +203,8 @@ def keys(setting: str, base: ml_collections.ConfigDict) -> list[dict[str, Any]]:
     initializations; the learning rate and warm-up are ``base``'s (the recipe's) except in the
     ``recipe`` setting's grid."""
     grid = GRIDS[setting]
-    cells = sorted(grid["cells"], key=lambda cell: (not schemes.get(cell[0]).scannable, cell[1]))
+    scannable = {row: schemes.get(common.split_row(row)[0]).scannable for row, _ in grid["cells"]}
+    cells = sorted(grid["cells"], key=lambda cell: (not scannable[cell[0]], cell[1]))
     recipes = grid.get("recipes", [(base.optimizer.learning_rate, base.schedule.warmup_steps)])
     inits = [{"init": init} for init in grid["inits"]] if "inits" in grid else [{}]
     runs = [

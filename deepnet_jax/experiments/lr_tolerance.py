@@ -17,7 +17,8 @@ smoke      2L-2L         5e-4, 8e-3                  4        about 1 min (synth
 quick      6L-6L         2e-3 × 4^k, k = 0 … 2       150      13 min (measured)
 full       18L-18L       5e-4 × 2^k, k = 0 … 6       2,000    about 10 hours
 since_     6L-6L         quick's                     150      quick's, for the schemes since
-deepnet                                                       DeepNet (docs/schemes.md)
+deepnet                                                       DeepNet and Pre-LN with DyT
+                                                              (docs/schemes.md)
 =========  ============  ==========================  =======  =============================
 
 The quick grid starts at 2e-3, not 5e-4: over 150 updates with a 75-update warm-up the
@@ -58,7 +59,7 @@ SETTINGS = {
         "layers": 6,
         "lrs": [2e-3 * 4**k for k in range(3)],
         "steps": 150,
-        "schemes": list(common.SINCE_DEEPNET),
+        "schemes": list(common.SINCE_DEEPNET_ROWS),
     },
 }
 

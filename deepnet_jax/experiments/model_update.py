@@ -17,7 +17,7 @@ full       6, 18, 50, 100    300      10              about 5 hours (100L-100L: 
 gated      6, 18, 50, 100,   100      10              docs/blocks.md (DeepNorm, Sub-LN; no
            200                                        warm-up; a plain and a gated FFN)
 since_     6, 18             100      5               quick's, for the schemes since DeepNet
-deepnet                                               (docs/schemes.md)
+deepnet                                               and Pre-LN with DyT (docs/schemes.md)
 =========  ================  =======  ==============  ======================================
 
 The ``gated`` setting asks whether DeepNorm's β and Sub-LN's γ on a gated FFN's fc1 and fc2
@@ -142,7 +142,7 @@ def _schemes(setting: str) -> list[str]:
     return {
         "smoke": ["post_ln", "deepnorm"],
         "gated": ["deepnorm", "subln"],
-        "since_deepnet": list(common.SINCE_DEEPNET),
+        "since_deepnet": list(common.SINCE_DEEPNET_ROWS),
     }.get(setting, list(common.SCHEMES))
 
 
