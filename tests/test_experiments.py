@@ -68,7 +68,7 @@ def test_lr_tolerance_smoke_and_rerun_skips_finished_runs(tmp_path, capsys):
 
 def test_a_grid_started_again_skips_the_runs_it_finished(tmp_path, capsys):
     """The results file keeps each finished run; a second start with the same setting trains
-    only what is missing, and another setting starts afresh."""
+    only what is missing."""
     settings = {"steps": 4}
     first = common.Results(str(tmp_path), "grid", "smoke", settings)
     first.add({"scheme": "deepnorm", "layers": 2}, {"eval_loss": 1.5, "nonfinite_step": None})
@@ -81,7 +81,28 @@ def test_a_grid_started_again_skips_the_runs_it_finished(tmp_path, capsys):
     runs = common.run_grid(again, keys, untrainable, None, str(tmp_path / "runs"))
     assert runs == [{"scheme": "deepnorm", "layers": 2, "eval_loss": 1.5, "nonfinite_step": None}]
     assert "== run" not in capsys.readouterr().out
-    assert common.Results(str(tmp_path), "grid", "quick", settings).runs == []
+
+
+def test_a_results_file_is_kept_across_grid_changes_and_refused_across_settings(tmp_path):
+    """A row added to a grid (settings that differ only in ``grid`` entries) keeps the
+    finished runs; another setting or another recipe is refused with the differing fields,
+    and the file is left as it was."""
+    settings = {"schemes": ["deepnorm"], "steps": 4}
+    first = common.Results(str(tmp_path), "grid", "smoke", settings, grid=["schemes"])
+    first.add({"scheme": "deepnorm"}, {"eval_loss": 1.5, "nonfinite_step": None})
+    wider = {"schemes": ["deepnorm", "pre_ln+dyt"], "steps": 4}
+    again = common.Results(str(tmp_path), "grid", "smoke", wider, grid=["schemes"])
+    assert [r["scheme"] for r in again.runs] == ["deepnorm"]
+    again.add({"scheme": "pre_ln+dyt"}, {"eval_loss": 1.2, "nonfinite_step": None})
+    with open(again.path) as f:
+        on_disk = f.read()
+    with pytest.raises(SystemExit, match=r"other settings \(setting differ\)"):
+        common.Results(str(tmp_path), "grid", "quick", wider, grid=["schemes"])
+    longer = {**wider, "steps": 8}
+    with pytest.raises(SystemExit, match=r"grid\.json holds .* other settings \(settings\.steps "):
+        common.Results(str(tmp_path), "grid", "smoke", longer, grid=["schemes"])
+    with open(again.path) as f:
+        assert f.read() == on_disk
 
 
 def test_verdicts():

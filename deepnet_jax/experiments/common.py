@@ -243,24 +243,54 @@ class Results:
     experiment that was interrupted skips the runs it finished when started again. Several
     processes may share one file (each running its own share of the runs: ``--shard``): each
     addition re-reads the file under an exclusive lock (``<name>.json.lock``) and adds its run
-    to what the others wrote."""
+    to what the others wrote.
 
-    def __init__(self, out_dir: str, name: str, setting: str, settings: dict[str, Any]):
+    ``grid`` names the entries of ``settings`` that only list which runs the setting has (the
+    schemes, depths, seeds): a file whose settings differ from these only there keeps its runs
+    (each run's key says which it is), so a row added to a grid trains only the new runs. A
+    file made with another setting or other settings (a recipe, a step count) is refused, not
+    overwritten."""
+
+    def __init__(
+        self,
+        out_dir: str,
+        name: str,
+        setting: str,
+        settings: dict[str, Any],
+        grid: Sequence[str] = (),
+    ):
         self.path = os.path.join(out_dir, f"{name}.json")
         self.payload: dict[str, Any] = {"setting": setting, "settings": settings, "runs": []}
+        self.grid = tuple(grid)
         os.makedirs(out_dir, exist_ok=True)
         self.reload()
 
     def reload(self) -> None:
-        """Take the runs of the file on disk, if it was made with this setting and settings."""
+        """Take the runs of the file on disk; SystemExit if it was made with another setting
+        or settings that differ outside ``grid``."""
         if not os.path.exists(self.path):
             return
         with open(self.path) as f:
             kept = json.load(f)
-        if kept.get("setting") == self.payload["setting"] and kept.get("settings") == _plain(
-            self.payload["settings"]
-        ):
-            self.payload["runs"] = kept["runs"]
+        differ = self.differing(kept)
+        if differ:
+            raise SystemExit(
+                f"error: {self.path} holds runs made with other settings ({', '.join(differ)} "
+                "differ); pass another --out, or move the file away to start afresh"
+            )
+        self.payload["runs"] = kept["runs"]
+
+    def differing(self, kept: dict[str, Any]) -> list[str]:
+        """The fields in which a results file's payload ``kept`` differs from this one's
+        ("setting", or ``settings.<entry>`` outside ``grid``)."""
+        if kept.get("setting") != self.payload["setting"]:
+            return ["setting"]
+        mine, theirs = _plain(self.payload["settings"]), kept.get("settings", {})
+        return [
+            f"settings.{k}"
+            for k in sorted(set(mine) | set(theirs))
+            if k not in self.grid and mine.get(k) != theirs.get(k)
+        ]
 
     @property
     def runs(self) -> list[dict[str, Any]]:

@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     levels = {task: _levels(task_config(base, task)) for task in GRIDS[args.setting]["tasks"]}
     grid = GRIDS[args.setting]
     settings = {"grid": grid, "levels": levels, **_recipe(base, "recipes" not in grid)}
-    results = common.Results(out, NAME, args.setting, settings)
+    results = common.Results(out, NAME, args.setting, settings, grid=["grid"])
     common.run_grid(
         results,
         keys(args.setting, base)[index::count],

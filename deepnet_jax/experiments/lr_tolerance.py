@@ -73,7 +73,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args, base, out = opening.start(argv, NAME, _base_config, tuple(SETTINGS))
     s = SETTINGS[args.setting]
     entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
-    results = common.Results(out, NAME, args.setting, {**s, "unigram_entropy": entropy})
+    results = common.Results(
+        out, NAME, args.setting, {**s, "unigram_entropy": entropy}, grid=["schemes", "lrs"]
+    )
     keys = [{"scheme": scheme, "lr": lr} for scheme in s["schemes"] for lr in s["lrs"]]
 
     def make_config(key):

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
     gated = args.setting == "gated"
     recorded = {**s, "schemes": schemes, "lr": common.PAPER_LR} | ({"ffns": FFNS} if gated else {})
-    results = common.Results(out, NAME, args.setting, recorded)
+    results = common.Results(out, NAME, args.setting, recorded, grid=["schemes", "depths"])
     make_config = functools.partial(run_config, base, args.setting)
     runs = common.run_grid(
         results, run_keys(args.setting), make_config, entropy, os.path.join(out, "runs")

@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     chance = blind_chance(base.model.vocab_size, base.data.max_len)
     entropy = common.unigram_entropy(base)
     settings = {**s, "task": TASK, "chance": chance, "unigram_entropy": entropy}
-    results = common.Results(out, NAME, args.setting, settings)
+    grid = ["runs", "lr", "warmup", "steps", "dropout"]  # each run's key holds these
+    results = common.Results(out, NAME, args.setting, settings, grid=grid)
     keys = [
         {"scheme": scheme, "layers": n, **{k: s[k] for k in ("lr", "warmup", "steps", "dropout")}}
         for scheme, n in s["runs"]
