@@ -6,9 +6,10 @@ updates>, ...}``. Train records carry, over the interval since the last one: ``l
 (label-smoothed, as optimized) and ``nll`` per target token, ``perplexity`` = exp(nll),
 ``accuracy``, ``lr``, ``grad_norm`` (mean), ``update_norm`` (mean over updates),
 ``param_norm`` (at the interval's end), ``tokens_per_s`` (non-padding target tokens),
-``step_time_s`` and ``mfu`` (see ``deepnet_jax.scale.flops``). Eval records carry ``loss`` (plain
-NLL), ``perplexity`` and ``accuracy``, and for translation greedy ``bleu``/``chrf``. In
-TensorBoard every numeric value is the scalar ``<split>/<name>``.
+``step_time_s`` and ``mfu`` (see ``deepnet_jax.scale.flops``) over the interval's time less
+``compile_s``, the seconds jax spent compiling in it (the first interval compiles the step).
+Eval records carry ``loss`` (plain NLL), ``perplexity`` and ``accuracy``, and for translation
+greedy ``bleu``/``chrf``. In TensorBoard every numeric value is the scalar ``<split>/<name>``.
 """
 
 from __future__ import annotations

@@ -18,12 +18,45 @@ from deepnet_jax.common.console import say
 from deepnet_jax.runs import metrics as metrics_lib
 
 SOURCE_BLIND_NATS = 0.1  # source sensitivity below this after the warm-up: a warning
+# what jax reports of a compile (jax.monitoring): tracing, lowering to MLIR and XLA's compile
+COMPILE_EVENTS = frozenset(
+    {
+        "/jax/core/compile/jaxpr_trace_duration",
+        "/jax/core/compile/jaxpr_to_mlir_module_duration",
+        "/jax/core/compile/backend_compile_duration",
+    }
+)
+
+
+class CompileClock:
+    """Seconds this process spent compiling (:data:`COMPILE_EVENTS`) while listening: from
+    :meth:`start` to :meth:`stop`."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.listening = False
+
+    def on_duration(self, event: str, duration: float, **kwargs: Any) -> None:
+        if event in COMPILE_EVENTS:
+            self.seconds += duration
+
+    def start(self) -> None:
+        jax.monitoring.register_event_duration_secs_listener(self.on_duration)
+        self.listening = True
+
+    def stop(self) -> None:
+        if self.listening:
+            jax.monitoring.unregister_event_duration_listener(self.on_duration)
+            self.listening = False
 
 
 class Interval:
-    """Host-side sums of the per-step metrics between two log lines."""
+    """Host-side sums of the per-step metrics between two log lines; the time jax spent
+    compiling in it (``clock``'s) is not step time."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: CompileClock) -> None:
+        self.clock = clock
+        self.compiled_before = clock.seconds
         self.sums: dict[str, float] = {}
         self.steps = 0
         self.updates = 0
@@ -44,7 +77,10 @@ class Interval:
             self.param_norm = float(metrics["param_norm"])
 
     def record(self, lr: float, peak_flops_per_s: float) -> dict[str, float]:
-        elapsed = time.perf_counter() - self.start
+        """The interval's means; its rates over its time less the time spent compiling
+        (``compile_s``, reported beside them)."""
+        compile_s = self.clock.seconds - self.compiled_before
+        elapsed = max(time.perf_counter() - self.start - compile_s, 1e-9)
         sums = {k: self.sums.get(k, 0.0) for k in ("loss_sum", "nll_sum", "weight", "correct")}
         w = max(sums["weight"], 1.0)
         nll = sums["nll_sum"] / w
@@ -61,18 +97,20 @@ class Interval:
             "tokens_per_s": sums["weight"] / elapsed,
             "step_time_s": elapsed / (self.steps + self.skipped or 1),
             "mfu": self.flops / elapsed / peak_flops_per_s,
+            "compile_s": compile_s,
             "skipped_steps": self.skipped,
         }
 
 
 def log_line(updates: int, total: int, r: dict[str, float]) -> str:
-    """``step u/T | loss … | nll … | acc … | lr … | gnorm … | tok/s | ms/step | mfu``."""
+    """``step u/T | loss … | nll … | acc … | lr … | gnorm … | tok/s | ms/step | mfu``, and
+    ``| compiled … s`` where the interval compiled (its rates leave that time out)."""
     return (
         f"step {updates}/{total} | loss {r['loss']:.3f} | nll {r['nll']:.3f} | "
         f"acc {r['accuracy']:.3f} | lr {r['lr']:.2e} | gnorm {r['grad_norm']:.2f} | "
         f"{r['tokens_per_s']:.0f} tok/s | {r['step_time_s'] * 1e3:.0f} ms/step | "
         f"mfu {100 * r['mfu']:.1f}%"
-    )
+    ) + (f" | compiled {r['compile_s']:.1f} s" if r.get("compile_s", 0.0) >= 0.05 else "")
 
 
 def source_blind_warning(result: dict[str, Any], updates: int, warmup_steps: int) -> str:
@@ -117,7 +155,9 @@ class Progress:
     ):
         self.config, self.writer = config, writer
         self.learning_rates, self.peak = learning_rates, peak_flops_per_s
-        self.interval = Interval()
+        self.clock = CompileClock()
+        self.clock.start()  # until close()
+        self.interval = Interval(self.clock)
         self.last_record: dict[str, float] = {}
         self.first_loss: float | None = None  # the first step's loss in this process
         self.bar: tqdm | None = None
@@ -150,17 +190,20 @@ class Progress:
         say(log_line(updates, self.config.total_steps, record))
         if self.writer:
             self.writer.write("train", updates, record)
-        self.interval = Interval()
+        self.interval = Interval(self.clock)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
-        """Leave the time spent inside out of the interval's training time."""
-        started = time.perf_counter()
+        """Leave the time spent inside (and what it compiled) out of the interval's training
+        time."""
+        started, compiled = time.perf_counter(), self.clock.seconds
         try:
             yield
         finally:
             self.interval.start += time.perf_counter() - started
+            self.interval.compiled_before += self.clock.seconds - compiled
 
     def close(self) -> None:
+        self.clock.stop()
         if self.bar is not None:
             self.bar.close()

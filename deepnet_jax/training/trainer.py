@@ -248,7 +248,6 @@ def train_loop(
             save(run, state)
         if reader.stop_agreed:  # every process sees it after the same step
             break
-    progress.close()
     progress.first_loss = reader.first_loss
     return state, reader.stop_agreed
 
@@ -264,7 +263,10 @@ def train(run: Run) -> dict[str, Any]:
     say(f"MFU is measured against {peak / 1e12:.3g} TFLOP/s per device ({peak_source})")
     progress = Progress(run.config, run.writer, run.learning_rates, peak * run.mesh.size)
     with preemption.StopSignals() as signals:  # the handlers are given back on leaving
-        state, stop = train_loop(run, state, progress, validator, instruments, signals)
+        try:
+            state, stop = train_loop(run, state, progress, validator, instruments, signals)
+        finally:  # a halt (NonFiniteError) too: the bar and the compile listener end here
+            progress.close()
     if stop:
         return results.stopped(run, signals.received, state.step)
     final = results.final_evaluation(run, validator, state.params, progress)
