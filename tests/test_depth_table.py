@@ -285,3 +285,12 @@ def test_the_recorded_recipe_names_a_schedule_other_than_inverse_sqrt():
     assert "(inverse square root)" in dtr._recipe_note(
         {"grid": depth_table.GRIDS["quick"], **quick}
     )
+
+
+def test_every_row_of_a_figure_has_its_own_color():
+    """The papers' rows beside the since_deepnet rows (docs/schemes.md's figure): no two rows
+    share a color, and only the papers' rows are drawn solid."""
+    rows = [*dtr.COLORS, *common.SINCE_DEEPNET_ROWS]
+    styles = [dtr._style(row, rows) for row in rows]
+    assert len({s["color"] for s in styles}) == len(rows)
+    assert [s.get("linestyle", "-") == "-" for s in styles] == [r in dtr.COLORS for r in rows]

@@ -20,6 +20,20 @@ COLORS = {
     "dlcl_pre": "tab:purple",
     "dlcl_post": "tab:brown",
 }
+# the other rows (the schemes since DeepNet, DyT) in the colors the papers' rows leave free,
+# drawn dashed; in the order they first appear in a panel
+OTHER_COLORS = (
+    "tab:pink",
+    "tab:gray",
+    "tab:olive",
+    "tab:cyan",
+    "black",
+    "gold",
+    "navy",
+    "lime",
+    "teal",
+    "salmon",
+)
 # the final metric of a run on each kind of task: (run field, label, higher is better)
 METRICS = {
     "synthetic": ("eval_accuracy", "validation accuracy", True),
@@ -249,7 +263,7 @@ def plot(runs: Sequence[dict[str, Any]], settings: dict[str, Any], out: str, nam
     diverged. Written to ``<out>/<name>.png``; returns the path."""
     plt = report.pyplot()
     shown = panels(runs, settings)
-    fig, axes = plt.subplots(1, len(shown), figsize=(4.6 * len(shown), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown), 3.4), squeeze=False)
     for ax, (title, task, mine) in zip(axes[0], shown, strict=True):
         levels = settings["levels"][task]
         field, label, _ = metric(levels)
@@ -260,8 +274,21 @@ def plot(runs: Sequence[dict[str, Any]], settings: dict[str, Any], out: str, nam
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("layers" if levels.get("lm") else "layers per side (N in NL-NL)")
         ax.set_ylabel(label)
-        ax.legend(fontsize=7)
+        if len({s for (t, s, _) in cells(mine) if t == task}) > len(COLORS):  # beside the axes
+            ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+        else:
+            ax.legend(fontsize=7)
     return report.save_figure(fig, out, name)
+
+
+def _style(scheme: str, schemes: list[str]) -> dict[str, Any]:
+    """A row's line: the papers' rows solid in :data:`COLORS`, the others dashed, each in its
+    own color from :data:`OTHER_COLORS` (by its place among ``schemes``' other rows)."""
+    if scheme in COLORS:
+        return {"color": COLORS[scheme], "marker": "o"}
+    others = [s for s in schemes if s not in COLORS]
+    color = OTHER_COLORS[others.index(scheme) % len(OTHER_COLORS)]
+    return {"color": color, "marker": "s", "linestyle": "--"}
 
 
 def _plot_task(ax: Any, grouped: dict, task: str, field: str) -> None:
@@ -298,8 +325,8 @@ def _plot_task(ax: Any, grouped: dict, task: str, field: str) -> None:
             [m - lo for m, lo in zip(means, lows, strict=True)],
             [hi - m for m, hi in zip(means, highs, strict=True)],
         ]
-        color = COLORS.get(scheme)
-        ax.errorbar(xs, means, yerr=errors, marker="o", capsize=3, label=scheme, color=color)
+        ax.errorbar(xs, means, yerr=errors, capsize=3, label=scheme, **_style(scheme, schemes))
     ax.set_xscale("log")
     ax.set_xticks(depths)
     ax.set_xticklabels([str(n) for n in depths])
+    ax.set_xticks([], minor=True)  # the log axis's own minor labels (2×10¹ …) overlap them
