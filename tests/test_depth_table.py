@@ -197,7 +197,7 @@ def test_cell_text_and_onsets():
     ]
     assert (
         dtr.cell_text(runs, "eval_accuracy")
-        == "trained ×2, diverged ×1; 0.8 (0.7–0.9); non-finite at 31"
+        == "trained ×2, diverged ×1; 0.8 (0.7–0.9); diverged at update 31"
     )
     assert dtr.onsets(runs[0], levels) == {"left_chance": 50, "to_0.5": 75, "to_0.9": 100}
     assert dtr.onsets(runs[1], levels) == {"left_chance": 75, "to_0.5": 75, "to_0.9": None}

@@ -111,6 +111,16 @@ def test_verdicts():
     assert common.verdict({"nonfinite_step": None, "eval_loss": 4.8}, entropy) == "stuck"
     assert common.verdict({"nonfinite_step": None, "eval_loss": 6.0}, entropy) == "stuck"
     assert common.verdict({"nonfinite_step": None, "eval_loss": 4.7}, entropy) == "trained"
+    # a finite blow-up: more than 0.25 nats above the untrained model's loss (ReZero at 3.2e-2
+    # ended at 61.5 from 9.13); within 0.25 of it the run never moved, which is stuck
+    blown = {"nonfinite_step": None, "eval_loss": 61.469, "first_train_loss": 9.134}
+    assert common.verdict(blown, entropy) == "diverged"
+    assert common.divergence_text(blown) == "NLL 61.5 from 9.13"
+    assert common.judge(blown, None) == "diverged"
+    assert thousand_layers.verdict(blown, entropy) == "diverged"
+    unmoved = {"nonfinite_step": None, "eval_loss": 9.38, "first_train_loss": 9.134}
+    assert common.verdict(unmoved, entropy) == "stuck"
+    assert common.divergence_text({"nonfinite_step": 7}) == "update 7"
     runs = [
         {"scheme": "subln", "lr": 1e-3, "verdict": "trained"},
         {"scheme": "subln", "lr": 4e-3, "verdict": "trained"},

@@ -16,7 +16,9 @@ repeated: docs/reproduction.md, "Settings"):
   ε = 1e-8, weight decay 1e-4 (decoupled), label smoothing 0.1, no gradient clipping (it
   would hide divergence), inverse-square-root schedule with a linear warm-up from 1e-7.
 * **Verdict** of a run (:func:`verdict`): ``diverged`` if the loss or a gradient became
-  non-finite (the trainer's ``nan_policy="halt"``); ``stuck`` if its final validation NLL is
+  non-finite (the trainer's ``nan_policy="halt"``), or if the loss blew up while staying finite
+  (:func:`blew_up`: its final validation NLL more than 0.25 nats above its first training
+  loss, the loss of the untrained model); ``stuck`` if its final validation NLL is
   within 0.25 nats of the unigram entropy of the validation targets, or above it (it predicts
   no better than token frequencies); ``trained`` otherwise.
 
@@ -191,9 +193,35 @@ def unigram_entropy(config: ml_collections.ConfigDict) -> float:
     return float(-(p * np.log(p)).sum())
 
 
+def blew_up(result: dict[str, Any]) -> bool:
+    """Whether a run whose losses stayed finite ended worse than it began: its final validation
+    NLL more than :data:`STUCK_MARGIN` above its first training loss (the untrained model's
+    loss, e.g. ln V at a uniform start). Such a run diverged without a NaN: a loss spike it
+    never recovered from (docs/schemes.md, ReZero at 3.2e-2). False when either loss is
+    missing."""
+    first, final = result.get("first_train_loss"), result.get("eval_loss")
+    if first is None or final is None:
+        return False
+    return bool(final > first + STUCK_MARGIN)
+
+
+def diverged(result: dict[str, Any]) -> bool:
+    """A non-finite loss or gradient (``nonfinite_step`` set) or a finite blow-up
+    (:func:`blew_up`)."""
+    return result.get("nonfinite_step") is not None or blew_up(result)
+
+
+def divergence_text(result: dict[str, Any]) -> str:
+    """How a diverged run broke, for tables: ``update 57`` (the first non-finite update) or
+    ``NLL 61.5 from 9.13`` (a finite blow-up: final validation NLL from the first loss)."""
+    if result.get("nonfinite_step") is not None:
+        return f"update {result['nonfinite_step']}"
+    return f"NLL {result['eval_loss']:.3g} from {result['first_train_loss']:.3g}"
+
+
 def verdict(result: dict[str, Any], entropy: float) -> str:
     """``diverged``, ``stuck`` or ``trained`` (see the module docstring)."""
-    if result.get("nonfinite_step") is not None:
+    if diverged(result):
         return "diverged"
     if result["eval_loss"] >= entropy - STUCK_MARGIN:
         return "stuck"
@@ -369,7 +397,7 @@ def judge(result: dict[str, Any], entropy: float | None) -> str:
     """:func:`verdict` against ``entropy``; without one (the synthetic smoke data) only
     diverged or trained."""
     if entropy is None:
-        return "diverged" if result["nonfinite_step"] else "trained"
+        return "diverged" if diverged(result) else "trained"
     return verdict(result, entropy)
 
 

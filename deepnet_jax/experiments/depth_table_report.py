@@ -104,7 +104,8 @@ def compare(a: Sequence[float], b: Sequence[float], higher_better: bool = True) 
 
 def cell_text(cell_runs: Sequence[dict[str, Any]], field: str) -> str:
     """A cell: the verdicts (``trained ×3``, or each seed's), the final metric's mean and
-    min–max over the finite seeds, the first non-finite update of each diverged seed."""
+    min–max over the seeds that did not diverge, how each diverged seed broke (its first
+    non-finite update, or its final NLL from its first loss: :func:`common.divergence_text`)."""
     verdicts = [r["verdict"] for r in cell_runs]
     kinds = sorted(set(verdicts), key=common.VERDICTS.index)
     text = ", ".join(f"{v} ×{verdicts.count(v)}" for v in kinds)
@@ -112,9 +113,9 @@ def cell_text(cell_runs: Sequence[dict[str, Any]], field: str) -> str:
     if finite:
         mean = sum(finite) / len(finite)
         text += f"; {mean:.3g} ({min(finite):.3g}–{max(finite):.3g})"
-    broke = [str(r["nonfinite_step"]) for r in cell_runs if r["verdict"] == "diverged"]
+    broke = [common.divergence_text(r) for r in cell_runs if r["verdict"] == "diverged"]
     if broke:
-        text += f"; non-finite at {', '.join(broke)}"
+        text += f"; diverged at {', '.join(broke)}"
     return text
 
 

@@ -32,7 +32,6 @@ scheme, crosses for diverged runs) and ``lr_tolerance.md``.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from typing import Any
@@ -93,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for lr in s["lrs"]:
             run = next(r for r in runs if (r["scheme"], r["lr"]) == (scheme, lr))
             row.append(
-                f"diverged (update {run['nonfinite_step']})"
+                f"diverged ({common.divergence_text(run)})"
                 if run["verdict"] == "diverged"
                 else f"{run['verdict']} {run['eval_loss']:.3f}"
             )
@@ -116,13 +115,13 @@ def largest_trained(runs: list[dict[str, Any]], scheme: str) -> float | None:
 
 def _plot(runs: list[dict[str, Any]], s: dict[str, Any], entropy: float | None, out: str) -> str:
     plt = report.pyplot()
-    fig, ax = plt.subplots(figsize=(5, 3.4))
-    finite = [r["eval_loss"] for r in runs if not math.isnan(r["eval_loss"])]
-    top = max(finite) * 1.05 if finite else 1.0
+    fig, ax = plt.subplots(figsize=(6.2, 3.4))
+    kept = [r["eval_loss"] for r in runs if r["verdict"] != "diverged"]  # a blow-up off the axes
+    top = max(kept) * 1.05 if kept else 1.0
     for scheme in s["schemes"]:
         mine = sorted((r for r in runs if r["scheme"] == scheme), key=lambda r: r["lr"])
         xs = [r["lr"] for r in mine]
-        ys = [top if math.isnan(r["eval_loss"]) else r["eval_loss"] for r in mine]
+        ys = [top if r["verdict"] == "diverged" else r["eval_loss"] for r in mine]
         (line,) = ax.plot(xs, ys, marker="o", label=scheme)
         for x, r in zip(xs, mine, strict=True):
             if r["verdict"] == "diverged":
@@ -135,7 +134,7 @@ def _plot(runs: list[dict[str, Any]], s: dict[str, Any], entropy: float | None, 
     ax.set_xlabel("peak learning rate")
     ax.set_ylabel("validation NLL (× = diverged)")
     ax.set_title(f"{s['layers']}L-{s['layers']}L, {s['steps']} updates", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # beside the lines
     return report.save_figure(fig, out, NAME)
 
 

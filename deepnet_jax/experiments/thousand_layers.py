@@ -20,7 +20,8 @@ updates, and its chance level is exact: :func:`blind_chance` is the accuracy and
 best predictor that does not read the source (it knows the target prefix and the length
 distribution, not the sequence).
 
-**Verdict** of a run: ``diverged`` (a non-finite loss or gradient), ``trained`` (final
+**Verdict** of a run: ``diverged`` (a non-finite loss or gradient, or a finite blow-up:
+:func:`common.blew_up`), ``trained`` (final
 validation NLL at least ``MARGIN_NATS`` = 1 nat below the unigram entropy of the validation
 targets), otherwise ``stuck``. **Onset**: the first logged update whose training accuracy over
 the log interval is at least the blind chance accuracy + ``ONSET_MARGIN``; also the updates to
@@ -186,7 +187,7 @@ def blind_chance(vocab_size: int, max_len: int, min_len: int = 2) -> dict[str, f
 
 def verdict(run: dict[str, Any], entropy: float) -> str:
     """``diverged``, ``trained`` or ``stuck`` (see the module docstring)."""
-    if run.get("nonfinite_step") is not None:
+    if common.diverged(run):
         return "diverged"
     return "trained" if run["eval_loss"] <= entropy - MARGIN_NATS else "stuck"
 
