@@ -284,15 +284,16 @@ def test_a_run_stopped_by_a_signal_is_not_recorded(tmp_path, monkeypatch):
     assert common.Results(str(tmp_path), "grid", "smoke", {"steps": 8}).runs == []
 
 
-def test_model_update_gated_setting_pairs_each_depth_with_a_plain_and_a_gated_ffn():
-    keys = model_update.run_keys("gated")
+@pytest.mark.parametrize("setting", ["gated", "gated_first"])
+def test_model_update_gated_setting_pairs_each_depth_with_a_plain_and_a_gated_ffn(setting):
+    keys = model_update.run_keys(setting)
     assert {(k["scheme"], k["ffn"], k["layers"]) for k in keys} == {
         (s, f, n) for s in ("deepnorm", "subln") for f in ("relu", "swiglu")
         for n in (6, 18, 50, 100, 200)
     }  # fmt: skip
     assert {k["warmup"] for k in keys} == {"none"}
-    base = model_update._base_config("gated")
-    configs = {k["ffn"]: model_update.run_config(base, "gated", k) for k in keys[:: len(keys) - 1]}
+    base = model_update._base_config(setting)
+    configs = {k["ffn"]: model_update.run_config(base, setting, k) for k in keys[:: len(keys) - 1]}
     plain, gated = configs["relu"].model, configs["swiglu"].model
     assert (plain.activation, plain.ffn_dim, gated.activation, gated.ffn_dim) == (
         "relu", 128, "swiglu", 88
@@ -301,6 +302,11 @@ def test_model_update_gated_setting_pairs_each_depth_with_a_plain_and_a_gated_ff
     assert abs(3 * 88 - 2 * 128) / (2 * 128) < 0.04
     assert configs["relu"].optimizer.learning_rate == common.PAPER_LR
     assert configs["relu"].schedule.name == "constant"  # no warm-up
+    # gated_first: ΔF after every one of the first 10 updates (before gated's ceiling)
+    first = setting == "gated_first"
+    assert (configs["relu"].total_steps, configs["relu"].diagnostics.every) == (
+        (10, 1) if first else (100, 10)
+    )
 
 
 def test_dropout_gap_smoke_scores_each_checkpoint_in_both_modes(tmp_path):

@@ -16,6 +16,8 @@ quick      6, 18             100      5               19.4 min (measured)
 full       6, 18, 50, 100    300      10              about 5 hours (100L-100L: ~2 s/update)
 gated      6, 18, 50, 100,   100      10              docs/blocks.md (DeepNorm, Sub-LN; no
            200                                        warm-up; a plain and a gated FFN)
+gated_     6, 18, 50, 100,   10       1               gated's runs, ΔF after each of the
+first      200                                        first 10 updates (docs/blocks.md)
 since_     6, 18             100      5               quick's, for the schemes since DeepNet
 deepnet                                               and Pre-LN with DyT (docs/schemes.md)
 =========  ================  =======  ==============  ======================================
@@ -23,7 +25,11 @@ deepnet                                               and Pre-LN with DyT (docs/
 The ``gated`` setting asks whether DeepNorm's β and Sub-LN's γ on a gated FFN's fc1 and fc2
 (the gate at gain 1; docs/blocks.md) bound the update as they do on the plain FFN: each scheme
 and depth with the ReLU FFN (F = 128) and with SwiGLU at the same parameters (F = ⅔·128 → 88),
-at the paper's peak learning rate from the first update (no warm-up, the hard case).
+at the paper's peak learning rate from the first update (no warm-up, the hard case). By
+update 10 every ``gated`` run from 50 layers on has turned its output completely (ΔF ≈ 11, the
+most a normed 64-wide output can move), so ``gated_first`` repeats the runs for 10 updates,
+measuring ΔF after each: the first updates, before that ceiling, are where the depths and the
+FFNs can differ.
 
 Run: ``python -m deepnet_jax.experiments.model_update --setting=quick --out=DIR``; writes
 ``model_update.json``, ``model_update.png`` (ΔF over updates: a row per warm-up, a column
@@ -48,11 +54,13 @@ SETTINGS = {
     "quick": {"depths": [6, 18], "steps": 100, "every": 5},
     "full": {"depths": [6, 18, 50, 100], "steps": 300, "every": 10},
     "gated": {"depths": [6, 18, 50, 100, 200], "steps": 100, "every": 10},
+    "gated_first": {"depths": [6, 18, 50, 100, 200], "steps": 10, "every": 1},
     "since_deepnet": {"depths": [6, 18], "steps": 100, "every": 5},
 }
 # the gated setting's FFNs: (activation, ffn_dim) at equal parameters (docs/blocks.md's rule)
 FFNS = {"relu": ("relu", 128), "swiglu": ("swiglu", 88)}
 WARMUPS = {"none": 0, "paper": common.PAPER_WARMUP}  # warm-up updates (0: constant lr)
+GATED = ("gated", "gated_first")  # the settings that pair a plain and a gated FFN
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -60,7 +68,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     s = SETTINGS[args.setting]
     schemes = _schemes(args.setting)
     entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
-    gated = args.setting == "gated"
+    gated = args.setting in GATED
     recorded = {**s, "schemes": schemes, "lr": common.PAPER_LR} | ({"ffns": FFNS} if gated else {})
     results = common.Results(out, NAME, args.setting, recorded, grid=["schemes", "depths"])
     make_config = functools.partial(run_config, base, args.setting)
@@ -108,7 +116,7 @@ def run_keys(setting: str) -> list[dict[str, Any]]:
     """The setting's runs in the order they run: ``{"scheme", "layers", "warmup"}`` each
     (gated: warm-up "none" only, and ``"ffn"``, a :data:`FFNS` name, both FFNs of a depth
     one after the other)."""
-    gated = setting == "gated"
+    gated = setting in GATED
     return [
         {"scheme": scheme, "layers": n, "warmup": w} | ({"ffn": ffn} if gated else {})
         for w in (["none"] if gated else WARMUPS)
@@ -134,14 +142,16 @@ def run_config(
 
 
 def _base_config(setting: str):
-    """common.base_config's (gated, since_deepnet: the quick setting's model and data)."""
-    return common.base_config("quick" if setting in ("gated", "since_deepnet") else setting)
+    """common.base_config's (gated, gated_first, since_deepnet: the quick setting's model and
+    data)."""
+    return common.base_config("quick" if setting in (*GATED, "since_deepnet") else setting)
 
 
 def _schemes(setting: str) -> list[str]:
     return {
         "smoke": ["post_ln", "deepnorm"],
         "gated": ["deepnorm", "subln"],
+        "gated_first": ["deepnorm", "subln"],
         "since_deepnet": list(common.SINCE_DEEPNET_ROWS),
     }.get(setting, list(common.SCHEMES))
 
