@@ -24,8 +24,10 @@ from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.model.config import ARCHS, SCHEMES
 
 # The tests run on the CPU; the tpu and gpu-plan extras (installed for the TPU/GPU compile tests,
-# which use compile-only devices) must not try to start a TPU or a CUDA backend.
-jax.config.update("jax_platforms", "cpu")
+# which use compile-only devices) must not try to start a TPU or a CUDA backend. On a machine
+# with a GPU, DEEPNET_JAX_TEST_PLATFORMS=cuda runs them there (the GPU-only tests, e.g. cuDNN's
+# attention against the reference, skip elsewhere).
+jax.config.update("jax_platforms", os.environ.get("DEEPNET_JAX_TEST_PLATFORMS", "cpu"))
 
 # The "rbg" generator compiles several times faster than threefry on CPU; tests only need
 # well-distributed bits, not threefry's exact stream.

@@ -220,6 +220,59 @@ def test_cudnn_attention_is_refused_without_a_gpu():
         train.validate(c)
 
 
+def _max_abs(tree_a, tree_b) -> float:
+    return max(
+        float(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32)).max())
+        for a, b in zip(jax.tree.leaves(tree_a), jax.tree.leaves(tree_b), strict=True)
+    )
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="cuDNN's kernels run on a GPU only")
+@pytest.mark.parametrize("arch", ["encdec", "decoder", "encoder"])
+def test_cudnn_attention_matches_the_reference_path_on_a_gpu(arch):
+    """cuDNN's fused kernel against the reference attention, both bfloat16, with padding,
+    causal and cross-attention masks: logits and every parameter's gradient. As for
+    ``attention_impl='xla'`` above, the two paths round differently in bfloat16, so the
+    tolerance is twice the bfloat16 reference's own distance from the float32 model (logits;
+    gradients: the largest such distance over the leaves), computed at full float32 matmul
+    precision. The decoder's cached decoding (one query against the cache) equals its full
+    forward within the same tolerance."""
+    kw = {"num_heads": 2}  # head dim 16: a size cuDNN takes
+    ref_model = architectures.build(tiny_config(arch, "subln", dtype="bfloat16", **kw))
+    fast_cfg = tiny_config(arch, "subln", dtype="bfloat16", attention_impl="cudnn", **kw)
+    fast_model = architectures.build(fast_cfg)
+    exact_model = architectures.build(tiny_config(arch, "subln", **kw))
+    src = random_tokens((2, 8), fast_cfg.vocab_size, seed=1).at[1, 5:].set(0)  # even lengths
+    tgt = random_tokens((2, 6), fast_cfg.vocab_size, seed=2).at[1, 3:].set(0)
+    args = model_args(arch, src if arch != "decoder" else tgt, tgt)
+    params = init_params(exact_model, arch, jnp.ones((1, 4), jnp.int32))
+    weights = jax.random.normal(jax.random.key(3), (*args[-1].shape, fast_cfg.vocab_size))
+
+    def outputs(model):
+        def loss(p):
+            return (model.apply({"params": p}, *args).astype(jnp.float32) * weights).mean()
+
+        logits = jax.jit(model.apply)({"params": params}, *args).astype(jnp.float32)
+        return logits, jax.jit(jax.grad(loss))(params)
+
+    with jax.default_matmul_precision("highest"):
+        exact, exact_grads = outputs(exact_model)
+    ref, ref_grads = outputs(ref_model)
+    out, out_grads = outputs(fast_model)
+    rounding = float(jnp.abs(ref - exact).max())
+    assert 0 < rounding < 0.05 * float(jnp.abs(exact).max()), rounding
+    np.testing.assert_allclose(out, ref, atol=2 * rounding)
+    grad_rounding = _max_abs(ref_grads, exact_grads)
+    assert grad_rounding > 0
+    assert _max_abs(out_grads, ref_grads) <= 2 * grad_rounding
+    if arch == "decoder":
+        incremental = _incremental_logits(fast_model, params, fast_cfg, arch, None, tgt)
+        real = np.asarray(tgt != 0)  # the padded tail is fed, not masked, when decoding
+        np.testing.assert_allclose(
+            np.asarray(incremental, np.float32)[real], np.asarray(out)[real], atol=2 * rounding
+        )
+
+
 def test_fused_kernel_carries_logical_names():
     """The fused kernel carries logical names, with the q/k/v axis replicated by the rules."""
     model = architectures.build(tiny_config("decoder", fused_qkv=True))

@@ -363,11 +363,11 @@ def run_grid(
     keep: Callable[[dict[str, Any], str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Train every ``key`` (a dict of the run's settings) not in ``results`` yet, with
-    ``make_config(key)``, in ``<work_root>/<i>``; add its result, its CPU seconds and, when
-    ``judged``, its :func:`verdict` (with ``entropy``; None for the synthetic smoke data: then
-    only diverged/trained). ``keep(result, workdir)`` adds what an experiment keeps of a run
-    beyond its result (e.g. its curves, its own verdict) before the result is saved; the result
-    it gets holds the key's fields too."""
+    ``make_config(key)``, in ``<work_root>/<i>``; add its result, its CPU seconds, the kind of
+    device it ran on and, when ``judged``, its :func:`verdict` (with ``entropy``; None for the
+    synthetic smoke data: then only diverged/trained). ``keep(result, workdir)`` adds what an
+    experiment keeps of a run beyond its result (e.g. its curves, its own verdict) before the
+    result is saved; the result it gets holds the key's fields too."""
     share_compilations(os.path.join(work_root, "xla_cache"))
     out = []
     for i, key in enumerate(keys):
@@ -379,6 +379,7 @@ def run_grid(
             cpu = time.process_time()
             result = train_once(make_config(key), workdir)
             result["cpu_seconds"] = time.process_time() - cpu
+            result["device"] = jax.devices()[0].device_kind  # "cpu", "NVIDIA H100 80GB HBM3"
             if keep is not None:
                 result.update(key)  # keep sees the run's settings beside its result
                 keep(result, workdir)
