@@ -24,6 +24,17 @@ def test_the_slowest_resource_bounds_the_step():
     assert r.limited_by == "memory" and r.mfu_upper_bound == pytest.approx(0.25)
 
 
+def test_work_hidden_from_the_census_still_bounds_the_step():
+    """A custom call (cuDNN's attention) hides its FLOPs from the program's census: the compute
+    term is then the model's FLOPs, so the bound never exceeds 100% (an H100 run printed 110%)."""
+    chip = targets.TPU_CHIPS["v5p"]
+    r = roofline.bound(
+        chip, program_flops=0.9 * 459e12, model_flops=459e12, hbm_bytes=1.0, collective_bytes=0
+    )
+    assert r.compute_s == pytest.approx(1.0) and r.limited_by == "compute"
+    assert r.mfu_upper_bound == pytest.approx(1.0)
+
+
 def test_a_gpu_run_gets_the_preallocated_share(monkeypatch):
     h100 = targets.parse("h100-8")
     monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)

@@ -6,7 +6,9 @@ Williams et al. 2009), per device:
     t ≥ max(FLOPs ÷ peak FLOP/s,  HBM bytes ÷ HBM bandwidth,  collective bytes ÷ link bandwidth)
 
 * FLOPs: the program's matmul FLOPs per device (``hlo_census.matmul_flops`` of the lowered step
-  ÷ devices, loop trips counted, rematerialized recomputation included);
+  ÷ devices, loop trips counted, rematerialized recomputation included), or the model's where
+  those are more: the census cannot see inside a custom call (cuDNN's fused attention), and
+  the step cannot do less work than the model needs;
 * HBM bytes: at least every argument read and every output written once (the state: params,
   optimizer moments, batch), and at least XLA's ``bytes accessed``, which counts each loop body
   once (so it too is a lower bound);
@@ -49,7 +51,7 @@ def bound(
     """The roofline bound of a step on ``chip`` (all figures per device, see the module
     docstring)."""
     times = {
-        "compute": program_flops / chip.peak_flops,
+        "compute": max(program_flops, model_flops) / chip.peak_flops,
         "memory": hbm_bytes / chip.memory_bytes_per_s,
         "collectives": collective_bytes / chip.link_bytes_per_s if collective_bytes else 0.0,
     }
