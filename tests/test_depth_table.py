@@ -273,18 +273,22 @@ def test_modern_lm_setting_is_the_modern_config_at_its_tiny_width():
     assert dtr.depth_label(100, {"lm": True}) == "100L"
 
 
-def test_the_recorded_recipe_names_a_schedule_other_than_inverse_sqrt():
-    """modern_lm's decay is recorded and reported; the quick setting's record is unchanged, so
-    its committed results file stays compatible."""
-    modern = depth_table._recipe(depth_table.base_config("modern_lm"))
-    assert modern["schedule"] == "polynomial"
-    note = dtr._recipe_note({"grid": depth_table.GRIDS["modern_lm"], **modern})
-    assert "100-update warm-up (then polynomial decay to the end)" in note
-    quick = depth_table._recipe(depth_table.base_config("quick"))
-    assert "schedule" not in quick
-    assert "(inverse square root)" in dtr._recipe_note(
-        {"grid": depth_table.GRIDS["quick"], **quick}
-    )
+@pytest.mark.parametrize("setting", sorted(depth_table.GRIDS))
+def test_the_recorded_recipe_is_the_one_the_runs_train_with(setting):
+    """A results file records its recipe from the setting's base config; each run's config is
+    made from that base by ``make_config``. They must agree on the schedule, the warm-up and
+    the updates: modern_lm's record once said polynomial decay while its runs took the inverse
+    square root that ``common.with_run`` sets."""
+    base = depth_table.base_config(setting)
+    recorded = depth_table._recipe(base, "recipes" not in depth_table.GRIDS[setting])
+    for key in depth_table.keys(setting, base)[:2]:
+        run = depth_table.make_config(base, key)
+        assert run.schedule.name == recorded.get("schedule", "inverse_sqrt")
+        assert run.schedule.warmup_steps == recorded.get("warmup", key["warmup"])
+        assert run.optimizer.learning_rate == recorded.get("lr", key["lr"])
+        assert run.total_steps == recorded["updates"]
+    note = dtr._recipe_note({"grid": depth_table.GRIDS[setting], **recorded})
+    assert "(inverse square root)" in note or "constant" in note, note
 
 
 def test_every_row_of_a_figure_has_its_own_color():

@@ -251,8 +251,9 @@ def base_config(setting: str) -> ml_collections.ConfigDict:
 
 
 def modern_lm_config() -> ml_collections.ConfigDict:
-    """configs/deepnorm_lm.py at :data:`MODERN_LM`'s width and recipe (polynomial decay to 0
-    after a linear warm-up, dropout 0), validation NLL at the end only, no checkpoints."""
+    """configs/deepnorm_lm.py at :data:`MODERN_LM`'s width and recipe (the inverse square root
+    schedule every depth_table run takes from ``common.with_run``, not the shipped config's
+    polynomial decay; dropout 0), validation NLL at the end only, no checkpoints."""
     c = common.repo_config("deepnorm_lm")
     m, k = c.model, MODERN_LM
     m.d_model, m.num_heads, m.num_kv_heads, m.ffn_dim = (
@@ -261,6 +262,7 @@ def modern_lm_config() -> ml_collections.ConfigDict:
     m.dropout = 0.0
     c.data.max_len, c.data.batch_size = k["max_len"], k["batch_size"]
     c.optimizer.learning_rate, c.schedule.warmup_steps = k["lr"], k["warmup"]
+    c.schedule.name = "inverse_sqrt"  # what with_run gives each run, so the record says it
     c.total_steps = k["updates"]
     c.eval_every, c.eval_batches, c.log_every = 0, 16, 25
     c.peak_flops = 1e12  # no fp32 matmul measurement for the MFU estimate
