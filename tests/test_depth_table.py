@@ -39,6 +39,28 @@ def test_smoke_end_to_end_and_a_second_shard_adds_to_the_same_file(tmp_path):
     # the two seeds of a cell draw different data and initial weights
     losses = {r["seed"]: r["eval_loss"] for r in runs if r["scheme"] == "deepnorm"}
     assert losses[0] != losses[1]
+    # another machine's share merges into a file by run, training nothing
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    seed0 = dict(saved, runs=[r for r in saved["runs"] if r["seed"] == 0])
+    (elsewhere / "depth_table.json").write_text(json.dumps(seed0))
+    merged = depth_table.main(
+        ["--setting=smoke", f"--out={elsewhere}", f"--merge={tmp_path / 'depth_table.json'}"]
+    )
+    assert sorted(json.dumps(r, sort_keys=True) for r in merged["runs"]) == sorted(
+        json.dumps(r, sort_keys=True) for r in saved["runs"]
+    )
+    assert not (elsewhere / "runs").exists()  # no run was trained
+    assert "×2" in (elsewhere / "depth_table.md").read_text()
+    assert "Runs by device: cpu: 6 (2L-2L)." in table
+    with pytest.raises(SystemExit, match="made with other settings"):
+        depth_table.main(
+            [
+                "--setting=smoke",
+                f"--out={elsewhere}",
+                "--merge=docs/reproduction/depth_table_init.json",
+            ]
+        )
 
 
 def test_bad_shard_is_one_error_line():
@@ -59,6 +81,20 @@ def test_bad_shard_is_one_error_line():
     assert depth_table.parse_shard("1/3") == (1, 3)
     with pytest.raises(ValueError, match="expected i/n"):
         depth_table.parse_shard("1")
+
+
+def test_tasks_and_depths_pick_part_of_a_setting_in_its_order():
+    base = depth_table.base_config("quick")
+    every = depth_table.keys("quick", base)
+    part = depth_table.select(every, "quick", ["reversal"], ["6", "18"])
+    assert part == [k for k in every if k["task"] == "reversal" and k["layers"] in (6, 18)]
+    assert len(part) == 12 * 3  # 4 scanned schemes and 2 DLCL rows at 2 depths, 3 seeds
+    assert depth_table.select(every, "quick", [], []) == every
+    assert {k["layers"] for k in depth_table.select(every, "quick", [], ["50"])} == {50}
+    with pytest.raises(ValueError, match=r"^--tasks=wmt: quick has tasks reversal64, reversal$"):
+        depth_table.select(every, "quick", ["wmt"], [])
+    with pytest.raises(ValueError, match=r"^--layers=12: quick has layers 6, 18, 50, 100$"):
+        depth_table.select(every, "quick", [], ["12"])
 
 
 def test_grids_hold_every_cell_the_issue_names():

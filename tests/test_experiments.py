@@ -201,6 +201,7 @@ def test_thousand_layers_smoke(tmp_path):
     for run in runs:
         assert run["verdict"] in common.VERDICTS and run["cpu_seconds"] > 0
         assert run["device"] == jax.devices()[0].device_kind  # where each run ran ("cpu" here)
+        assert run["matmul_precision"] == jax.config.jax_default_matmul_precision
         assert [d["step"] for d in run["diagnostics"]] == [0, 5, 10]
         assert all(d["model_update"] > 0 for d in run["diagnostics"][1:])
         assert "grad_norm/decoder/all_last" in run["diagnostics"][-1]

@@ -266,6 +266,14 @@ def train_once(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any
     return out
 
 
+def find_run(runs: Sequence[dict[str, Any]], key: dict[str, Any]) -> dict[str, Any] | None:
+    """The first of ``runs`` holding every field of ``key`` with its value, or None."""
+    for run in runs:
+        if all(run.get(k) == v for k, v in key.items()):
+            return run
+    return None
+
+
 class Results:
     """An experiment's runs, kept in ``<out>/<name>.json`` after every run, so that a long
     experiment that was interrupted skips the runs it finished when started again. Several
@@ -325,10 +333,7 @@ class Results:
         return self.payload["runs"]
 
     def find(self, key: dict[str, Any]) -> dict[str, Any] | None:
-        for run in self.runs:
-            if all(run.get(k) == v for k, v in key.items()):
-                return run
-        return None
+        return find_run(self.runs, key)
 
     def add(self, key: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
         """Add one run's result (under the lock, to the runs on disk) and save. The next
@@ -364,10 +369,11 @@ def run_grid(
 ) -> list[dict[str, Any]]:
     """Train every ``key`` (a dict of the run's settings) not in ``results`` yet, with
     ``make_config(key)``, in ``<work_root>/<i>``; add its result, its CPU seconds, the kind of
-    device it ran on and, when ``judged``, its :func:`verdict` (with ``entropy``; None for the
-    synthetic smoke data: then only diverged/trained). ``keep(result, workdir)`` adds what an
-    experiment keeps of a run beyond its result (e.g. its curves, its own verdict) before the
-    result is saved; the result it gets holds the key's fields too."""
+    device it ran on, the default matmul precision it ran under and, when ``judged``, its
+    :func:`verdict` (with ``entropy``; None for the synthetic smoke data: then only
+    diverged/trained). ``keep(result, workdir)`` adds what an experiment keeps of a run beyond
+    its result (e.g. its curves, its own verdict) before the result is saved; the result it
+    gets holds the key's fields too."""
     share_compilations(os.path.join(work_root, "xla_cache"))
     out = []
     for i, key in enumerate(keys):
@@ -380,6 +386,8 @@ def run_grid(
             result = train_once(make_config(key), workdir)
             result["cpu_seconds"] = time.process_time() - cpu
             result["device"] = jax.devices()[0].device_kind  # "cpu", "NVIDIA H100 80GB HBM3"
+            # None: the platform's default (fp32 on a CPU, TF32 passes on a GPU)
+            result["matmul_precision"] = jax.config.jax_default_matmul_precision
             if keep is not None:
                 result.update(key)  # keep sees the run's settings beside its result
                 keep(result, workdir)

@@ -55,12 +55,16 @@ Run: ``python -m deepnet_jax.experiments.depth_table --setting=quick --out=DIR``
 ``depth_table.json`` (every run's key, results and curves; a run started again skips the runs
 it holds), ``depth_table.md`` (the table, onsets and called differences) and ``depth_table.png``
 (the final metric against depth, a line per scheme, the seeds' spread as bars).
+``--shard=i/n`` splits the runs among processes sharing one ``--out``; ``--tasks`` and
+``--layers`` restrict a process to part of the setting (e.g. one machine takes ``reversal``,
+another ``reversal64``; the results files merge by run: docs/reproduction.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import os
 import sys
@@ -81,6 +85,21 @@ _SHARD = flags.DEFINE_string(
     "0/1",
     "i/n: run every n-th run from the i-th, beside processes running the other "
     "shards into the same --out (2 shards on 2 cores: about 1.3x the runs per hour)",
+)
+_TASKS = flags.DEFINE_list(
+    "tasks",
+    [],
+    "run only these of the setting's tasks (e.g. reversal), so that machines can split a "
+    "setting by task; default: all; the table reports every run the file holds",
+)
+_LAYERS = flags.DEFINE_list(
+    "layers", [], "run only the setting's cells with these N (NL-NL; e.g. 6,18); default: all"
+)
+_MERGE = flags.DEFINE_list(
+    "merge",
+    [],
+    "results files of this setting written elsewhere (another machine's --out/depth_table.json): "
+    "add their runs that --out's file lacks, write the table, train nothing",
 )
 CORPUS_BLEU_SENTENCES = 300  # greedy BLEU at the end of a corpus run (the main job's count)
 
@@ -293,26 +312,31 @@ def make_config(base: ml_collections.ConfigDict, key: dict[str, Any]) -> ml_coll
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run the setting's runs (this shard's share) not yet in ``<out>/depth_table.json``, then
-    write the table and the figure of every run the file holds; returns the results payload."""
+    """Run the setting's runs (this shard's share) not yet in ``<out>/depth_table.json`` (with
+    ``--merge``: take them from the files named instead), then write the table and the figure
+    of every run the file holds; returns the results payload."""
     args, base, out = opening.start(argv, NAME, base_config, SETTINGS)
     try:
         index, count = parse_shard(_SHARD.value)
+        chosen = select(keys(args.setting, base), args.setting, _TASKS.value, _LAYERS.value)
     except ValueError as e:
         sys.exit(f"error: {e}")
     levels = {task: _levels(task_config(base, task)) for task in GRIDS[args.setting]["tasks"]}
     grid = GRIDS[args.setting]
     settings = {"grid": grid, "levels": levels, **_recipe(base, "recipes" not in grid)}
     results = common.Results(out, NAME, args.setting, settings, grid=["grid"])
-    common.run_grid(
-        results,
-        keys(args.setting, base)[index::count],
-        functools.partial(make_config, base),
-        None,
-        os.path.join(out, "runs", str(index)),
-        judged=False,
-        keep=functools.partial(_keep, levels),
-    )
+    for path in _MERGE.value:
+        print(f"merged {merge(results, path, chosen)} runs from {path}")
+    if not _MERGE.value:
+        common.run_grid(
+            results,
+            chosen[index::count],
+            functools.partial(make_config, base),
+            None,
+            os.path.join(out, "runs", str(index)),
+            judged=False,
+            keep=functools.partial(_keep, levels),
+        )
     results.reload()  # with the runs other shards finished meanwhile
     table = table_report.table(results.runs, settings)
     paths = [
@@ -323,6 +347,47 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(table)
     print("wrote " + ", ".join(paths))
     return results.payload
+
+
+def merge(results: common.Results, path: str, wanted: list[dict[str, Any]]) -> int:
+    """Add to ``results`` the runs of the results file at ``path`` whose key is one of
+    ``wanted`` and which ``results`` lacks; returns how many. SystemExit if that file was made
+    with another setting or recipe (its runs would not belong in this table)."""
+    try:
+        with open(path) as f:
+            theirs = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise SystemExit(f"error: --merge={path}: {e}") from None
+    differ = results.differing(theirs)
+    if differ:
+        raise SystemExit(f"error: --merge={path}: made with other settings ({', '.join(differ)})")
+    added = 0
+    for key in wanted:
+        run = common.find_run(theirs.get("runs", []), key)
+        if run is not None and results.find(key) is None:
+            results.add(key, run)
+            added += 1
+    return added
+
+
+def select(
+    runs: list[dict[str, Any]], setting: str, tasks: list[str], layers: list[str]
+) -> list[dict[str, Any]]:
+    """The ``runs`` (a setting's :func:`keys`) on one of ``tasks`` with one of ``layers`` (each
+    list empty: no restriction), in their order; ValueError naming the flag and the setting's
+    values for a task or depth the setting does not have."""
+    grid = GRIDS[setting]
+    allowed = sorted({n for _, n in grid["cells"]})
+    for name, given, values in (("tasks", tasks, grid["tasks"]), ("layers", layers, allowed)):
+        wrong = [v for v in given if v not in map(str, values)]
+        if wrong:
+            shown = ", ".join(map(str, values))
+            raise ValueError(f"--{name}={','.join(given)}: {setting} has {name} {shown}")
+    return [
+        run
+        for run in runs
+        if (not tasks or run["task"] in tasks) and (not layers or str(run["layers"]) in layers)
+    ]
 
 
 def parse_shard(text: str) -> tuple[int, int]:

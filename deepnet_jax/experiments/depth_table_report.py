@@ -157,7 +157,8 @@ def table(runs: Sequence[dict[str, Any]], settings: dict[str, Any]) -> str:
         header = ["scheme"] + [depth_label(n, levels) for n in depths]
         rows = [[s] + [_cell(grouped, task, s, n, field) for n in depths] for s in schemes]
         parts.append(f"### {title}: verdicts and {label} (mean, min–max over seeds)\n")
-        parts.append(_levels_note(levels) + "\n\n" + report.markdown_table(header, rows))
+        notes = _levels_note(levels) + " " + devices_note(mine, levels)
+        parts.append(notes + "\n\n" + report.markdown_table(header, rows))
         parts.append(f"### {title}: onset (each seed's first logged update)\n")
         parts.append(_onset_table(grouped, task, schemes, depths, levels))
         parts.append(f"### {title}: differences beyond the seed spread\n")
@@ -189,6 +190,23 @@ def _recipe_note(s: dict[str, Any]) -> str:
         f"dropout {s['dropout']:g}, training curves logged every {s['log_every']} updates; "
         f"seeds {', '.join(str(x) for x in s['grid']['seeds'])}.\n"
     )
+
+
+def devices_note(runs: Sequence[dict[str, Any]], levels: dict[str, Any]) -> str:
+    """Which device ran which runs (``run["device"]``, the kind JAX reported; "not recorded"
+    for runs made before it was kept; and the default matmul precision if one was set), with
+    the depths each device's runs have."""
+    by_device: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        device = run.get("device") or "not recorded"
+        if run.get("matmul_precision"):  # set by hand (the default: no entry)
+            device += f" at matmul precision {run['matmul_precision']}"
+        by_device.setdefault(device, []).append(run)
+    parts = []
+    for device, mine in sorted(by_device.items()):
+        depths = ", ".join(depth_label(n, levels) for n in sorted({r["layers"] for r in mine}))
+        parts.append(f"{device}: {len(mine)} ({depths})")
+    return "Runs by device: " + "; ".join(parts) + "."
 
 
 def _levels_note(levels: dict[str, Any]) -> str:
