@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 
 from deepnet_jax.data import synthetic
-from deepnet_jax.experiments import common, depth_table, lr_tolerance, model_update, thousand_layers
+from deepnet_jax.experiments import (
+    common,
+    depth_table,
+    lr_tolerance,
+    model_update,
+    opening,
+    thousand_layers,
+)
 from deepnet_jax.experiments import depth_table_report as dtr
 from deepnet_jax.model import architectures
 
@@ -81,6 +88,23 @@ def test_bad_shard_is_one_error_line():
     assert depth_table.parse_shard("1/3") == (1, 3)
     with pytest.raises(ValueError, match="expected i/n"):
         depth_table.parse_shard("1")
+
+
+def test_another_commands_flag_is_refused_not_ignored():
+    """depth_table imports thousand_layers, so absl knows its --lr; depth_table does not read
+    it, so it refuses it (one line naming the flags it takes) instead of training without it."""
+    with pytest.raises(SystemExit) as e:
+        depth_table.main(["--setting=smoke", "--lr=0.1"])
+    assert str(e.value) == (
+        "error: --lr is not a flag of depth_table; it takes --data_dir, --layers, --merge, "
+        "--out, --setting, --shard, --tasks"
+    )
+    with pytest.raises(SystemExit, match="--batch_size is not a flag of depth_table"):
+        depth_table.main(["--setting=smoke", "--batch_size=4"])  # the decoding CLI's
+    text = opening.usage(depth_table.SETTINGS, "depth_table")
+    assert all(f"  --{name}: " in text for name in ("shard", "tasks", "layers", "merge", "out"))
+    assert "--lr" not in text
+    opening.parse_args([], ["quick"])  # the defaults again for later tests
 
 
 def test_tasks_and_depths_pick_part_of_a_setting_in_its_order():
@@ -325,6 +349,15 @@ def test_the_recorded_recipe_is_the_one_the_runs_train_with(setting):
         assert run.total_steps == recorded["updates"]
     note = dtr._recipe_note({"grid": depth_table.GRIDS[setting], **recorded})
     assert "(inverse square root)" in note or "constant" in note, note
+
+
+def test_a_base_schedule_a_run_would_drop_is_refused():
+    base = depth_table.base_config("smoke")
+    base.schedule.name = "cosine"
+    with pytest.raises(ValueError, match=r"^schedule.name='cosine': an experiment's runs take"):
+        common.with_run(base, "deepnorm", 2, 1e-3, 10, 20)
+    base.schedule.name = "constant"  # a warm-up-free base is one with_run may give a warm-up
+    assert common.with_run(base, "deepnorm", 2, 1e-3, 10, 20).schedule.name == "inverse_sqrt"
 
 
 def test_every_row_of_a_figure_has_its_own_color():

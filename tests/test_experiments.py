@@ -257,7 +257,11 @@ def test_thousand_layers_onset_and_verdict():
 
 
 def test_thousand_layers_flags_change_the_setting():
-    opening.parse_args(["--setting=onset", "--depths=3,4", "--lr=2e-3", "--dropout=0.1"], ["onset"])
+    opening.parse_args(
+        ["--setting=onset", "--depths=3,4", "--lr=2e-3", "--dropout=0.1"],
+        ["onset"],
+        "thousand_layers",
+    )
     s = thousand_layers.setting_with_overrides("onset")
     assert s["runs"] == [("deepnorm", 3), ("deepnorm", 4)]
     assert (s["lr"], s["warmup"], s["dropout"]) == (2e-3, 50, 0.1)

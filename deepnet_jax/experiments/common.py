@@ -161,7 +161,13 @@ def with_run(
     """A copy of ``c`` for one run: N-layer encoder and decoder (those ``c``'s arch has) of
     ``row``'s scheme and norm (:func:`split_row`), peak ``learning_rate`` after
     ``warmup_steps`` (0: constant from the first update). DLCL stacks are unrolled (each layer
-    reads every earlier one); the others are scanned."""
+    reads every earlier one); the others are scanned. ValueError if ``c`` names another
+    schedule, which the run would otherwise drop without a word."""
+    if c.schedule.name not in ("inverse_sqrt", "constant"):
+        raise ValueError(
+            f"schedule.name={c.schedule.name!r}: an experiment's runs take inverse_sqrt "
+            "(constant without a warm-up); set it in the base config"
+        )
     c = ml_collections.ConfigDict(c.to_dict())
     scheme, norm = split_row(row)
     c.model.scheme = scheme

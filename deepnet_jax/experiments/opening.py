@@ -42,17 +42,24 @@ class Args:
     verbosity: int | None
 
 
-def parse_args(argv: Sequence[str], settings: Sequence[str] = SETTINGS) -> Args:
+def parse_args(
+    argv: Sequence[str], settings: Sequence[str] = SETTINGS, experiment: str | None = None
+) -> Args:
     """Parse an experiment's flags (absl, defined at this module's import) from ``argv`` (the
-    arguments after the program name); a bad flag or setting exits with one ``error:`` line."""
+    arguments after the program name); a bad flag or setting exits with one ``error:`` line,
+    and so does, when ``experiment`` names the experiment (its module's name), a flag the
+    project defines for another command (absl knows every imported module's flags: an
+    experiment importing another's helpers would otherwise take and ignore its flags)."""
     if any(arg in command.HELP_FLAGS for arg in argv):
-        print(usage(settings))
+        print(usage(settings, experiment))
         sys.exit(0)
     flags.FLAGS.unparse_flags()
     try:
         flags.FLAGS(["experiment", *argv])
     except flags.Error as e:
         sys.exit("error: " + " ".join(str(e).split()))
+    if experiment is not None:
+        _refuse_foreign_flags(experiment)
     if _SETTING.value not in settings:
         sys.exit(f"error: --setting={_SETTING.value!r}; allowed values are {', '.join(settings)}")
     return Args(
@@ -63,12 +70,41 @@ def parse_args(argv: Sequence[str], settings: Sequence[str] = SETTINGS) -> Args:
     )
 
 
-def usage(settings: Sequence[str] = SETTINGS) -> str:
+def own_flags(experiment: str | None) -> list[flags.Flag]:
+    """The flags ``experiment`` (a module name under deepnet_jax.experiments; None: any) reads:
+    every experiment's ``--setting``, ``--out`` and ``--data_dir``, then those its own module
+    defines (as ``python -m``, absl files them under the script's path)."""
+    common = [flags.FLAGS[h.name] for h in (_SETTING, cli_flags.OUT, cli_flags.DATA_DIR)]
+    if experiment is None:
+        return common
+    # absl files a flag under its module's name, or under the script's path for ``__main__``
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None) or ""
+    modules = [f"{__package__}.{experiment}"]
+    if os.path.basename(main_file) == f"{experiment}.py":
+        modules.append(main_file)
+    by_module = flags.FLAGS.flags_by_module_dict()
+    mine = [f for m in modules for f in by_module.get(m, [])]
+    return common + list({f.name: f for f in mine}.values())
+
+
+def _refuse_foreign_flags(experiment: str) -> None:
+    """SystemExit with one line for a flag given on the command line that this project
+    defines but ``experiment`` does not read (absl's own, e.g. ``-v``, are always read)."""
+    mine = {f.name for f in own_flags(experiment)}
+    for name, flag in flags.FLAGS.flags_by_module_dict().items():
+        if not name.startswith("deepnet_jax"):
+            continue
+        for f in flag:
+            if f.present and f.name not in mine:
+                allowed = ", ".join(f"--{n}" for n in sorted(mine))
+                sys.exit(f"error: --{f.name} is not a flag of {experiment}; it takes {allowed}")
+
+
+def usage(settings: Sequence[str] = SETTINGS, experiment: str | None = None) -> str:
     """The ``--help`` text: the experiment's docstring, then the flags an experiment reads."""
     main = sys.modules.get("__main__")
     lines = [(getattr(main, "__doc__", None) or "").strip(), "", "flags:"]
-    holders = (_SETTING, cli_flags.OUT, cli_flags.DATA_DIR)
-    for flag in (flags.FLAGS[h.name] for h in holders):
+    for flag in own_flags(experiment):
         allowed = f"one of {', '.join(settings)}; " if flag.name == "setting" else ""
         lines.append(f"  --{flag.name}: {flag.help} ({allowed}default: {flag.default!r})")
     lines.append("  -v, --verbosity: library log lines (absl levels; hidden by default)")
@@ -84,7 +120,7 @@ def start(
     """An experiment's opening: parse ``argv`` (default: the process's arguments), set log
     verbosity, the smoke setting's fast compiles, build the setting's base config with
     ``--data_dir`` applied; returns the arguments, the base config and the output folder."""
-    args = parse_args(sys.argv[1:] if argv is None else argv, settings)
+    args = parse_args(sys.argv[1:] if argv is None else argv, settings, name)
     log_setup.configure(args.verbosity)
     compile_fast_for_smoke(args.setting)
     config = base(args.setting)
