@@ -42,6 +42,7 @@ def test_smoke_end_to_end_and_a_second_shard_adds_to_the_same_file(tmp_path):
     table = (tmp_path / "depth_table.md").read_text()
     assert "| dlcl_pre | " in table and "×2" in table and "seeds 0, 1" in table
     assert "2L-2L: post_ln" in table  # the called differences
+    assert dtr._CALLS_LEGEND in table  # what >, ≈ and ? mean
     assert (tmp_path / "depth_table.png").stat().st_size > 2000
     # the two seeds of a cell draw different data and initial weights
     losses = {r["seed"]: r["eval_loss"] for r in runs if r["scheme"] == "deepnorm"}

@@ -245,6 +245,12 @@ def _onset_table(
 REFERENCE_SCHEMES = ("post_ln", "pre_ln", "deepnorm", "subln", "dlcl_pre", "dlcl_post")
 
 
+_CALLS_LEGEND = (
+    "`a > b`: every seed of a ends better than every seed of b; `≈`: their seed ranges "
+    "overlap, no difference called; `?`: a cell with one seed so far, nothing called."
+)
+
+
 def _calls(
     grouped: dict,
     task: str,
@@ -273,7 +279,7 @@ def _calls(
                 )
                 called.append(f"{a} {rel} {b}")
         lines.append(f"- {depth_label(n, levels)}: " + "; ".join(called))
-    return "\n".join(lines) + "\n"
+    return _CALLS_LEGEND + "\n\n" + "\n".join(lines) + "\n"
 
 
 def plot(runs: Sequence[dict[str, Any]], settings: dict[str, Any], out: str, name: str) -> str:
