@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import pathlib
 import subprocess
 import sys
 
@@ -23,6 +24,8 @@ from deepnet_jax.experiments import (
 )
 from deepnet_jax.experiments import depth_table_report as dtr
 from deepnet_jax.model import architectures
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_smoke_end_to_end_and_a_second_shard_adds_to_the_same_file(tmp_path):
@@ -66,7 +69,7 @@ def test_smoke_end_to_end_and_a_second_shard_adds_to_the_same_file(tmp_path):
             [
                 "--setting=smoke",
                 f"--out={elsewhere}",
-                "--merge=docs/reproduction/depth_table_init.json",
+                f"--merge={REPO / 'docs/reproduction/depth_table_init.json'}",
             ]
         )
 

@@ -199,7 +199,7 @@ def devices_note(runs: Sequence[dict[str, Any]], levels: dict[str, Any]) -> str:
     by_device: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
         device = run.get("device") or "not recorded"
-        if run.get("matmul_precision"):  # set by hand (the default: no entry)
+        if run.get("matmul_precision"):  # None: the platform's default
             device += f" at matmul precision {run['matmul_precision']}"
         by_device.setdefault(device, []).append(run)
     parts = []
