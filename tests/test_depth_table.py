@@ -25,6 +25,7 @@ from deepnet_jax.experiments import (
 )
 from deepnet_jax.experiments import depth_table_report as dtr
 from deepnet_jax.model import architectures
+from deepnet_jax.training import progress
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -221,6 +222,22 @@ def test_corpus_setting_is_the_main_job_with_only_scheme_depth_and_seed_changed(
     assert {k: v for k, v in run.model.items() if k not in varied} == {
         k: v for k, v in main_job.model.items() if k not in varied
     }
+
+
+def test_a_corpus_run_that_ignores_its_source_is_stuck_however_low_its_nll():
+    """The corpus's 0.25-nat bar is passed by a target-side language model too (DeepNorm
+    18L-18L on the main job ended at NLL 4.44 against the unigram 6.27 with source
+    sensitivity 0.00 and greedy BLEU 0): trained needs a decoder that reads its source."""
+    corpus = {"unigram_entropy": 6.27}
+    run = {"eval_loss": 4.44, "train_loss": 3.6, "first_train_loss": 8.8, "nonfinite_step": None}
+    assert depth_table.verdict(run | {"eval_source_sensitivity": 2.06}, corpus) == "trained"
+    assert depth_table.verdict(run | {"eval_source_sensitivity": 0.0}, corpus) == "stuck"
+    edge = progress.SOURCE_BLIND_NATS
+    assert depth_table.verdict(run | {"eval_source_sensitivity": edge}, corpus) == "trained"
+    high = run | {"eval_loss": 6.1, "eval_source_sensitivity": 2.0}
+    assert depth_table.verdict(high, corpus) == "stuck"  # the NLL bar still applies
+    lm = {"unigram_entropy": 3.3, "lm": True}  # no source: the NLL bar alone
+    assert depth_table.verdict(run | {"eval_loss": 2.0}, lm) == "trained"
 
 
 def test_a_difference_is_called_only_beyond_the_seed_spread():

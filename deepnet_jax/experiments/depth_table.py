@@ -19,7 +19,8 @@ first :data:`CORPUS_BLEU_SENTENCES` validation sentences), its **verdict** — `
 non-finite loss or gradient: the trainer's ``nan_policy="halt"``), ``stuck`` or ``trained``; on
 a synthetic task trained means a final validation NLL at least 1 nat below the unigram entropy
 of the validation targets (:func:`deepnet_jax.experiments.thousand_layers.verdict`), on the
-corpus 0.25 nats (:func:`deepnet_jax.experiments.common.verdict`) — and its **onset**: the first
+corpus 0.25 nats (:func:`deepnet_jax.experiments.common.verdict`) with a decoder that reads its
+source (:func:`verdict`: a target-side language model is stuck) — and its **onset**: the first
 logged update whose training accuracy is 0.1 above the best source-blind predictor's
 (:func:`~deepnet_jax.experiments.thousand_layers.blind_chance`; corpus: whose training NLL is
 0.25 nats below the unigram entropy), and the first to reach 50% and 90% training accuracy.
@@ -77,6 +78,7 @@ from deepnet_jax.common.tokens import FIRST_CONTENT_ID
 from deepnet_jax.experiments import common, opening, report, thousand_layers
 from deepnet_jax.experiments import depth_table_report as table_report
 from deepnet_jax.model import schemes
+from deepnet_jax.training import progress
 
 NAME = "depth_table"
 SETTINGS = ("smoke", "recipe", "init", "quick", "full", "corpus", "modern_lm", "since_deepnet")
@@ -405,7 +407,7 @@ def _keep(levels: dict[str, Any], result: dict[str, Any], workdir: str) -> None:
     """What a run keeps beyond its result: its curves and its verdict (``result`` holds the
     run's key)."""
     thousand_layers.keep_curves(result, workdir)
-    result["verdict"] = _verdict(result, levels[result["task"]])
+    result["verdict"] = verdict(result, levels[result["task"]])
     if levels[result["task"]].get("lm"):  # character-level: NLL per token is per character
         result["eval_bits_per_char"] = result["eval_loss"] / math.log(2)
 
@@ -423,11 +425,17 @@ def _levels(config: ml_collections.ConfigDict) -> dict[str, Any]:
     return out
 
 
-def _verdict(run: dict[str, Any], levels: dict[str, Any]) -> str:
-    """The synthetic tasks' verdict (1 nat below the unigram entropy) or the corpus's (0.25)."""
+def verdict(run: dict[str, Any], levels: dict[str, Any]) -> str:
+    """The synthetic tasks' verdict (1 nat below the unigram entropy) or the corpus's (0.25
+    nats), where a translation run whose decoder ignores its source (validation source
+    sensitivity below ``progress.SOURCE_BLIND_NATS``: a target-side language model, however
+    low its NLL) is ``stuck``."""
     if "chance" in levels:
         return thousand_layers.verdict(run, levels["unigram_entropy"])
-    return common.verdict(run, levels["unigram_entropy"])
+    judged = common.verdict(run, levels["unigram_entropy"])
+    sensitivity = run.get("eval_source_sensitivity")
+    blind = sensitivity is not None and sensitivity < progress.SOURCE_BLIND_NATS
+    return "stuck" if judged == "trained" and blind else judged
 
 
 def _recipe(base: ml_collections.ConfigDict, with_rates: bool = True) -> dict[str, Any]:
