@@ -23,7 +23,10 @@ Why this model (measured on 2 CPU cores; docs/main_job.md has the commands and a
   (a copy task trains through the same pipeline) but too slow to align on a CPU budget.
 * Learning rate 2e-3 over a 400-update warm-up: at 4e-3 over 200 updates the loss falls faster
   but the decoder locks into a target-side language model (source sensitivity 0.00 nats and
-  9% distinct hypotheses at update 400).
+  9% distinct hypotheses at update 400). Deeper, the same 2e-3 is too much: at 18L-18L it
+  locks 3 of 5 seeds into that language model (the encoder's LayerNorms starve its lower
+  layers of gradient), where 1e-3 trains seeds 0 and 2 to greedy BLEU 13.16 and 11.64
+  (docs/reproduction.md, "Why DeepNorm 18L-18L ignores its source on some seeds").
 * 1,800 updates and examples of at most 64 tokens: the most updates that fit 15 minutes on 2
   cores with the final beam-5 pass (~100 s); training on 128-token examples was slower per
   update and ended lower (BLEU 14.57 against 15.86 at 1,600 updates, seed 0).

@@ -303,6 +303,21 @@ def test_newer_schemes_are_called_against_the_papers_rows_only():
     assert "rezero" not in calls.replace("pre_ln < rezero", "")  # no newer-vs-newer pair
 
 
+def test_the_corpus_report_states_the_source_rule_beside_the_nll_bar():
+    """A reader of the corpus table sees both conditions of ``verdict`` for a translation
+    task; a language-model task, which has no source, gets the NLL bar alone."""
+    settings = {"lr": 2e-3, "warmup": 400, "updates": 1800, "batch": 1024, "dropout": 0.1}
+    settings |= {"log_every": 50, "grid": {"seeds": [0], "tasks": ["corpus"]}}
+    translation = _run(0, "stuck", 0.2, [0.2]) | {"task": "corpus", "eval_bleu_greedy": 0.0}
+    translation["eval_source_sensitivity"] = 0.0
+    text = dtr.table([translation], {**settings, "levels": {"corpus": {"unigram_entropy": 6.266}}})
+    bar = f"trained: validation NLL < 6.016 and source sensitivity ≥ {progress.SOURCE_BLIND_NATS:g}"
+    assert bar in text
+    lm = {k: v for k, v in translation.items() if k != "eval_source_sensitivity"}
+    text = dtr.table([lm], {**settings, "levels": {"corpus": {"unigram_entropy": 6.266}}})
+    assert "(trained: validation NLL < 6.016)." in text
+
+
 def test_two_results_objects_on_one_file_keep_both_runs(tmp_path):
     """What two shards do: each adds under the lock to what the other wrote."""
     a = common.Results(str(tmp_path), "grid", "smoke", {"steps": 4})

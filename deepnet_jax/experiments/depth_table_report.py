@@ -10,6 +10,7 @@ from typing import Any
 
 from deepnet_jax.experiments import common, report
 from deepnet_jax.experiments.thousand_layers_report import LEVELS, ONSET_MARGIN, first_reaching
+from deepnet_jax.training import progress
 
 # one color per scheme in every panel and figure (matplotlib's tab10)
 COLORS = {
@@ -157,7 +158,8 @@ def table(runs: Sequence[dict[str, Any]], settings: dict[str, Any]) -> str:
         header = ["scheme"] + [depth_label(n, levels) for n in depths]
         rows = [[s] + [_cell(grouped, task, s, n, field) for n in depths] for s in schemes]
         parts.append(f"### {title}: verdicts and {label} (mean, min–max over seeds)\n")
-        notes = _levels_note(levels) + " " + devices_note(mine, levels)
+        translates = any("eval_source_sensitivity" in run for run in mine)
+        notes = _levels_note(levels, translates) + " " + devices_note(mine, levels)
         parts.append(notes + "\n\n" + report.markdown_table(header, rows))
         parts.append(f"### {title}: onset (each seed's first logged update)\n")
         parts.append(_onset_table(grouped, task, schemes, depths, levels))
@@ -209,11 +211,14 @@ def devices_note(runs: Sequence[dict[str, Any]], levels: dict[str, Any]) -> str:
     return "Runs by device: " + "; ".join(parts) + "."
 
 
-def _levels_note(levels: dict[str, Any]) -> str:
+def _levels_note(levels: dict[str, Any], translates: bool = False) -> str:
+    """The bar a trained run passes (:func:`depth_table.verdict`'s rules), in words."""
     entropy = levels["unigram_entropy"]
     if "chance" not in levels:
-        bar = entropy - common.STUCK_MARGIN
-        return f"Unigram entropy {entropy:.3f} nats (trained: validation NLL < {bar:.3f})."
+        bar = f"validation NLL < {entropy - common.STUCK_MARGIN:.3f}"
+        if translates:
+            bar += f" and source sensitivity ≥ {progress.SOURCE_BLIND_NATS:g} nats"
+        return f"Unigram entropy {entropy:.3f} nats (trained: {bar})."
     chance = levels["chance"]
     return (
         f"Unigram entropy {entropy:.3f} nats (trained: validation NLL ≤ {entropy - 1:.3f}); "
