@@ -102,8 +102,8 @@ def test_another_commands_flag_is_refused_not_ignored():
     with pytest.raises(SystemExit) as e:
         depth_table.main(["--setting=smoke", "--lr=0.1"])
     assert str(e.value) == (
-        "error: --lr is not a flag of depth_table; it takes --data_dir, --layers, --merge, "
-        "--out, --setting, --shard, --tasks"
+        "error: --lr is not a flag of depth_table; it takes --checkpoint_every, --data_dir, "
+        "--layers, --merge, --out, --setting, --shard, --tasks"
     )
     with pytest.raises(SystemExit, match="--batch_size is not a flag of depth_table"):
         depth_table.main(["--setting=smoke", "--batch_size=4"])  # the decoding CLI's
@@ -123,7 +123,8 @@ def test_tasks_and_depths_pick_part_of_a_setting_in_its_order():
     assert {k["layers"] for k in depth_table.select(every, "quick", [], ["50"])} == {50}
     with pytest.raises(ValueError, match=r"^--tasks=wmt: quick has tasks reversal64, reversal$"):
         depth_table.select(every, "quick", ["wmt"], [])
-    with pytest.raises(ValueError, match=r"^--layers=12: quick has layers 6, 18, 50, 100$"):
+    layers = r"^--layers=12: quick has layers 6, 18, 50, 100, 200, 500$"
+    with pytest.raises(ValueError, match=layers):
         depth_table.select(every, "quick", [], ["12"])
 
 
@@ -144,7 +145,7 @@ def test_grids_hold_every_cell_the_issue_names():
     assert corpus["seeds"] == [0, 1]
     base = depth_table.base_config("quick")
     keys = depth_table.keys("quick", base)
-    assert len(keys) == 2 * 20 * 3
+    assert len(keys) == 2 * 20 * 3 + 18  # and the 1,000-layer columns' 18 runs
     first = keys[:60]  # reversal64: the scanned schemes by depth, then DLCL's, seeds together
     assert {k["task"] for k in first} == {"reversal64"}
     assert [k["layers"] for k in first] == [n for n in (6, 18, 50, 100) for _ in range(12)] + [
@@ -154,6 +155,16 @@ def test_grids_hold_every_cell_the_issue_names():
     assert {(k["lr"], k["warmup"]) for k in keys} == {
         (depth_table.RECIPE.lr, depth_table.RECIPE.warmup)
     }
+    # the 1,000-layer columns on reversal64, last: 200L every seed, seed 0 of each scheme
+    # first; 500L seed 0 of each scheme, then DeepNorm's seeds 1 and 2
+    deep = [(k["scheme"], k["layers"], k["seed"]) for k in keys[120:]]
+    assert {k["task"] for k in keys[120:]} == {"reversal64"}
+    assert deep[:4] == [(s, 200, 0) for s in schemes]
+    assert sorted(deep[4:12]) == sorted((s, 200, seed) for s in schemes for seed in (1, 2))
+    assert deep[12:] == [(s, 500, 0) for s in schemes] + [
+        ("deepnorm", 500, 1),
+        ("deepnorm", 500, 2),
+    ]
 
 
 def test_since_deepnet_setting_is_quicks_recipe_for_the_new_schemes_seed_by_seed():

@@ -232,9 +232,24 @@ def test_fsdp_state_stays_sharded_and_in_place_on_gpu():
     assert plan.warnings == []
 
 
-def test_cli_json_has_the_target_figures():
-    proc = _cli("--config=configs/default.py", "--target=cpu:2")
+def test_cli_json_has_the_target_figures(tmp_path):
+    record = tmp_path / "plan.json"
+    proc = _cli("--config=configs/default.py", "--target=cpu:2", f"--record={record}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     plan = json.loads(proc.stdout.strip().splitlines()[-1])
     assert plan["target"] == "cpu:2" and plan["fits"] is None and plan["roofline"] is None
     assert plan["program_flops"] == plan["model_flops"]  # the default config: no remat
+    assert plan["predicted_step_s"] is None  # a CPU has no chip figures for the kernel model
+    saved = json.loads(record.read_text())
+    assert saved["plan"] == plan and saved["command"].startswith("python -m deepnet_jax.cli.plan")
+
+
+@needs_cuda_plugin
+def test_a_runs_own_accelerators_are_their_target():
+    """``auto`` judges a run's candidates by its own chip's figures (targets.of_devices)."""
+    import jax
+
+    devices = targets.compile_devices(targets.parse("h100-1"))
+    target = targets.of_devices(devices)
+    assert target.chip == targets.GPU_CHIPS["h100"] and target.num_devices == 1
+    assert targets.of_devices(jax.devices()) is None  # the CPU: no chip figures

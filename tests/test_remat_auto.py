@@ -1,6 +1,7 @@
 """model.remat_policy='auto': the first candidate (least recomputation first) whose planned peak
 fits the budget, one line saying which; one error line when none fits."""
 
+import dataclasses
 import json
 import os
 import re
@@ -201,3 +202,38 @@ def test_a_group_size_set_beside_auto_is_kept():
     assert remat.candidates(c.model) == [("dots", 4), ("full", 4)]
     c.model.scan_group_size, c.model.scan_layers = 0, False  # unscanned: no groups
     assert remat.candidates(c.model) == [("none", 0), ("dots", 0), ("qkv_fc1", 0), ("full", 0)]
+
+
+def test_on_a_chip_auto_picks_the_fastest_predicted_candidate_that_fits(monkeypatch):
+    """Judged on a chip (the run's own GPU or TPU, or a deviceless target), every candidate is
+    planned and the fastest predicted one that fits wins; on CPU the first that fits."""
+    from deepnet_jax.scale import targets
+
+    predicted = {("none", 0): 3.0, ("dots", 0): 1.0, ("qkv_fc1", 0): 0.5, ("full", 0): 2.0}
+    peaks = {("none", 0): 9 * GIB, ("qkv_fc1", 0): 9 * GIB}  # the rest: 1 GiB
+    planned = []
+
+    def plan(config, devices=None, target=None):
+        key = (config.model.remat_policy, config.model.scan_group_size)
+        planned.append(key)
+        step = predicted.get(key, 4.0) if target is not None else None
+        return _plan_with(peaks.get(key, GIB), step)
+
+    monkeypatch.setattr(memory_plan, "plan", plan)
+    c = _config()
+    c.memory_budget_gb = 2.0
+    lines = []
+    chosen, _ = remat_auto.choose(c, jax.devices(), lines.append, judged_on=targets.parse("h100-1"))
+    assert (chosen.model.remat_policy, chosen.model.scan_group_size) == ("dots", 0)
+    assert len(planned) == len(remat.CANDIDATES)  # every candidate planned
+    assert "predicted step" in lines[0] and "did not fit" in lines[0]
+    planned.clear()
+    chosen, _ = remat_auto.choose(c, jax.devices(), lines.append)  # CPU: no chip figures
+    assert (chosen.model.remat_policy, planned) == ("dots", [("none", 0), ("dots", 0)])
+
+
+def _plan_with(peak: int, step: float | None) -> memory_plan.Plan:
+    """A plan of this peak and predicted step time (the fields ``choose`` does not read:
+    None)."""
+    fields = {f.name: None for f in dataclasses.fields(memory_plan.Plan) if f.name != "kernels"}
+    return memory_plan.Plan(**{**fields, "peak": peak, "predicted_step_s": step})

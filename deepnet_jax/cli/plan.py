@@ -7,8 +7,10 @@ train step fit on that target, and what does it compute and communicate?
 Compiles the train step for ``--target`` (:mod:`deepnet_jax.scale.targets`: a Cloud TPU slice such
 as ``v5p-64`` or ``v5p:4x4x4``, a GPU node such as ``h100-8``, or ``cpu:N`` simulated CPU devices;
 ``--num_devices=N`` is ``cpu:N``) on abstract inputs, deviceless, and prints the per-device
-figures, the fit against the chip's memory, FLOPs, collectives and a roofline bound (a table,
-then the same as JSON). A step that XLA cannot fit: one ``does not fit`` line, exit 2. With
+figures, the fit against the chip's memory, FLOPs, collectives, a roofline bound and, on a TPU or
+GPU target, the kernel model's predicted step time, MFU and time per kernel class
+(:mod:`deepnet_jax.scale.kernels`; ``--kernels`` lists every kernel) (a table, then the same as
+JSON). A step that XLA cannot fit: one ``does not fit`` line, exit 2. With
 ``--config.model.remat_policy=auto --config.memory_budget_gb=<GiB>`` it plans each candidate
 policy and group size in turn (:mod:`deepnet_jax.training.remat_auto`; on a TPU or GPU target the
 budget defaults to the chip's memory less ``remat.HEADROOM``), prints the line naming the first
@@ -26,6 +28,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from deepnet_jax.cli import command
+from deepnet_jax.common import records
 from deepnet_jax.scale import targets
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import memory_plan, plan_report, remat_auto, train
@@ -35,6 +38,18 @@ _TARGET = flags.DEFINE_string(
     "target", None, "v4-8 … v6e-256, v5p:4x4x4, h100-8, a100-8, h200-8, b200-8, cpu:N"
 )
 _NUM_DEVICES = flags.DEFINE_integer("num_devices", None, "Shorthand for --target=cpu:N.")
+_RECORD = flags.DEFINE_string(
+    "record",
+    None,
+    "also write the plan's JSON as a record to this path: the figures under the command, "
+    "commit, date, machine and jax version that made them (common.records)",
+)
+_KERNELS = flags.DEFINE_bool(
+    "kernels",
+    False,
+    "also print every kernel of the compiled step (a TPU or GPU target): its class, FLOPs, HBM "
+    "bytes and roofline time, slowest first (scale.kernels)",
+)
 
 
 def _target() -> targets.Target:
@@ -74,10 +89,25 @@ def execute(arguments: list[str]) -> None:
         print(str(e), file=sys.stderr)
         sys.exit(2)
     print(plan_report.text(result))
-    print(json.dumps(dataclasses.asdict(result)))
+    if _KERNELS.value:
+        if not result.kernels:
+            raise ValueError(f"--kernels: target {result.target} has no chip figures (a CPU)")
+        print(plan_report.kernel_table(result))
+    print(json.dumps(plan_json(result)))
+    if _RECORD.value:
+        with open(_RECORD.value, "w") as f:
+            json.dump({**records.header(), "plan": plan_json(result)}, f, indent=1)
+            f.write("\n")
     if result.fits is False:
         print(memory_plan.does_not_fit_line(result), file=sys.stderr)
         sys.exit(2)
+
+
+def plan_json(result: memory_plan.Plan) -> dict:
+    """The plan's JSON line: every figure, the kernel list left to ``--kernels``' table."""
+    out = dataclasses.asdict(result)
+    out.pop("kernels")
+    return out
 
 
 def main(argv: list[str]) -> None:

@@ -35,7 +35,6 @@ import math
 import os
 import shutil
 import sys
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,6 +42,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from deepnet_jax.experiments import resumable
 from deepnet_jax.experiments.opening import SETTINGS
 from deepnet_jax.model import schemes
 from deepnet_jax.runs import metrics
@@ -234,42 +234,57 @@ def verdict(result: dict[str, Any], entropy: float) -> str:
     return "trained"
 
 
-def train_once(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-    """Train ``config`` in ``workdir`` (emptied first) and return its results: ``eval_loss``
-    (validation NLL), ``eval_accuracy``, ``train_loss``, ``eval_bleu_greedy`` (with
-    ``decode.eval_sentences`` > 0), ``nonfinite_step`` (the update whose loss or gradient was
-    not finite, else None), ``seconds`` and ``diagnostics`` (the run's diagnostics records).
-    A run stopped by a signal (SIGTERM, SIGINT) exits the process instead: its partial result
-    is not one of this config."""
-    if os.path.isdir(workdir):
-        for name in os.listdir(workdir):  # a rerun starts afresh, never resumes
-            path = os.path.join(workdir, name)
-            if os.path.isfile(path):
-                os.remove(path)
-            else:
-                shutil.rmtree(path)
+def train_once(
+    config: ml_collections.ConfigDict, workdir: str, resume: bool = False
+) -> dict[str, Any]:
+    """Train ``config`` in ``workdir`` and return its results: ``eval_loss`` (validation NLL),
+    ``eval_accuracy``, ``train_loss``, ``eval_bleu_greedy`` (with ``decode.eval_sentences`` >
+    0), ``nonfinite_step`` (the update whose loss or gradient was not finite, else None),
+    ``seconds`` and ``cpu_seconds`` (over every process that trained it:
+    :class:`~deepnet_jax.experiments.resumable.CostLedger`), ``segments`` (how many) and
+    ``diagnostics`` (the run's diagnostics records).
+
+    The workdir is emptied first, except ``resume`` where it holds a checkpoint: the run then
+    continues from it (exactly; a checkpoint of another config stops with the trainer's
+    one-line mismatch). A run stopped by a signal (SIGTERM, SIGINT) exits the process instead:
+    its partial result is not one of this config (``resume``: its checkpoint is kept for the
+    next start)."""
+    if not (resume and resumable.has_checkpoint(workdir)):
+        _empty(workdir)
     os.makedirs(workdir, exist_ok=True)
-    started = time.perf_counter()
     out: dict[str, Any] = {"nonfinite_step": None}
-    try:
-        result = train.run(config, workdir)
-        if result.get("stopped"):  # a signal ended it early: not a result of this config
-            raise SystemExit(
-                f"{result['message']}; this run is not recorded (start the experiment again "
-                "to train it afresh)"
-            )
-        out.update({k: v for k, v in result.items() if isinstance(v, (int, float, str))})
-    except train.NonFiniteError as e:
-        out["nonfinite_step"] = e.step
-        out["error"] = str(e)
-        out["eval_loss"] = out["eval_accuracy"] = math.nan
-    out["seconds"] = time.perf_counter() - started
+    with resumable.CostLedger(workdir) as ledger:
+        try:
+            result = train.run(config, workdir)
+            if result.get("stopped"):  # a signal ended it early: not a result of this config
+                then = "resume it" if resume else "train it afresh"
+                raise SystemExit(
+                    f"{result['message']}; this run is not recorded (start the experiment "
+                    f"again to {then})"
+                )
+            out.update({k: v for k, v in result.items() if isinstance(v, (int, float, str))})
+        except train.NonFiniteError as e:
+            out["nonfinite_step"] = e.step
+            out["error"] = str(e)
+            out["eval_loss"] = out["eval_accuracy"] = math.nan
+    out.update(ledger.totals())
     records = metrics.read(workdir)
     out["diagnostics"] = [r for r in records if r["split"] == "diagnostics"]
     train_records = [r for r in records if r["split"] == "train"]
     if train_records and "train_loss" not in out:
         out["train_loss"] = train_records[-1]["loss"]
     return out
+
+
+def _empty(workdir: str) -> None:
+    """Remove what ``workdir`` holds (a rerun starts afresh)."""
+    if os.path.isdir(workdir):
+        for name in os.listdir(workdir):
+            path = os.path.join(workdir, name)
+            if os.path.isfile(path):
+                os.remove(path)
+            else:
+                shutil.rmtree(path)
 
 
 def find_run(runs: Sequence[dict[str, Any]], key: dict[str, Any]) -> dict[str, Any] | None:
@@ -372,6 +387,8 @@ def run_grid(
     work_root: str,
     judged: bool = True,
     keep: Callable[[dict[str, Any], str], None] | None = None,
+    checkpoint_every: int = 0,
+    cache_dir: str | None = None,
 ) -> list[dict[str, Any]]:
     """Train every ``key`` (a dict of the run's settings) not in ``results`` yet, with
     ``make_config(key)``, in ``<work_root>/<i>``; add its result, its CPU seconds, the kind of
@@ -379,18 +396,27 @@ def run_grid(
     :func:`verdict` (with ``entropy``; None for the synthetic smoke data: then only
     diverged/trained). ``keep(result, workdir)`` adds what an experiment keeps of a run beyond
     its result (e.g. its curves, its own verdict) before the result is saved; the result it
-    gets holds the key's fields too."""
-    share_compilations(os.path.join(work_root, "xla_cache"))
+    gets holds the key's fields too.
+
+    ``checkpoint_every`` > 0: each run checkpoints that often, in a workdir named by its key
+    (``<work_root>/<resumable.workdir_name(key)>``), and a run stopped before its end resumes
+    from its newest checkpoint when the grid is started again (:mod:`resumable`). XLA's
+    compilations are kept in ``cache_dir`` (default ``<work_root>/xla_cache``; one per
+    process)."""
+    share_compilations(cache_dir or os.path.join(work_root, "xla_cache"))
     out = []
     for i, key in enumerate(keys):
         run = results.find(key)
         if run is None:
             summary = ", ".join(f"{k}={v}" for k, v in key.items())
             print(f"== run {i + 1}/{len(keys)}: {summary}", flush=True)
-            workdir = os.path.join(work_root, str(i))
-            cpu = time.process_time()
-            result = train_once(make_config(key), workdir)
-            result["cpu_seconds"] = time.process_time() - cpu
+            config = make_config(key)
+            if checkpoint_every:
+                workdir = os.path.join(work_root, resumable.workdir_name(key))
+                config.checkpoint_every, config.max_to_keep = checkpoint_every, 2
+            else:
+                workdir = os.path.join(work_root, str(i))
+            result = train_once(config, workdir, resume=bool(checkpoint_every))
             result["device"] = jax.devices()[0].device_kind  # "cpu", "NVIDIA H100 80GB HBM3"
             # None: the platform's default (fp32 on a CPU, TF32 passes on a GPU)
             result["matmul_precision"] = jax.config.jax_default_matmul_precision

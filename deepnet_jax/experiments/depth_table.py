@@ -103,6 +103,14 @@ _MERGE = flags.DEFINE_list(
     "results files of this setting written elsewhere (another machine's --out/depth_table.json): "
     "add their runs that --out's file lacks, write the table, train nothing",
 )
+_CHECKPOINT_EVERY = flags.DEFINE_integer(
+    "checkpoint_every",
+    50,
+    "checkpoint each run every this many updates, in a workdir named by the run, so that a run "
+    "stopped before its end (a signal, a crash, the machine's session ending) resumes from its "
+    "newest checkpoint when the experiment is started again; 0: a run stopped starts over",
+    lower_bound=0,
+)
 CORPUS_BLEU_SENTENCES = 300  # greedy BLEU at the end of a corpus run (the main job's count)
 
 
@@ -172,6 +180,15 @@ GRIDS: dict[str, dict[str, Any]] = {
         "cells": [(s, n) for n in (6, 18, 50, 100) for s in _SCHEMES]
         + [(s, n) for n in (6, 18) for s in _DLCL],
         "seeds": [0, 1, 2],
+        # the 1,000-layer columns, on reversal64 only, after the runs above: 200L-200L with
+        # every seed (seed 0 of each scheme first), 500L-500L with seed 0 of each scheme, then
+        # DeepNorm's seeds 1 and 2
+        "more": [
+            {"tasks": ["reversal64"], "cells": [(s, 200) for s in _SCHEMES], "seeds": [0]},
+            {"tasks": ["reversal64"], "cells": [(s, 200) for s in _SCHEMES], "seeds": [1, 2]},
+            {"tasks": ["reversal64"], "cells": [(s, 500) for s in _SCHEMES], "seeds": [0]},
+            {"tasks": ["reversal64"], "cells": [("deepnorm", 500)], "seeds": [1, 2]},
+        ],
     },
     "full": {
         "tasks": ["reversal64", "reversal"],
@@ -219,11 +236,20 @@ def keys(setting: str, base: ml_collections.ConfigDict) -> list[dict[str, Any]]:
     """The setting's runs in the order they run: task by task (the grid's order), the scanned
     schemes by depth before the unrolled stacks (DLCL, DenseFormer), every seed of a cell
     together (or, in a grid with ``seeds_first``, every cell of a seed together), so that a
-    partial table holds the paper's Table 1 shape on the first task first: ``{"task",
-    "scheme", "layers", "seed", "lr", "warmup"}`` each, plus ``"init"`` in a grid of
+    partial table holds the paper's Table 1 shape on the first task first, then the runs of
+    the grid's ``more`` (sub-grids of their own tasks, cells and seeds), each in that order:
+    ``{"task", "scheme", "layers", "seed", "lr", "warmup"}`` each, plus ``"init"`` in a grid of
     initializations; the learning rate and warm-up are ``base``'s (the recipe's) except in the
     ``recipe`` setting's grid."""
     grid = GRIDS[setting]
+    runs = _grid_keys(grid, base)
+    for part in grid.get("more", []):  # runs the grid adds after its own, in their order
+        runs += _grid_keys(part, base)
+    return runs
+
+
+def _grid_keys(grid: dict[str, Any], base: ml_collections.ConfigDict) -> list[dict[str, Any]]:
+    """One grid's runs (:func:`keys` without the grid's ``more``)."""
     scannable = {row: schemes.get(common.split_row(row)[0]).scannable for row, _ in grid["cells"]}
     cells = sorted(grid["cells"], key=lambda cell: (not scannable[cell[0]], cell[1]))
     recipes = grid.get("recipes", [(base.optimizer.learning_rate, base.schedule.warmup_steps)])
@@ -335,9 +361,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             chosen[index::count],
             functools.partial(make_config, base),
             None,
-            os.path.join(out, "runs", str(index)),
+            os.path.join(out, "runs"),
             judged=False,
             keep=functools.partial(_keep, levels),
+            checkpoint_every=_CHECKPOINT_EVERY.value,
+            cache_dir=os.path.join(out, "runs", "xla_cache", str(index)),
         )
     results.reload()  # with the runs other shards finished meanwhile
     table = table_report.table(results.runs, settings)
@@ -378,9 +406,14 @@ def select(
     """The ``runs`` (a setting's :func:`keys`) on one of ``tasks`` with one of ``layers`` (each
     list empty: no restriction), in their order; ValueError naming the flag and the setting's
     values for a task or depth the setting does not have."""
-    grid = GRIDS[setting]
-    allowed = sorted({n for _, n in grid["cells"]})
-    for name, given, values in (("tasks", tasks, grid["tasks"]), ("layers", layers, allowed)):
+    allowed = {
+        "tasks": list(dict.fromkeys(run["task"] for run in runs)),
+        "layers": sorted({run["layers"] for run in runs}),
+    }
+    for name, given, values in (
+        ("tasks", tasks, allowed["tasks"]),
+        ("layers", layers, allowed["layers"]),
+    ):
         wrong = [v for v in given if v not in map(str, values)]
         if wrong:
             shown = ", ".join(map(str, values))

@@ -163,6 +163,11 @@ class _TokenModel(nn.Module):
         c = self.config
         self.output_projection = None if c.tie_embeddings else OutputProjection(c)
 
+    def head(self, x_BTD: jax.Array) -> jax.Array:
+        """The output head alone (``model.apply(..., method="head")``): hidden states
+        [B, T, D], what ``__call__(..., logits=False)`` returns, → float32 logits [B, T, V]."""
+        return self._logits(x_BTD)
+
     def _logits(self, x_BTD: jax.Array) -> jax.Array:
         """Hidden states [B, T, D] → float32 logits [B, T, vocab]."""
         if self.config.tie_embeddings:
@@ -186,9 +191,10 @@ class EncoderOnly(_TokenModel):
         *,
         segment_ids: jax.Array | None = None,
         positions: jax.Array | None = None,
+        logits: bool = True,
     ) -> jax.Array:
         x = self.encoder(tokens_BT, deterministic, segment_ids, positions)
-        return self._logits(x)
+        return self._logits(x) if logits else x
 
 
 class DecoderOnly(_TokenModel):
@@ -207,11 +213,12 @@ class DecoderOnly(_TokenModel):
         *,
         segment_ids: jax.Array | None = None,
         positions: jax.Array | None = None,
+        logits: bool = True,
     ) -> jax.Array:
         x = self.decoder(
             tokens_BT, deterministic=deterministic, segment_ids=segment_ids, positions=positions
         )
-        return self._logits(x)
+        return self._logits(x) if logits else x
 
     def decode_step(
         self, tokens_BT: jax.Array, cache: dict, cache_index: jax.Array
@@ -263,11 +270,13 @@ class EncoderDecoder(_TokenModel):
         segment_ids: jax.Array | None = None,
         positions: jax.Array | None = None,
         src_segment_ids: jax.Array | None = None,
+        logits: bool = True,
     ) -> jax.Array:
-        """Shifted target [B, T] + encoder output → logits [B, T, vocab]."""
+        """Shifted target [B, T] + encoder output → logits [B, T, vocab] (``logits=False``:
+        the decoder's output [B, T, D] before the output projection)."""
         enc_mask = masks.cross_mask(src_BS, segment_ids, src_segment_ids)
         x = self.decoder(tgt_in_BT, enc_out_BSD, enc_mask, deterministic, segment_ids, positions)
-        return self._logits(x)
+        return self._logits(x) if logits else x
 
     def decode_step(
         self,
@@ -304,6 +313,7 @@ class EncoderDecoder(_TokenModel):
         src_positions: jax.Array | None = None,
         segment_ids: jax.Array | None = None,
         positions: jax.Array | None = None,
+        logits: bool = True,
     ) -> jax.Array:
         enc_out = self.encode(src_BS, deterministic, src_segment_ids, src_positions)
         return self.decode(
@@ -314,6 +324,7 @@ class EncoderDecoder(_TokenModel):
             segment_ids=segment_ids,
             positions=positions,
             src_segment_ids=src_segment_ids,
+            logits=logits,
         )
 
 

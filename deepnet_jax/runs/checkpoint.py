@@ -327,6 +327,7 @@ ADDED_FIELDS: dict[str, Any] = {
     "model.mix_ln_ratio": 0.25,
     "model.deepscalelm_k": 2.0,
     "model.skipinit_alpha": 0.0,
+    "loss_chunk": 0,
 }
 
 

@@ -24,6 +24,7 @@ from tensorboardX import SummaryWriter
 
 # tensorboardX names event files by the second they were opened and truncates an existing one;
 # a per-process counter in the suffix keeps two writers opened in the same second apart.
+FILE = "metrics.jsonl"  # in the workdir
 _EVENT_FILE_IDS = itertools.count()
 FLUSH_SECS = 30  # the event-writer thread's flush period, so a live TensorBoard keeps up
 
@@ -35,7 +36,7 @@ class MetricsWriter:
     0. Call ``flush()`` or ``close()`` before reading the event files back."""
 
     def __init__(self, workdir: str):
-        self.path = os.path.join(workdir, "metrics.jsonl")
+        self.path = os.path.join(workdir, FILE)
         self.tensorboard_dir = os.path.join(workdir, "tensorboard")
         self._enabled = jax.process_index() == 0
         self._tensorboard: SummaryWriter | None = None
@@ -110,5 +111,5 @@ def _plain(value: Any) -> Any:
 
 def read(workdir: str) -> list[dict[str, Any]]:
     """All records of ``<workdir>/metrics.jsonl`` in order."""
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    with open(os.path.join(workdir, FILE)) as f:
         return [json.loads(line) for line in f if line.strip()]

@@ -39,10 +39,10 @@ COLLECTIVE_KINDS = (
     "all-to-all",
     "collective-permute",
 )
-_CALLEES = re.compile(
+CALLEES = re.compile(
     r"\b(body|condition|to_apply|calls|true_computation|false_computation)=%?([\w.\-]+)"
 )
-_CALLEE_LISTS = re.compile(r"\b(branch_computations|called_computations)=\{([^}]*)\}")
+CALLEE_LISTS = re.compile(r"\b(branch_computations|called_computations)=\{([^}]*)\}")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.+)$")
 _ARRAY = re.compile(
     r"\b(pred|s4|s8|s16|s32|s64|u4|u8|u16|u32|u64|f8\w*|bf16|f16|f32|f64|c64|c128)"
@@ -141,7 +141,7 @@ def trip_count(module: Module, condition: str) -> int | None:
             constants |= {int(found.group(1))} if found else set()
             names += [
                 name
-                for key, name in _CALLEES.findall(ins.rest)
+                for key, name in CALLEES.findall(ins.rest)
                 if key == "calls" or (key == "to_apply" and ins.opcode == "call")
             ]
     return constants.pop() if len(constants) == 1 else None
@@ -163,10 +163,10 @@ def _callees(module: Module, instruction: Instruction) -> list[tuple[str, int]]:
     if instruction.opcode.endswith(("-done", "-update")):
         return []
     called = []
-    for key, name in _CALLEES.findall(instruction.rest):
+    for key, name in CALLEES.findall(instruction.rest):
         times = _while_trips(module, instruction) if instruction.opcode == "while" else 1
         called.append((name, times if key == "body" else 1))
-    for _, names in _CALLEE_LISTS.findall(instruction.rest):
+    for _, names in CALLEE_LISTS.findall(instruction.rest):
         called += [(n.strip().lstrip("%"), 1) for n in names.split(",") if n.strip()]
     return called
 
@@ -263,7 +263,8 @@ def entry_parameters(text: str | Module) -> list[str]:
     return [i.result for i in module.computations[module.entry] if i.opcode == "parameter"]
 
 
-def _dot_flops(module: Module, ins: Instruction) -> int:
+def dot_flops(module: Module, ins: Instruction) -> int:
+    """FLOPs of one execution of a ``dot``: 2·(result elements)·(contracted size)."""
     out = arrays(ins.result)[0][1]
     lhs_name = ins.rest.split(",")[0].strip().lstrip("%")
     lhs = arrays(module.shapes[lhs_name])[0][1]
@@ -279,7 +280,7 @@ def matmul_flops(text: str | Module) -> int:
     for name, times in execution_counts(module).items():
         for ins in module.computations[name]:
             if ins.opcode == "dot":
-                total += times * _dot_flops(module, ins)
+                total += times * dot_flops(module, ins)
     return total
 
 
@@ -301,12 +302,13 @@ def group_size(ins: Instruction, num_devices: int) -> int:
     return 2 if pairs else num_devices
 
 
-def _kind(opcode: str) -> str | None:
+def collective_kind(opcode: str) -> str | None:
+    """The collective an opcode runs (``all-reduce-start`` → ``all-reduce``), or None."""
     base = opcode.removesuffix("-start")
     return base if base in COLLECTIVE_KINDS else None
 
 
-def _sent_bytes(kind: str, ins: Instruction, n: int) -> int:
+def sent_bytes(kind: str, ins: Instruction, n: int) -> int:
     """Bytes one device sends for this collective under the ring algorithm (module docstring)."""
     result = ins.result
     parts = tuple_elements(result)
@@ -329,13 +331,13 @@ def collectives(text: str | Module, num_devices: int) -> dict[str, CollectiveCou
     sent = dict.fromkeys(COLLECTIVE_KINDS, 0)
     for name, times in execution_counts(module).items():
         for ins in module.computations[name]:
-            kind = _kind(ins.opcode)
+            kind = collective_kind(ins.opcode)
             if kind is None:
                 continue
             n = group_size(ins, num_devices)
             if n <= 1 and kind != "collective-permute":
                 continue  # a group of one moves nothing
-            volume = _sent_bytes(kind, ins, n)
+            volume = sent_bytes(kind, ins, n)
             if kind == "all-reduce" and name.startswith(_TPU_REDUCE_SCATTER):
                 kind, volume = "reduce-scatter", volume // 2  # the all-reduce's first half
             count[kind] += times

@@ -250,3 +250,30 @@ def compile_devices(target: Target) -> list[jax.Device]:
         raise ValueError(
             f"--target={target.name}: cannot compile for {target.chip.name}: {reason}"
         ) from e
+
+
+# the device kinds JAX reports for each chip (``jax.Device.device_kind``), checked in order
+_DEVICE_KINDS = (
+    ("H100", "h100"),
+    ("H200", "h200"),
+    ("A100", "a100"),
+    ("B200", "b200"),
+    ("TPU v6 lite", "v6e"),
+    ("TPU v5 lite", "v5e"),
+    ("TPU v5", "v5p"),
+    ("TPU v4", "v4"),
+)
+
+
+def of_devices(devices: list[jax.Device]) -> Target | None:
+    """The target the run's own accelerators are (their chip's figures judge its plans), from
+    their device kind; None on CPU devices or an accelerator this module has no figures for."""
+    if not devices or devices[0].platform == "cpu":
+        return None
+    kind = devices[0].device_kind
+    key = next((key for text, key in _DEVICE_KINDS if text in kind), None)
+    if key is None:
+        return None
+    chip = GPU_CHIPS.get(key) or TPU_CHIPS[key]
+    hosts = len({d.process_index for d in devices})
+    return Target(f"{kind} × {len(devices)}", chip, "", len(devices), hosts)

@@ -75,10 +75,11 @@ class StepReader:
         self.stop_agreed = False  # a stop signal reached some process: every process stops
         self.layer_grads: dict[str, Any] = {}  # the last read step's, with the instruments on
         self.first_loss: float | None = None
+        self.track_first = True  # False on resume: the first loss is the logged one
 
     def push(self, record: StepRecord, interval: Interval, state: dict[str, Any]) -> None:
         """Read the previous step's metrics (if unread) and keep ``record`` for later."""
-        if self.first_loss is None:
+        if self.track_first and self.first_loss is None:
             self.first_loss = float(record.metrics["loss"])
         self.drain(interval, state)
         self.pending = record

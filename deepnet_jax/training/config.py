@@ -43,6 +43,13 @@ class RunFields:
     """The top-level fields of a training config."""
 
     label_smoothing: float = field(0.1, "label-smoothed cross-entropy ε (0 disables)", **FRACTION)
+    loss_chunk: int = field(
+        0,
+        "target positions per chunk of the output head and the loss (losses.chunked_sums): the "
+        "float32 logits [B, chunk, vocab] at a time instead of [B, T, vocab]; 0: all at once",
+        low=0,
+        resumable=True,
+    )
     grad_accum_steps: int = field(1, "micro-batches per optimizer update (optax.MultiSteps)", low=1)
     total_steps: int = field(400, "optimizer updates", low=1, resumable=True)
     log_every: int = field(20, "micro-batches between log lines", low=1, resumable=True)

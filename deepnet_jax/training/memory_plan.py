@@ -41,7 +41,7 @@ from deepnet_jax.data import batching, synthetic
 from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.model.config import DTYPES
-from deepnet_jax.scale import flops, hlo_census, roofline, sharding, targets
+from deepnet_jax.scale import flops, hlo_census, kernels, roofline, sharding, targets
 from deepnet_jax.training import actions as train_actions
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import optimizers
@@ -89,6 +89,12 @@ class Plan:
     collectives: dict[str, dict[str, int]]
     roofline: dict[str, Any] | None
     warnings: list[str]
+    # the kernel-level cost model (scale.kernels) on a TPU or GPU target, per device: the sum of
+    # every kernel's roofline time, the MFU it predicts, seconds per kernel class; None on a CPU
+    predicted_step_s: float | None = None
+    predicted_mfu: float | None = None
+    kernel_classes: dict[str, float] | None = None
+    kernels: list[Any] = dataclasses.field(default_factory=list, repr=False)  # scale.kernels.Kernel
 
 
 def device_bytes(tree: Any) -> int:
@@ -207,7 +213,7 @@ class _Step:
             lambda: model_inputs.init_variables(model, arch, small), optimizer.init, mesh, rules
         )
         fn = train_steps.make_train_step(  # the trainer's step, with its non-finite gate
-            train_steps.make_loss_fn(model, arch, config.label_smoothing),
+            train_steps.make_loss_fn(model, arch, config.label_smoothing, config.loss_chunk),
             optimizer,
             jax.random.key(0),
             layer_grad_norms=bool(config.diagnostics.every),
@@ -307,10 +313,12 @@ def _plan(
         memory["argument_size_in_bytes"] + memory["output_size_in_bytes"],
     )
     chip = target.chip
-    roof = None
+    roof, found = None, []
     if chip.peak_flops:
         sent = sum(c.bytes for c in moved.values())
         roof = roofline.bound(chip, program_flops / n, model_flops / n, hbm, sent)
+        found = kernels.kernels(compiled_hlo, chip, n, model_flops / n)
+    predicted = sum(k.seconds for k in found) if found else None
     abstract = step.state.abstract
     return Plan(
         target=target.name,
@@ -338,6 +346,10 @@ def _plan(
         collectives={k: dataclasses.asdict(v) for k, v in moved.items()},
         roofline=dataclasses.asdict(roof) if roof else None,
         warnings=_warnings(not_aliased, hlo_census.unknown_loops(compiled_hlo), target),
+        predicted_step_s=predicted,
+        predicted_mfu=(model_flops / n / chip.peak_flops) / predicted if predicted else None,
+        kernel_classes=kernels.by_class(found) if found else None,
+        kernels=found,
     )
 
 

@@ -74,6 +74,37 @@ def _roofline_lines(plan: Plan) -> list[str]:
     ]
 
 
+def _kernel_lines(plan: Plan) -> list[str]:
+    """The kernel-level prediction: step time, MFU and each class's share."""
+    if plan.predicted_step_s is None:
+        return []
+    total = plan.predicted_step_s
+    lines = [
+        f"kernel model (every kernel's roofline time, summed): step {total * 1e3:.2f} ms, "
+        f"MFU {100 * plan.predicted_mfu:.1f}%",
+    ]
+    for kind, seconds in sorted(plan.kernel_classes.items(), key=lambda item: -item[1]):
+        if seconds:
+            lines.append(f"  {kind:<14} {seconds * 1e3:9.2f} ms {100 * seconds / total:5.1f}%")
+    return lines
+
+
+def kernel_table(plan: Plan) -> str:
+    """Every kernel of the step, slowest first: class, opcode, executions per step, FLOPs, HBM
+    bytes, predicted time and share, and its ``op_name`` (the model's module path)."""
+    header = "| class | kernel | opcode | × | GFLOP | GB | ms | share | op_name |"
+    rows = [header, "|---|---|---|---|---|---|---|---|---|"]
+    total = plan.predicted_step_s or 1.0
+    for k in sorted(plan.kernels, key=lambda k: -k.seconds):
+        name = k.op_name.removeprefix("jit(train_step)/")
+        rows.append(
+            f"| {k.kind} | {k.name} | {k.opcode} | {k.count} | {k.flops / 1e9:.1f} | "
+            f"{k.bytes / 1e9:.3f} | {k.seconds * 1e3:.3f} | {100 * k.seconds / total:.2f}% | "
+            f"{name} |"
+        )
+    return "\n".join(rows)
+
+
 def _devices(plan: Plan) -> int:
     count = 1
     for axis in plan.mesh.values():
@@ -92,6 +123,7 @@ def text(plan: Plan) -> str:
         *_flops_lines(plan),
         *_collective_lines(plan),
         *_roofline_lines(plan),
+        *_kernel_lines(plan),
     ]
     if plan.decode_cache:
         lines.append(

@@ -50,6 +50,9 @@ class CompileClock:
             self.listening = False
 
 
+PARTIAL = "train_partial"  # the split of a stopped run's unfinished log interval
+
+
 class Interval:
     """Host-side sums of the per-step metrics between two log lines; the time jax spent
     compiling in it (``clock``'s) is not step time."""
@@ -64,6 +67,7 @@ class Interval:
         self.param_norm = 0.0
         self.flops = 0.0
         self.skipped = 0  # steps with a non-finite loss or gradient (nan_policy="skip")
+        self.carried = {"steps": 0, "weight": 0.0}  # what a resumed run's interval took over
         self.start = time.perf_counter()
 
     def add(self, metrics: dict[str, Any], boundary: bool, flops: float) -> None:
@@ -76,12 +80,36 @@ class Interval:
             self.update_norm += float(metrics["update_norm"])
             self.param_norm = float(metrics["param_norm"])
 
+    def carry(self) -> dict[str, Any]:
+        """The sums a run stopped inside this interval hands to its resumption
+        (:meth:`take_over`), so that the resumed run's first record is the one an
+        uninterrupted run writes (the same floats added in the same order)."""
+        return {
+            "sums": dict(self.sums),
+            "steps": self.steps,
+            "updates": self.updates,
+            "update_norm": self.update_norm,
+            "param_norm": self.param_norm,
+            "skipped": self.skipped,
+        }
+
+    def take_over(self, carried: dict[str, Any]) -> None:
+        """Continue the interval a stopped run :meth:`carry`-ed (its rates stay this
+        process's own: tokens and steps over this process's time)."""
+        self.sums = dict(carried["sums"])
+        self.steps, self.updates = carried["steps"], carried["updates"]
+        self.update_norm, self.param_norm = carried["update_norm"], carried["param_norm"]
+        self.skipped = carried["skipped"]
+        self.carried = {"steps": self.steps + self.skipped, "weight": self.sums.get("weight", 0.0)}
+
     def record(self, lr: float, peak_flops_per_s: float) -> dict[str, float]:
         """The interval's means; its rates over its time less the time spent compiling
         (``compile_s``, reported beside them)."""
         compile_s = self.clock.seconds - self.compiled_before
         elapsed = max(time.perf_counter() - self.start - compile_s, 1e-9)
         sums = {k: self.sums.get(k, 0.0) for k in ("loss_sum", "nll_sum", "weight", "correct")}
+        timed = {"weight": sums["weight"] - self.carried["weight"]}
+        timed["steps"] = self.steps + self.skipped - self.carried["steps"]
         w = max(sums["weight"], 1.0)
         nll = sums["nll_sum"] / w
         steps = max(self.steps, 1)
@@ -94,8 +122,8 @@ class Interval:
             "grad_norm": self.sums.get("grad_norm", 0.0) / steps,
             "update_norm": self.update_norm / max(self.updates, 1),
             "param_norm": self.param_norm,
-            "tokens_per_s": sums["weight"] / elapsed,
-            "step_time_s": elapsed / (self.steps + self.skipped or 1),
+            "tokens_per_s": timed["weight"] / elapsed,
+            "step_time_s": elapsed / (timed["steps"] or 1),
             "mfu": self.flops / elapsed / peak_flops_per_s,
             "compile_s": compile_s,
             "skipped_steps": self.skipped,
@@ -177,10 +205,14 @@ class Progress:
         """Whether micro-step ``step`` (0-based) ends a log interval."""
         return (step + 1) % self.config.log_every == 0 or last
 
-    def log(self, updates: int) -> None:
-        """Close the interval: a log line, the bar's postfix and a ``train`` record."""
+    def log(self, updates: int, first_loss: float | None = None) -> None:
+        """Close the interval: a log line, the bar's postfix and a ``train`` record (the
+        run's first one carries ``first_loss``, the untrained model's loss, so that a resumed
+        run still knows it)."""
         lr = float(self.learning_rates[max(updates - 1, 0)])
         record = self.interval.record(lr, self.peak)
+        if first_loss is not None:
+            record["first_loss"] = first_loss
         self.last_record = record
         self.bar.set_postfix(
             loss=f"{record['loss']:.3f}",
@@ -191,6 +223,25 @@ class Progress:
         if self.writer:
             self.writer.write("train", updates, record)
         self.interval = Interval(self.clock)
+
+    def carry(self, micro_step: int) -> None:
+        """A run stopping at ``micro_step`` inside a log interval: a ``train_partial`` record
+        (JSONL only) holding the interval's sums for the resumed run (:meth:`take_over`)."""
+        if self.writer and self.interval.steps + self.interval.skipped:
+            updates = micro_step // self.config.grad_accum_steps
+            carried = {"micro_step": micro_step, **self.interval.carry()}
+            self.writer.write(PARTIAL, updates, {"carried": carried})
+
+    def take_over(self, records: list[dict[str, Any]], micro_step: int) -> None:
+        """Resuming at ``micro_step``: continue the interval the stopped run carried there,
+        if it carried one (the last ``train_partial`` record at that micro-step)."""
+        carried = [
+            r["carried"]
+            for r in records
+            if r["split"] == PARTIAL and r["carried"]["micro_step"] == micro_step
+        ]
+        if carried:
+            self.interval.take_over(carried[-1])
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:

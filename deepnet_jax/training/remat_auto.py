@@ -1,18 +1,24 @@
-"""``model.remat_policy='auto'``: the least recomputation whose planned peak fits the budget.
+"""``model.remat_policy='auto'``: the fastest candidate whose planned peak fits the budget.
 
 Before a model is built, :func:`resolve` (called by ``trainer.build_run`` once the data has
 fixed the vocabulary; the planner's command line calls :func:`choose`) replaces ``auto`` with a
 concrete ``model.remat_policy`` and ``model.scan_group_size``: it compiles the run's train step
 for each candidate with the AOT planner (:func:`deepnet_jax.training.memory_plan.plan`, abstract
-inputs, nothing allocated), cheapest first, and takes the first whose planned peak per device
-fits the budget. The candidates, their order and the budget are the model's
+inputs, nothing allocated). On a TPU or GPU (the run's own, or a deviceless target) every
+candidate is planned and the one with the least predicted step time
+(:mod:`deepnet_jax.scale.kernels`) among those whose planned peak per device fits the budget is
+taken: on one H100, ``wmt17_ende`` with cuDNN's attention ran 1.19× slower without
+recomputation than at ``dots`` (docs/scaling.md), so the least recomputation is not the fastest.
+On a CPU, which has no chip figures, the candidates are planned cheapest first and the first
+that fits is taken. The candidates, their order and the budget are the model's
 (:mod:`deepnet_jax.model.remat`); this module is the search. It prints one line with the choice
 and its planned peak, or raises one ``ValueError`` naming the smallest peak found and what to
 change.
 
-``auto`` is the training config's default (``train_config.TRAINING_DEFAULTS``): a model that
-fits trains without recomputation, at the cost of one planning compile before the first step
-(candidate 1 fits: one compile; each candidate that does not fit adds one). A model built
+``auto`` is the training config's default (``train_config.TRAINING_DEFAULTS``): on a CPU a
+model that fits trains without recomputation, at the cost of one planning compile before the
+first step (candidate 1 fits: one compile; each candidate that does not fit adds one); on a
+TPU or GPU every candidate costs one planning compile. A model built
 directly (``deepnet_jax.build``) has no budget to plan against and defaults to ``full``.
 The planner's figures are those of the backend it compiles for (the run's devices in
 ``trainer.build_run``; simulated CPU devices in ``python -m deepnet_jax.cli.plan``).
@@ -65,28 +71,44 @@ def choose(
     devices: Sequence[jax.Device],
     report: Callable[[str], None] = say,
     target: Target | None = None,
+    judged_on: Target | None = None,
 ) -> tuple[ml_collections.ConfigDict, Plan]:
-    """The first candidate of ``config`` (``remat_policy='auto'``, already validated: see
-    ``deepnet_jax.training.config.stand_in``) whose planned peak fits, and its plan."""
+    """The candidate of ``config`` (``remat_policy='auto'``, already validated: see
+    ``deepnet_jax.training.config.stand_in``) to train with, and its plan: on a chip with
+    figures (``target``, deviceless, or ``judged_on``, the run's own accelerators) the one with
+    the least predicted step time (``scale.kernels``) among those whose planned peak fits,
+    every candidate planned; elsewhere (CPU) the first that fits, cheapest first."""
     from deepnet_jax.training import memory_plan as planner
 
     check_budget(config)
     configs = {pair: candidate(config, *pair) for pair in remat.candidates(config.model)}
     budget, source = run_budget(config, devices, target)  # its errors before any compile
-    tried = []
+    judged_on = judged_on or target
+    ranked = judged_on is not None and judged_on.chip.peak_flops > 0
+    tried, fit = [], []
     for (policy, group), c in configs.items():
         try:
-            result = planner.plan(c, list(devices), target)
+            result = planner.plan(c, list(devices), judged_on)
         except planner.DoesNotFitError:  # XLA itself refused it: more than the chip has
             continue
         tried.append((policy, group, result.peak))
         if result.peak <= budget:
-            report(
-                f"model.remat_policy='auto': {_name(policy, group)}, planned peak "
-                f"{_size(result.peak)} per device of {budget / GIB:.2f} GiB ({source})"
-                + (f"; did not fit: {_tried(tried[:-1])}" if len(tried) > 1 else "")
+            fit.append((policy, group, c, result))
+            if not ranked:
+                break
+    if fit:
+        policy, group, c, result = min(fit, key=_predicted) if ranked else fit[0]
+        line = (
+            f"model.remat_policy='auto': {_name(policy, group)}, planned peak "
+            f"{_size(result.peak)} per device of {budget / GIB:.2f} GiB ({source})"
+        )
+        if ranked:
+            line += "; predicted step " + ", ".join(
+                f"{_name(p, k)} {r.predicted_step_s * 1e3:.3g} ms" for p, k, _, r in fit
             )
-            return c, result
+        unfit = [t for t in tried if t[2] > budget]
+        report(line + (f"; did not fit: {_tried(unfit)}" if unfit else ""))
+        return c, result
     if not tried:
         raise ValueError(
             "model.remat_policy='auto': XLA refused every candidate for lack of device "
@@ -107,9 +129,19 @@ def resolve(
     report: Callable[[str], None] = say,
 ) -> ml_collections.ConfigDict:
     """``config`` itself unless ``model.remat_policy='auto'``; then a copy with the chosen
-    policy and group size (see :func:`choose`). ``config`` is validated already."""
+    policy and group size (see :func:`choose`: on the run's own TPUs or GPUs the fastest
+    predicted, judged by their chip's figures). ``config`` is validated already."""
+    from deepnet_jax.scale import targets
+
     check_budget(config)
-    return choose(config, devices, report)[0] if is_auto(config) else config
+    if not is_auto(config):
+        return config
+    return choose(config, devices, report, judged_on=targets.of_devices(list(devices)))[0]
+
+
+def _predicted(entry: tuple[str, int, ml_collections.ConfigDict, Plan]) -> float:
+    """A fitting candidate's predicted step time (its place in the order breaks ties)."""
+    return entry[3].predicted_step_s
 
 
 def _name(policy: str, group: int) -> str:

@@ -25,24 +25,34 @@ Batch = dict[str, jax.Array]
 BAD_IN_A_ROW = "bad_in_a_row"  # the metric carrying the non-finite gate to the next step
 
 
-def make_loss_fn(model: nn.Module, arch: str, label_smoothing: float = 0.0) -> Callable:
+def make_loss_fn(
+    model: nn.Module, arch: str, label_smoothing: float = 0.0, loss_chunk: int = 0
+) -> Callable:
     """Build ``loss_fn(params, batch, dropout_rng, deterministic)``.
 
     It returns ``(mean loss, sums)``: the mean (label-smoothed) loss over non-padding target
     tokens, and float32 sums ``loss_sum`` (smoothed), ``nll_sum`` (plain cross-entropy),
     ``weight`` (target tokens) and ``correct`` (argmax hits) that add up across micro-batches
-    and devices exactly.
+    and devices exactly. ``loss_chunk`` > 0: the output head and the loss run that many target
+    positions at a time (:func:`deepnet_jax.training.losses.chunked_sums`), never the whole
+    batch's float32 logits at once.
     """
 
     def loss_fn(params, batch: Batch, dropout_rng: jax.Array, deterministic: bool):
-        logits = model.apply(
+        outputs = model.apply(
             {"params": params},
             *model_inputs.model_args(arch, batch),
             deterministic=deterministic,
             rngs={"dropout": dropout_rng},
             **model_inputs.model_kwargs(batch),
+            logits=not loss_chunk,
         )
         targets, weights = batch["targets"], batch["weights"]
+        if loss_chunk:
+            head = functools.partial(model.apply, {"params": params}, method="head")
+            sums = losses.chunked_sums(head, outputs, targets, weights, label_smoothing, loss_chunk)
+            return sums["loss_sum"] / jnp.maximum(sums["weight"], 1.0), sums
+        logits = outputs
         loss_sum, weight = losses.cross_entropy(logits, targets, weights, label_smoothing)
         nll_sum = losses.cross_entropy(logits, targets, weights)[0] if label_smoothing else loss_sum
         sums = {

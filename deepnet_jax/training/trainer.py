@@ -105,7 +105,9 @@ def build_run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> R
         config = remat_auto.resolve(config, list(mesh.devices.flat))
         model, plan = _model_and_state(config, example, optimizer, mesh)
     train_step = train_steps.make_train_step(
-        train_steps.make_loss_fn(model, config.model.arch, config.label_smoothing),
+        train_steps.make_loss_fn(
+            model, config.model.arch, config.label_smoothing, config.loss_chunk
+        ),
         optimizer,
         jax.random.key(config.seed + 2),  # the dropout keys' base
         layer_grad_norms=bool(config.diagnostics.every),
@@ -225,6 +227,11 @@ def train_loop(
     c, k = run.config, run.config.grad_accum_steps
     micro_steps = c.total_steps * k
     reader = StepReader(c, run.workdir, run.checkpointer)
+    fresh = state.step == 0  # else the first loss is the one the run logged before
+    if not fresh:
+        logged = logged_records(run.workdir)
+        reader.first_loss, reader.track_first = first_loss(logged), False
+        progress.take_over(logged, state.step)  # an interval a stop signal split
     for step in progress.steps(state.step, micro_steps):
         batch, step_flops = next_batch(run, signals)
         state, metrics = advance(run, state, batch)
@@ -234,7 +241,8 @@ def train_loop(
         reader.push(record, progress.interval, state.tree())
         if progress.due(step, last):
             reader.drain(progress.interval, state.tree())
-            progress.log(updates)
+            progress.log(updates, reader.first_loss if fresh else None)
+            fresh = False
         if boundary and c.eval_every and updates % c.eval_every == 0 and not last:
             with progress.paused():
                 validator(state.params, updates)
@@ -247,9 +255,25 @@ def train_loop(
             reader.drain(progress.interval, state.tree())  # never save an unchecked state
             save(run, state)
         if reader.stop_agreed:  # every process sees it after the same step
+            reader.drain(progress.interval, state.tree())
+            progress.carry(state.step)
             break
     progress.first_loss = reader.first_loss
     return state, reader.stop_agreed
+
+
+def logged_records(workdir: str | None) -> list[dict[str, Any]]:
+    """What a resumed run logged before it stopped (none without a workdir or metrics)."""
+    if not workdir or not os.path.exists(os.path.join(workdir, metrics_lib.FILE)):
+        return []
+    return metrics_lib.read(workdir)
+
+
+def first_loss(records: list[dict[str, Any]]) -> float | None:
+    """The run's first training loss: its first ``train`` record's ``first_loss`` (None if it
+    logged none)."""
+    train_records = [r for r in records if r["split"] == "train"]
+    return train_records[0].get("first_loss") if train_records else None
 
 
 def train(run: Run) -> dict[str, Any]:

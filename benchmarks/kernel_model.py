@@ -1,0 +1,191 @@
+"""The kernel-level cost model (``deepnet_jax.scale.kernels``) of the shipped configs, deviceless,
+against the steps measured on an H100 — docs/scaling.md ("The kernel model").
+
+    python -m benchmarks.kernel_model --out=docs/records/kernel_model.json --docs=docs/scaling.md
+
+Each case compiles the trainer's step for its target on compile-only devices (XLA:GPU through
+the ``gpu-plan`` extra, XLA:TPU through ``tpu``) and keeps the plan's predicted step time, MFU,
+seconds per kernel class and the whole-step roofline bound. Where docs/scaling.md reports a
+measured step of the same config on the same target, the case carries it (``measured``: the
+milliseconds per update and, for the profiled step, the profile's milliseconds per class) with
+where it comes from: those measurements kept no JSON record (their sessions printed them), so
+they are inputs copied from the docs, flagged as such, never outputs of this command. The
+ratio predicted ÷ measured is the calibration.
+
+The cuDNN cases need cuDNN's library (``pip install -e ".[gpu-plan,cudnn-plan]"``): jax asks it
+for its version while tracing the fused attention. Without it they are recorded with that
+error instead of figures.
+
+``--docs`` writes the tables between the ``kernel-model`` and ``kernel-classes`` markers of that
+file; ``tests/test_kernel_model_record.py`` regenerates them from the committed record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from benchmarks.on_device import load_config
+from deepnet_jax.common import records
+from deepnet_jax.scale import kernels, targets
+from deepnet_jax.training import memory_plan
+
+# the H100 measurements of docs/scaling.md ("Measured on one H100"), with their source
+_MEASURED_SOURCE = (
+    "docs/scaling.md, 'Measured on one H100' (benchmarks.on_device on one H100 80GB HBM3, "
+    "jax 0.11.2; printed, no JSON record kept)"
+)
+_PROFILE = {  # ms per class, the reference step's xprof profile (the same section)
+    "attention": 120.0,
+    "projections": 32.0,
+    "ffn": 24.0,
+    "norms": 13.0,
+    "optimizer": 4.0,
+    "loss": 3.0,
+    "copies": 55.0,
+}
+_CUDNN = ["model.attention_impl=cudnn", "model.attention_dropout=0.0"]
+_ONE_GPU = ["data.max_tokens=8192"]
+_FSDP8 = ["mesh.data=1", "mesh.fsdp=8"]
+_FSDP4 = ["mesh.data=1", "mesh.fsdp=4", "data.max_tokens=32768"]
+CASES: list[dict[str, Any]] = [
+    {"name": "default", "target": "h100-1", "set": ["model.remat_policy=none"], "ms": 5.5},
+    {"name": "bert_mlm", "target": "h100-1", "set": ["model.remat_policy=none"], "ms": 14.2},
+    {"name": "magneto_lm", "target": "h100-1", "set": ["model.remat_policy=none"], "ms": 30.9},
+    {
+        "name": "wmt17_ende",
+        "target": "h100-1",
+        "set": ["model.remat_policy=dots"],
+        "ms": 279.1,
+        "classes": _PROFILE,
+    },
+    {
+        "name": "wmt17_ende",
+        "target": "h100-1",
+        "set": [*_CUDNN, "model.remat_policy=none"],
+        "ms": 217.5,
+    },
+    {
+        "name": "wmt17_ende",
+        "target": "h100-1",
+        "set": [*_CUDNN, "model.remat_policy=dots"],
+        "ms": 182.7,
+    },
+    {"name": "wmt17_ende", "target": "h100-1", "set": ["model.remat_policy=dots", "loss_chunk=32"]},
+    {"name": "wmt17_ende", "target": "v5p-8", "set": ["model.remat_policy=dots"]},
+    {"name": "wmt17_ende", "target": "v5p-8", "set": ["model.remat_policy=dots", "loss_chunk=32"]},
+    # DeepNet's 3.2B model: 8,192 tokens a GPU (the config's 65,536 over 8), the state sharded
+    # over the GPUs of a node (fsdp) and over a v5p-8's 4 chips
+    {"name": "deepnet_3b", "target": "h100-1", "set": [*_ONE_GPU, "model.remat_policy=full"]},
+    {"name": "deepnet_3b", "target": "h200-1", "set": [*_ONE_GPU, "model.remat_policy=dots"]},
+    {"name": "deepnet_3b", "target": "h100-8", "set": [*_FSDP8, "model.remat_policy=dots"]},
+    {"name": "deepnet_3b", "target": "v5p-8", "set": [*_FSDP4, "model.remat_policy=dots"]},
+]
+
+
+def plan_case(case: dict[str, Any]) -> dict[str, Any]:
+    """One case's plan on its target's compile-only devices: the kernel model's figures."""
+    config = load_config(case["name"], case["set"])
+    target = targets.parse(case["target"])
+    head = {"config": case["name"], "target": case["target"], "set": case["set"]}
+    try:
+        plan = memory_plan.plan(config, target=target)
+    except (RuntimeError, ValueError) as e:  # e.g. cuDNN's attention needs cuDNN to trace
+        return {**head, "error": " ".join(str(e).split())[:300]} | _measured(case)
+    return {
+        **head,
+        "config": case["name"],
+        "target": case["target"],
+        "set": case["set"],
+        "batch_shape": list(plan.batch_shape),
+        "model_flops": plan.model_flops,
+        "peak_gib": plan.peak / 2**30,
+        "fits": plan.fits,
+        "kernels": len(plan.kernels),
+        "predicted_step_s": plan.predicted_step_s,
+        "predicted_mfu": plan.predicted_mfu,
+        "kernel_classes": plan.kernel_classes,
+        "roofline_bound_s": plan.roofline["bound_s"],
+        "roofline_mfu_bound": plan.roofline["mfu_upper_bound"],
+    } | _measured(case)
+
+
+def _measured(case: dict[str, Any]) -> dict[str, Any]:
+    """The case's measurement copied from the docs (none where it has none)."""
+    if "ms" not in case:
+        return {}
+    measured = {"ms_per_update": case["ms"], "source": _MEASURED_SOURCE}
+    if "classes" in case:
+        measured["profile_ms"] = case["classes"]
+    return {"measured": measured}
+
+
+def summary_table(record: dict[str, Any]) -> str:
+    """A row per case: predicted step and MFU, the roofline bound, measured and the ratio."""
+    rows = [
+        "| config | target | set | predicted ms | predicted MFU | roofline MFU bound | "
+        "measured ms | predicted ÷ measured |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for case in record["cases"]:
+        measured = case.get("measured", {}).get("ms_per_update")
+        if "error" in case:
+            rows.append(
+                f"| {case['config']} | {case['target']} | {', '.join(case['set'])} | "
+                f"not planned: {case['error'][:80]} | – | – | {measured or '–'} | – |"
+            )
+            continue
+        ms = case["predicted_step_s"] * 1e3
+        rows.append(
+            f"| {case['config']} | {case['target']} | {', '.join(case['set'])} | {ms:.1f} | "
+            f"{100 * case['predicted_mfu']:.1f}% | {100 * case['roofline_mfu_bound']:.0f}% | "
+            + (f"{measured:g} | {ms / measured:.2f} |" if measured else "– | – |")
+        )
+    return "\n".join(rows)
+
+
+def class_table(record: dict[str, Any]) -> str:
+    """The profiled case's time per kernel class: predicted, measured (profile) and ratio."""
+    case = next(c for c in record["cases"] if "profile_ms" in c.get("measured", {}))
+    profile = case["measured"]["profile_ms"]
+    rows = [
+        "| class | predicted ms | share | profile ms | predicted ÷ profile |",
+        "|---|---|---|---|---|",
+    ]
+    total = case["predicted_step_s"]
+    for kind in kernels.CLASSES:
+        seconds = case["kernel_classes"][kind]
+        measured = profile.get(kind)
+        ratio = f"{seconds * 1e3 / measured:.2f}" if measured else "–"
+        rows.append(
+            f"| {kind} | {seconds * 1e3:.1f} | {100 * seconds / total:.1f}% | "
+            f"{measured if measured is not None else '–'} | {ratio} |"
+        )
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="the record (JSON) to write")
+    parser.add_argument("--docs", help="a markdown file whose generated tables to rewrite")
+    parser.add_argument("--only", type=int, nargs="*", help="case indices (default: all)")
+    args = parser.parse_args(argv)
+    chosen = [CASES[i] for i in args.only] if args.only else CASES
+    record = {**records.header(), "cases": []}
+    for case in chosen:
+        print(f"planning {case['name']} on {case['target']} {case['set']}", flush=True)
+        record["cases"].append(plan_case(case))
+    with open(args.out, "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    if args.docs:
+        records.replace_block(args.docs, "kernel-model", summary_table(record))
+        records.replace_block(args.docs, "kernel-classes", class_table(record))
+    print(summary_table(record))
+    return record
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

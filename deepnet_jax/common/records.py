@@ -1,0 +1,96 @@
+"""Records behind the docs' figures, and the docs' tables generated from them.
+
+A **record** is the JSON a measuring command writes: its figures under a :func:`header` saying
+which command made them, at which commit, when, on what machine and with which jax. Records the
+docs use are committed under ``docs/records/``.
+
+A **generated table** sits in a markdown file between two markers,
+``<!-- generated: NAME -->`` and ``<!-- end: NAME -->``; :func:`replace_block` writes it and
+:func:`block` reads it back, so a test can regenerate the table from its record and compare.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from typing import Any
+
+RECORDS_DIR = os.path.join("docs", "records")  # from the repository root
+
+
+def header(argv: list[str] | None = None) -> dict[str, Any]:
+    """What a record says of its making: the command line, the commit (``+dirty`` where the
+    work tree had changes), the UTC date, the machine (OS, processor, CPU count) and the jax
+    version (None where jax is not installed)."""
+    argv = sys.argv if argv is None else argv
+    try:
+        import jax
+
+        jax_version: str | None = jax.__version__
+    except ImportError:
+        jax_version = None
+    return {
+        "command": "python " + " ".join(shlex.quote(a) for a in _module_argv(argv)),
+        "commit": commit(),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
+        "jax": jax_version,
+    }
+
+
+def _module_argv(argv: list[str]) -> list[str]:
+    """``argv`` with a module's file path written as ``-m package.module``."""
+    first = argv[0] if argv else ""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.path.abspath(first)
+    if first.endswith(".py") and path.startswith(root + os.sep):
+        module = os.path.relpath(path, root)[:-3].replace(os.sep, ".")
+        return ["-m", module.removesuffix(".__main__"), *argv[1:]]
+    return list(argv)
+
+
+def commit() -> str | None:
+    """The repository's HEAD commit, ``+dirty`` with uncommitted changes; None outside git."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        head = _git(root, "rev-parse", "HEAD")
+        dirty = _git(root, "status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
+def _git(root: str, *args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return f"<!-- generated: {name} -->", f"<!-- end: {name} -->"
+
+
+def block(path: str, name: str) -> str:
+    """The text between ``name``'s markers in ``path``; ValueError if they are not there once
+    each, in order."""
+    with open(path) as f:
+        text = f.read()
+    begin, end = _markers(name)
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise ValueError(f"{path}: needs one {begin!r} and then one {end!r}")
+    return text[text.index(begin) + len(begin) : text.index(end)].strip("\n")
+
+
+def replace_block(path: str, name: str, content: str) -> None:
+    """Write ``content`` between ``name``'s markers in ``path`` (they must be there)."""
+    block(path, name)  # the markers' check
+    with open(path) as f:
+        text = f.read()
+    begin, end = _markers(name)
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    with open(path, "w") as f:
+        f.write(f"{head}{begin}\n{content.strip()}\n{end}{tail}")

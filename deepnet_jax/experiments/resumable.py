@@ -1,0 +1,101 @@
+"""An experiment's run that survives being stopped: its workdir named by the run, its
+checkpoints, and the CPU it spent over every process that trained it.
+
+A long grid (the depth table's 500L-500L runs take about two hours of one core each) is
+stopped by signals, crashes and the end of a machine's session. A run of such a grid
+checkpoints every ``checkpoint_every`` updates (the trainer's orbax checkpoints: parameters,
+optimizer state and the data stream's position), and when the experiment is started again it
+resumes from the newest one instead of starting over; the trainer's resume is exact, so the
+resumed run's curves and results are bitwise those of an uninterrupted run
+(``tests/test_experiments_resume.py``).
+
+Its cost is kept in ``<workdir>/experiment_cost.json`` (:class:`CostLedger`): one segment per
+process that trained the run, each segment's CPU and wall seconds written every
+:data:`LEDGER_EVERY` seconds by a daemon thread, so a process killed without warning loses at
+most that much of its count. A run's ``cpu_seconds`` is the sum over its segments, updates
+redone after a kill included: what the run cost, not what an uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from typing import Any
+
+LEDGER = "experiment_cost.json"
+LEDGER_EVERY = 30.0  # seconds between the ledger's writes
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")
+
+
+def workdir_name(key: dict[str, Any]) -> str:
+    """A run's workdir name from its key (``{"task": "reversal64", "scheme": "deepnorm",
+    "layers": 500, "seed": 0, …}`` → ``task=reversal64,scheme=deepnorm,layers=500,seed=0,…``),
+    so that a run finds its checkpoints whichever process or shard starts it again."""
+    return ",".join(_UNSAFE.sub("_", f"{k}={v}") for k, v in key.items())
+
+
+def has_checkpoint(workdir: str) -> bool:
+    """Whether ``workdir`` holds a checkpoint a run could resume from."""
+    directory = os.path.join(workdir, "checkpoints")
+    return os.path.isdir(directory) and any(name.isdigit() for name in os.listdir(directory))
+
+
+class CostLedger:
+    """The CPU and wall seconds a run spent, segment by segment (a context: one segment).
+
+    ``totals()`` after the context: ``{"cpu_seconds", "seconds", "segments"}`` over every
+    segment the workdir's ledger holds, this one included. CPU is the process's
+    (``time.process_time``: all its threads), so one run per process."""
+
+    def __init__(self, workdir: str, every: float = LEDGER_EVERY):
+        self.path = os.path.join(workdir, LEDGER)
+        self.every = every
+        self.earlier: list[dict[str, float]] = []
+        if os.path.exists(self.path):
+            with open(self.path) as f:
+                self.earlier = json.load(f)["segments"]
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> CostLedger:
+        self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
+        self._write()
+        self._thread = threading.Thread(target=self._keep_writing, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._write()
+
+    def _current(self) -> dict[str, float]:
+        return {
+            "cpu_seconds": time.process_time() - self._cpu0,
+            "seconds": time.perf_counter() - self._wall0,
+        }
+
+    def _keep_writing(self) -> None:
+        while not self._stop.wait(self.every):
+            self._write()
+
+    def _write(self) -> None:
+        with self._lock:
+            with open(self.path + ".tmp", "w") as f:
+                json.dump({"segments": [*self.earlier, self._current()]}, f)
+            os.replace(self.path + ".tmp", self.path)
+
+    def totals(self) -> dict[str, Any]:
+        """CPU and wall seconds over every segment, and how many segments there were."""
+        with open(self.path) as f:
+            segments = json.load(f)["segments"]
+        return {
+            "cpu_seconds": sum(s["cpu_seconds"] for s in segments),
+            "seconds": sum(s["seconds"] for s in segments),
+            "segments": len(segments),
+        }

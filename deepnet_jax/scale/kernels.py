@@ -1,0 +1,330 @@
+"""A kernel-level cost model of a compiled step: every kernel of the optimized HLO with its
+FLOPs, the HBM bytes it moves and its roofline time on a chip, grouped by what it does.
+
+The whole-step roofline (:mod:`deepnet_jax.scale.roofline`) sets all the step's FLOPs against
+all its bytes; a real step runs kernel after kernel, each bound by its own resource. Here a
+kernel is an instruction of a computation that runs in sequence — the entry, a ``while`` body
+or condition, a ``conditional``'s branch, a ``call`` — that launches work: a fusion (XLA:GPU's
+``kCustom`` gemm fusions included), a custom call (cuDNN's attention, a Pallas kernel), a copy,
+a transpose, a collective or any other unfused op. Its figures, per execution, times the times
+its computation runs (``hlo_census.execution_counts``: loop bodies per trip):
+
+* **FLOPs**: ``2·(result elements)·(contracted size)`` of every ``dot`` it holds (inside its
+  fused computation too) — the census's rule, so the kernels' FLOPs add up to
+  ``hlo_census.matmul_flops`` of the same module; elementwise arithmetic is not counted. A
+  custom call's matmuls are invisible (cuDNN's fused attention): where the model's FLOPs
+  (``flops.py``) exceed the visible ones, the difference is spread over the custom calls
+  (:func:`kernels`' ``model_flops``), as the roofline takes the model's.
+* **Bytes**: its operands read and its result written once, as they are after fusion; an
+  operand the kernel only slices (``dynamic-slice``, ``slice``, ``gather``) counts the slices,
+  and a buffer updated in place (``dynamic-update-slice`` of a fusion's parameter, the scanned
+  stack's per-layer writes) counts the update read and written, not the whole buffer.
+* **Time**: ``max(FLOPs ÷ peak, bytes ÷ HBM bandwidth)``; a collective: the bytes one device
+  sends (``hlo_census``'s ring volumes) ÷ the interconnect bandwidth. An fp32 matmul runs at
+  :data:`FP32_MATMUL_RATE` of the bf16 peak (TF32 on NVIDIA GPUs; one bf16 pass on TPUs, jax's
+  default precision).
+
+The sum over kernels is the predicted step time: no overlap of kernels, no launch gaps.
+docs/scaling.md calibrates it against measured H100 steps.
+
+Classes (:data:`CLASSES`) come from the kernel's opcode and the name stack JAX writes into the
+HLO's ``op_name`` (:func:`classify`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import defaultdict
+
+from deepnet_jax.scale import hlo_census
+from deepnet_jax.scale.hlo_census import Instruction, Module
+from deepnet_jax.scale.targets import Chip
+
+CLASSES = (
+    "attention",
+    "projections",
+    "ffn",
+    "norms",
+    "elementwise",
+    "copies",
+    "loss",
+    "optimizer",
+    "collectives",
+    "unclassified",
+)
+# fraction of the dense bf16 peak an fp32 matmul runs at, by platform: NVIDIA's TF32 tensor
+# cores (H100 SXM datasheet: 494.7 dense TF32 against 989.4 bf16 TFLOP/s), XLA:TPU's default
+# precision (one bf16 pass)
+FP32_MATMUL_RATE = {"cuda": 0.5, "tpu": 1.0, "cpu": 1.0}
+# opcodes that launch nothing: bookkeeping of buffers and control flow
+_FREE = {
+    "parameter",
+    "constant",
+    "get-tuple-element",
+    "tuple",
+    "bitcast",
+    "while",
+    "conditional",
+    "call",
+    "after-all",
+    "partition-id",
+    "replica-id",
+    "opt-barrier",
+    "add-dependency",
+}
+_MOVES = {"copy", "transpose", "bitcast", "reshape", "parameter", "copy-start", "copy-done"}
+_SLICES = {"dynamic-slice", "slice", "gather"}
+_VIEWS = {"bitcast", "reshape"}
+_SEQUENTIAL = re.compile(r"\b(body|condition|true_computation|false_computation)=%?([\w.\-]+)")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+_CALLS = re.compile(r"\bcalls=%?([\w.\-]+)")
+_TARGET = re.compile(r'custom_call_target="([^"]+)"')
+# op_name keywords → class, first match wins (norms before attention: "self_attn_layer_norm")
+_NAME_RULES = (
+    (("_logits", "btd,vd->btv", "attend"), "loss"),
+    (("_proj", "qkv"), "projections"),
+    (("layer_norm", "norm", "LayerNorm", "RMSNorm", "dyt"), "norms"),
+    (("Dropout", "dropout", "threefry"), "elementwise"),
+    (("ffn", "fc1", "fc2", "mlp", "glu"), "ffn"),
+    (("attn", "attention"), "attention"),
+    (("dynamic_update_index_in_dim", "dynamic_index_in_dim"), "copies"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+    """One kernel of a step: its instruction, class, how often it runs per step and its figures
+    per step (all executions together)."""
+
+    name: str
+    opcode: str
+    kind: str  # the class (:data:`CLASSES`)
+    count: int
+    flops: float
+    bytes: float
+    seconds: float
+    op_name: str
+
+
+def sequential_computations(module: Module) -> dict[str, int]:
+    """Computations that run instruction by instruction (entry, loop bodies and conditions,
+    conditional branches, calls) → executions per step."""
+    counts = hlo_census.execution_counts(module)
+    found, stack = {module.entry}, [module.entry]
+    while stack:
+        for ins in module.computations[stack.pop()]:
+            names = [n for _, n in _SEQUENTIAL.findall(ins.rest)]
+            if ins.opcode == "call":
+                called = hlo_census.CALLEES.findall(ins.rest)
+                names += [n for key, n in called if key == "to_apply"]
+            for _, listed in hlo_census.CALLEE_LISTS.findall(ins.rest):
+                if ins.opcode == "conditional":
+                    names += [n.strip().lstrip("%") for n in listed.split(",") if n.strip()]
+            for name in names:
+                if name in module.computations and name not in found:
+                    found.add(name)
+                    stack.append(name)
+    return {name: counts.get(name, 0) for name in found}
+
+
+def _fused(module: Module, ins: Instruction) -> list[Instruction]:
+    """Every instruction a fusion or custom call runs (nested fusions flattened)."""
+    out, stack = [], [ins]
+    while stack:
+        for callee in _CALLS.findall(stack.pop().rest):
+            for inner in module.computations.get(callee, []):
+                out.append(inner)
+                if inner.opcode == "fusion":
+                    stack.append(inner)
+    return out
+
+
+def kernel_flops(module: Module, ins: Instruction) -> int:
+    """Matmul FLOPs of one execution of a kernel (its own ``dot`` or the fused ones)."""
+    body = [ins] if ins.opcode in ("dot", "convolution") else _fused(module, ins)
+    return sum(hlo_census.dot_flops(module, i) for i in body if i.opcode == "dot")
+
+
+def kernel_bytes(module: Module, ins: Instruction) -> int:
+    """HBM bytes one execution of a kernel reads and writes (module docstring's rules)."""
+    operands = _operand_names(ins)
+    if ins.opcode != "fusion":
+        sizes = [hlo_census.nbytes(module.shapes.get(n, "")) for n in operands]
+        if ins.opcode in _SLICES:
+            return 2 * hlo_census.nbytes(ins.result)
+        if ins.opcode == "dynamic-update-slice":
+            update = sizes[1] if len(sizes) > 1 else 0
+            return 2 * update
+        return sum(sizes) + hlo_census.nbytes(ins.result)
+    body = _fused(module, ins)
+    params = {i.name: i for i in body if i.opcode == "parameter"}
+    users: dict[str, list[Instruction]] = defaultdict(list)
+    for inner in body:
+        for name in _operand_names(inner):
+            users[name].append(inner)
+    origin = {}  # what each view (bitcast, reshape) of a parameter is a view of
+    for inner in body:
+        if inner.opcode in _VIEWS:
+            source = (_operand_names(inner) or [""])[0]
+            origin[inner.name] = origin.get(source, source)
+    total = 0
+    in_place = set()
+    for inner in body:  # an in-place update writes its update, not the buffer
+        if inner.opcode == "dynamic-update-slice":
+            buffer, update = [*_operand_names(inner), "", ""][:2]
+            buffer = origin.get(buffer, buffer)
+            if buffer in params:
+                in_place.add(buffer)
+                total += 2 * hlo_census.nbytes(module.shapes.get(update, ""))
+    for name, param in params.items():
+        if name in in_place:
+            continue
+        readers = _readers(name, users)
+        if readers and all(r.opcode in _SLICES for r in readers):
+            total += sum(hlo_census.nbytes(r.result) for r in readers)
+        else:
+            total += hlo_census.nbytes(param.result)
+    if not in_place:
+        total += hlo_census.nbytes(ins.result)
+    return total
+
+
+def _readers(name: str, users: dict[str, list[Instruction]]) -> list[Instruction]:
+    """The instructions reading ``name``, looking through views (bitcast, reshape)."""
+    out, stack = [], list(users.get(name, []))
+    while stack:
+        inner = stack.pop()
+        if inner.opcode in _VIEWS:
+            stack += users.get(inner.name, [])
+        else:
+            out.append(inner)
+    return out
+
+
+def _operand_names(ins: Instruction) -> list[str]:
+    """The instructions an instruction reads (its operand list, before the attributes)."""
+    depth, end = 0, len(ins.rest)
+    for i, ch in enumerate(ins.rest):
+        depth += (ch in "({[") - (ch in ")}]")
+        if depth < 0:
+            end = i
+            break
+    return re.findall(r"%([\w.\-]+)", ins.rest[:end])
+
+
+def classify(module: Module, ins: Instruction) -> str:
+    """A kernel's class: collectives and data movement by opcode, the rest by its ``op_name``
+    (the model's module path; the loss outside the model; the optimizer: the rest of the
+    trainer's ``train_step``)."""
+    if hlo_census.collective_kind(ins.opcode):
+        return "collectives"
+    if ins.opcode in _MOVES or ins.opcode == "convert":
+        return "copies"
+    if ins.opcode == "fusion":
+        inner = {i.opcode for i in _fused(module, ins)}
+        if inner <= {"broadcast", "constant", "parameter", "bitcast"}:
+            return "elementwise"  # a buffer filled with a constant (zeros for the gradients)
+        if inner <= _MOVES | {"convert", "broadcast"}:
+            return "copies"
+    found = _OP_NAME.search(ins.rest)
+    if not found:
+        return "unclassified"
+    name = found.group(1)
+    for keywords, kind in _NAME_RULES:
+        if any(k in name for k in keywords):
+            return kind
+    if "jvp(" in name:
+        model = re.search(r"jvp\((\w+)\)", name)
+        return "elementwise" if model else "loss"
+    # the train step's work after the gradient: AdamW, the gradient norm, the non-finite gate
+    return "optimizer" if "train_step" in name else "unclassified"
+
+
+def kernels(
+    text: str | Module, chip: Chip, num_devices: int = 1, model_flops: float = 0.0
+) -> list[Kernel]:
+    """Every kernel of a compiled module (per device) with its figures per step on ``chip``.
+    ``model_flops``: the model's FLOPs per device; what exceeds the visible matmuls is given to
+    the custom calls (their FLOPs are hidden), in proportion to their bytes."""
+    module = hlo_census.as_module(text)
+    out = []
+    for comp, times in sequential_computations(module).items():
+        for ins in module.computations[comp]:
+            if ins.opcode in _FREE or ins.opcode.endswith(("-done", "-update")) or not times:
+                continue
+            flops = times * kernel_flops(module, ins)
+            moved = times * kernel_bytes(module, ins)
+            out.append(_kernel(module, ins, times, flops, moved, chip, num_devices))
+    return _with_hidden_flops(out, model_flops, chip)
+
+
+def _kernel(
+    module: Module,
+    ins: Instruction,
+    times: int,
+    flops: float,
+    moved: float,
+    chip: Chip,
+    num_devices: int,
+) -> Kernel:
+    kind = classify(module, ins)
+    if kind == "collectives":
+        n = hlo_census.group_size(ins, num_devices)
+        sent = (
+            times * hlo_census.sent_bytes(hlo_census.collective_kind(ins.opcode), ins, n)
+            if n > 1
+            else 0
+        )
+        seconds = sent / chip.link_bytes_per_s if chip.link_bytes_per_s else 0.0
+        moved = float(sent)
+    else:
+        seconds = roofline_seconds(flops, moved, chip, _fp32_dot(module, ins))
+    found = _OP_NAME.search(ins.rest)
+    target = _TARGET.search(ins.rest)
+    opcode = f"custom-call {target.group(1)}" if target else ins.opcode
+    return Kernel(ins.name, opcode, kind, times, flops, moved, seconds,
+                  found.group(1) if found else "")  # fmt: skip
+
+
+def _fp32_dot(module: Module, ins: Instruction) -> bool:
+    """Whether the kernel's matmul takes fp32 operands (slower on NVIDIA's tensor cores)."""
+    body = [ins] if ins.opcode == "dot" else _fused(module, ins)
+    for inner in body:
+        if inner.opcode == "dot":
+            lhs = _operand_names(inner)[:1]
+            return bool(lhs) and module.shapes.get(lhs[0], "").startswith("f32")
+    return False
+
+
+def roofline_seconds(flops: float, moved: float, chip: Chip, fp32: bool = False) -> float:
+    """``max(FLOPs ÷ peak, bytes ÷ bandwidth)`` for one kernel on ``chip``."""
+    peak = chip.peak_flops * (FP32_MATMUL_RATE.get(chip.platform, 1.0) if fp32 else 1.0)
+    compute = flops / peak if peak else 0.0
+    memory = moved / chip.memory_bytes_per_s if chip.memory_bytes_per_s else 0.0
+    return max(compute, memory)
+
+
+def _with_hidden_flops(found: list[Kernel], model_flops: float, chip: Chip) -> list[Kernel]:
+    """``found`` with the model FLOPs no visible matmul accounts for given to the custom calls
+    (by their share of the custom calls' bytes)."""
+    hidden = model_flops - sum(k.flops for k in found)
+    calls = [k for k in found if k.opcode.startswith("custom-call") and k.kind != "collectives"]
+    moved = sum(k.bytes for k in calls)
+    if hidden <= 0 or not moved:
+        return found
+    out = []
+    for k in found:
+        if k in calls:
+            flops = k.flops + hidden * k.bytes / moved
+            k = dataclasses.replace(k, flops=flops, seconds=roofline_seconds(flops, k.bytes, chip))
+        out.append(k)
+    return out
+
+
+def by_class(found: list[Kernel]) -> dict[str, float]:
+    """Seconds per class (every class of :data:`CLASSES`, zero where none ran)."""
+    out = dict.fromkeys(CLASSES, 0.0)
+    for k in found:
+        out[k.kind] += k.seconds
+    return out

@@ -1,0 +1,67 @@
+"""An experiment's run stopped mid-way resumes from its checkpoint when the experiment is
+started again, and ends bitwise where an uninterrupted run ends
+(deepnet_jax.experiments.resumable)."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from deepnet_jax.experiments import depth_table, resumable
+from deepnet_jax.training import trainer
+
+# one smoke run (post_ln 2L-2L, seed 0: the first of six), a checkpoint after each of its 4 updates
+ARGS = ["--setting=smoke", "--shard=0/6", "--checkpoint_every=1"]
+COMPARED = ("eval_loss", "eval_accuracy", "train_loss", "first_train_loss", "verdict")
+
+
+def _curves(run: dict) -> list[dict]:
+    """The run's logged curves without what depends on the clock."""
+    clocked = ("tokens_per_s", "step_time_s", "mfu", "compile_s", "elapsed_s")
+    return [{k: v for k, v in r.items() if k not in clocked} for r in run["records"]]
+
+
+def test_a_run_stopped_mid_way_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
+    whole = depth_table.main([*ARGS, f"--out={tmp_path / 'whole'}"])["runs"]
+    assert len(whole) == 1 and whole[0]["segments"] == 1
+
+    saved = trainer.save
+
+    def save_then_stop(run, state):  # SIGTERM after the checkpoint at update 2: it stops at 3
+        saved(run, state)
+        if state.step == 2:
+            signal.raise_signal(signal.SIGTERM)
+
+    monkeypatch.setattr(trainer, "save", save_then_stop)
+    stopped_out = tmp_path / "stopped"
+    with pytest.raises(SystemExit, match="start the experiment again to resume it"):
+        depth_table.main([*ARGS, f"--out={stopped_out}"])
+    monkeypatch.undo()
+    workdir = (
+        stopped_out
+        / "runs"
+        / resumable.workdir_name(depth_table.keys("smoke", depth_table.base_config("smoke"))[0])
+    )
+    assert resumable.has_checkpoint(str(workdir))  # the stop kept its checkpoint
+    partial = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["split"] for r in partial] == ["train", "train_partial"]  # stopped inside 3-4
+    ledger = json.loads((workdir / resumable.LEDGER).read_text())
+    assert len(ledger["segments"]) == 1 and ledger["segments"][0]["cpu_seconds"] > 0
+
+    resumed = depth_table.main([*ARGS, f"--out={stopped_out}"])["runs"]
+    assert len(resumed) == 1 and resumed[0]["segments"] == 2
+    for field in COMPARED:
+        assert resumed[0][field] == whole[0][field], field
+    # the interval the stop split (updates 3-4) is logged as the uninterrupted run logs it
+    assert _curves(resumed[0]) == _curves(whole[0])
+    assert resumed[0]["cpu_seconds"] >= ledger["segments"][0]["cpu_seconds"]
+
+
+def test_workdir_names_are_the_run_and_safe_as_paths():
+    key = {"task": "reversal64", "scheme": "pre_ln+dyt", "layers": 500, "seed": 0, "lr": 0.002}
+    assert resumable.workdir_name(key) == (
+        "task=reversal64,scheme=pre_ln+dyt,layers=500,seed=0,lr=0.002"
+    )
+    assert resumable.workdir_name({"init": "a/b c"}) == "init=a_b_c"

@@ -1,0 +1,124 @@
+"""The kernel-level cost model (deepnet_jax.scale.kernels): hand counts of a plain matmul, an
+elementwise program and an in-place update; a scanned step's kernels against hlo_census; and the
+planner's kernel figures on a GPU target, deviceless."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from configs import default
+from deepnet_jax.scale import hlo_census, kernels, targets
+from deepnet_jax.training import memory_plan
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# a made-up chip with round figures, so that each time is a hand count
+CHIP = targets.Chip("test chip", "tpu", 2**30, 1e12, 1e11, 1e10, 1)
+needs_cuda_plugin = pytest.mark.skipif(
+    importlib.util.find_spec("jax_plugins.xla_cuda12") is None,
+    reason='jax-cuda12-plugin is not installed (pip install -e ".[gpu-plan]")',
+)
+
+
+def _kernels(fn, *args, **jit_options) -> list[kernels.Kernel]:
+    text = jax.jit(fn, **jit_options).lower(*args).compile().as_text()
+    return kernels.kernels(text, CHIP)
+
+
+def test_a_plain_matmul_is_one_kernel_of_its_hand_count():
+    (k,) = _kernels(lambda a, b: a @ b, jnp.zeros((64, 128)), jnp.zeros((128, 32)))
+    assert k.flops == 2 * 64 * 32 * 128 and k.count == 1
+    assert k.bytes == 4 * (64 * 128 + 128 * 32 + 64 * 32)  # both operands read, result written
+    assert k.seconds == max(k.flops / CHIP.peak_flops, k.bytes / CHIP.memory_bytes_per_s)
+
+
+def test_an_elementwise_program_reads_its_inputs_and_writes_its_output_once():
+    x = jnp.zeros((256, 512))
+    (k,) = _kernels(lambda a, b: jnp.tanh(a) * b + 1.0, x, x)
+    assert k.flops == 0 and k.bytes == 3 * 256 * 512 * 4
+    assert k.seconds == k.bytes / CHIP.memory_bytes_per_s and k.kind == "unclassified"
+
+
+def test_an_in_place_update_moves_its_update_not_the_buffer():
+    buffer, row = jnp.zeros((1024, 256)), jnp.ones((1, 256))
+    found = _kernels(
+        lambda b, r, i: jax.lax.dynamic_update_slice(b, r * 2.0, (i, 0)),
+        buffer,
+        row,
+        jnp.int32(3),
+        donate_argnums=0,
+    )
+    moved = sum(k.bytes for k in found)
+    assert moved < 4 * 1024 * 256  # not the buffer, read and written
+    assert moved <= 4 * (3 * 256) + 8  # the row read, doubled and written; the index
+
+
+def _scanned_loss(w, x):
+    def body(c, wi):
+        return jnp.tanh(c @ wi), None
+
+    return jax.lax.scan(body, x, w)[0].sum()
+
+
+def test_a_scanned_step_adds_up_and_matches_the_census():
+    w, x = jnp.ones((6, 64, 64)), jnp.ones((16, 64))
+    text = jax.jit(jax.grad(_scanned_loss)).lower(w, x).compile().as_text()
+    found = kernels.kernels(text, CHIP)
+    assert sum(k.flops for k in found) == hlo_census.matmul_flops(text)
+    assert hlo_census.matmul_flops(text) == 3 * 6 * 2 * 16 * 64 * 64
+    classes = kernels.by_class(found)
+    assert set(classes) == set(kernels.CLASSES)
+    assert math.isclose(sum(classes.values()), sum(k.seconds for k in found), rel_tol=1e-12)
+    assert max(k.count for k in found) == 6  # the loop's kernels run once a layer
+
+
+def test_hidden_flops_go_to_the_custom_calls():
+    visible = kernels.Kernel("f", "fusion", "ffn", 1, 100.0, 10.0, 1e-10, "")
+    call = kernels.Kernel("c", "custom-call __cudnn$fmhaSoftmax", "attention", 1, 0.0, 10.0, 0, "")
+    out = kernels._with_hidden_flops([visible, call], model_flops=1000.0, chip=CHIP)
+    assert out[0] == visible and out[1].flops == 900.0
+    assert out[1].seconds == max(900.0 / CHIP.peak_flops, 10.0 / CHIP.memory_bytes_per_s)
+
+
+@needs_cuda_plugin
+def test_the_plan_predicts_a_gpu_step_from_its_kernels():
+    plan = memory_plan.plan(default.get_config(), target=targets.parse("h100-1"))
+    assert plan.kernels and math.isclose(
+        plan.predicted_step_s, sum(k.seconds for k in plan.kernels), rel_tol=1e-12
+    )
+    assert math.isclose(sum(plan.kernel_classes.values()), plan.predicted_step_s, rel_tol=1e-12)
+    chip = targets.GPU_CHIPS["h100"]
+    assert math.isclose(
+        plan.predicted_mfu, plan.model_flops / chip.peak_flops / plan.predicted_step_s
+    )
+    # the roofline bound is a lower bound on the sum of the kernels' times
+    assert plan.predicted_step_s >= plan.roofline["bound_s"]
+    assert sum(k.flops for k in plan.kernels) >= plan.program_flops  # no matmul missed
+    unclassified = [k for k in plan.kernels if k.kind == "unclassified"]
+    assert all(k.seconds < 0.01 * plan.predicted_step_s for k in unclassified)
+    for kind in ("attention", "projections", "ffn", "norms", "loss", "optimizer"):
+        assert plan.kernel_classes[kind] > 0, kind
+
+
+@needs_cuda_plugin
+def test_cli_prints_the_kernel_table_and_the_json_figures():
+    proc = subprocess.run(
+        [sys.executable, "-m", "deepnet_jax.cli.plan", "--config=configs/default.py",
+         "--target=h100-1", "--kernels"],
+        capture_output=True, text=True, cwd=ROOT, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.strip().splitlines()
+    plan = json.loads(lines[-1])
+    assert plan["predicted_step_s"] > 0 and 0 < plan["predicted_mfu"] < 1
+    assert set(plan["kernel_classes"]) == set(kernels.CLASSES) and "kernels" not in plan
+    rows = [line for line in lines if line.startswith("| ") and "| class |" not in line]
+    assert len(rows) > 20 and "kernel model" in proc.stdout
