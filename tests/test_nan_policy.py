@@ -102,3 +102,17 @@ def test_bad_nan_fields(field, value, message):
     c[field] = value
     with pytest.raises(ValueError, match=message):
         train.validate(c)
+
+
+def test_the_gate_selects_the_state_instead_of_branching_around_the_update():
+    """The gate is an elementwise select after the update, not a ``conditional`` holding the
+    forward and backward scans (inside one, XLA copied every stacked buffer the loops carry:
+    docs/scaling.md, "The kernel model")."""
+    from deepnet_jax.scale import targets
+    from deepnet_jax.training import config as train_config
+    from deepnet_jax.training import memory_plan
+
+    config = train_config.resolve(_config("halt"))
+    step = memory_plan.compile_step(config, jax.devices()[:1], targets.parse("cpu:1"))
+    text = step.executable.as_text()
+    assert " while(" in text and " conditional(" not in text

@@ -223,10 +223,10 @@ def classify(module: Module, ins: Instruction) -> str:
         return "copies"
     if ins.opcode == "fusion":
         inner = {i.opcode for i in _fused(module, ins)}
-        if inner <= {"broadcast", "constant", "parameter", "bitcast"}:
-            return "elementwise"  # a buffer filled with a constant (zeros for the gradients)
-        if inner <= _MOVES | {"convert", "broadcast"}:
-            return "copies"
+        if inner <= {"broadcast", "constant", "parameter", "bitcast", "tuple"}:
+            return "elementwise"  # buffers filled with a constant (zeros for the gradients)
+        if inner <= _MOVES | {"convert", "broadcast", "constant", "tuple"}:
+            return "copies"  # data movement (with fills: a scan's stacked outputs, say)
     found = _OP_NAME.search(ins.rest)
     if not found:
         return "unclassified"

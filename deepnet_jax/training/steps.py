@@ -148,19 +148,24 @@ def _update_fn(
 def _gated(update: Callable, halt_after: int) -> Callable:
     """``update`` behind the non-finite gate: with ``bad_in_a_row`` (consecutive non-finite
     steps before this one) at ``halt_after`` it changes nothing (zero metrics); the returned
-    metrics carry the count updated under :data:`BAD_IN_A_ROW`."""
+    metrics carry the count updated under :data:`BAD_IN_A_ROW`.
+
+    The update always runs and the gate selects its result or the old state, element by
+    element (``jnp.where``, fused into the optimizer's own elementwise kernels): a
+    ``lax.cond`` around the whole update put the forward and backward scans inside a branch,
+    where XLA copied every stacked buffer the loops carry (docs/scaling.md, "The kernel
+    model")."""
 
     def gated(params, opt_state, batch, step, learning_rate, bad_in_a_row):
-        args = (params, opt_state, batch, step, learning_rate)
-        out_shapes = jax.eval_shape(update, *args)
-
-        def hold(params, opt_state, batch, step, learning_rate):
-            del batch, step, learning_rate
-            metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), out_shapes[2])
-            return params, opt_state, metrics
-
         proceed = bad_in_a_row < halt_after
-        params, opt_state, metrics = jax.lax.cond(proceed, update, hold, *args)
+        new_params, new_opt_state, metrics = update(params, opt_state, batch, step, learning_rate)
+
+        def keep(new: jax.Array, old: jax.Array) -> jax.Array:
+            return jnp.where(proceed, new, old)
+
+        params = jax.tree.map(keep, new_params, params)
+        opt_state = jax.tree.map(keep, new_opt_state, opt_state)
+        metrics = jax.tree.map(lambda m: jnp.where(proceed, m, jnp.zeros_like(m)), metrics)
         finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(metrics["grad_norm"])
         counted = jnp.where(finite, 0, bad_in_a_row + 1)
         metrics[BAD_IN_A_ROW] = jnp.where(proceed, counted, bad_in_a_row).astype(jnp.int32)
