@@ -415,3 +415,27 @@ def test_every_row_of_a_figure_has_its_own_color():
     styles = [dtr._style(row, rows) for row in rows]
     assert len({s["color"] for s in styles}) == len(rows)
     assert [s.get("linestyle", "-") == "-" for s in styles] == [r in dtr.COLORS for r in rows]
+
+
+def test_a_device_added_after_the_run_is_reported_as_not_recorded():
+    note = {"device": "cpu", "how": "typed in later"}
+    runs = [{"layers": 6, "device": "cpu"}, {"layers": 6, "device": None, "device_note": note}]
+    assert dtr.devices_note(runs, {}) == (
+        "Runs by device: cpu: 1 (6L-6L); not recorded (cpu by a later note, device_note): "
+        "1 (6L-6L)."
+    )
+
+
+@pytest.mark.parametrize(
+    "setting, noted", [("quick", 33), ("init", 21), ("corpus", 2), ("modern_lm", 12)]
+)
+def test_committed_runs_record_their_device_or_say_how_it_is_known(setting, noted):
+    """A run records the device JAX reported or none; the runs made before the field was kept
+    whose device was typed in later carry null and a note of where they ran and how that is
+    known, never a value as if recorded."""
+    path = REPO / "docs" / "reproduction" / f"depth_table_{setting}.json"
+    runs = json.loads(path.read_text())["runs"]
+    notes = [run for run in runs if "device_note" in run]
+    assert len(notes) == noted
+    for run in notes:
+        assert run["device"] is None and set(run["device_note"]) == {"device", "how"}

@@ -196,11 +196,15 @@ def _recipe_note(s: dict[str, Any]) -> str:
 
 def devices_note(runs: Sequence[dict[str, Any]], levels: dict[str, Any]) -> str:
     """Which device ran which runs (``run["device"]``, the kind JAX reported; "not recorded"
-    for runs made before it was kept; and the default matmul precision if one was set), with
-    the depths each device's runs have."""
+    for runs made before it was kept, saying so where a ``device_note`` gives a later account
+    of where they ran; and the default matmul precision if one was set), with the depths each
+    device's runs have."""
     by_device: dict[str, list[dict[str, Any]]] = {}
     for run in runs:
         device = run.get("device") or "not recorded"
+        note = run.get("device_note")
+        if not run.get("device") and note:  # a later account of where it ran, not a record
+            device = f"not recorded ({note['device']} by a later note, device_note)"
         if run.get("matmul_precision"):  # None: the platform's default
             device += f" at matmul precision {run['matmul_precision']}"
         by_device.setdefault(device, []).append(run)
