@@ -16,10 +16,10 @@ operations, not on arithmetic), so the budget is a few hundred updates per model
 that many updates the tiny corpus models barely leave the unigram level (``model_update``:
 none 0.25 nats below it after 100 updates; the earlier tiny-model depth sweep on Ding:
 validation NLL 5.629–5.822 against a unigram entropy of 6.222 after 200, docs/reproduction.md,
-"What was tried before this design"), short of the 1-nat bar. The reversal task is learned in that many
-updates, and its chance level is exact: :func:`blind_chance` is the accuracy and NLL of the
-best predictor that does not read the source (it knows the target prefix and the length
-distribution, not the sequence).
+"What was tried before this design"), short of the 1-nat bar. The reversal task is learned
+in that many updates, and its chance level is exact: :func:`blind_chance` is the accuracy and
+NLL of the best predictor that does not read the source (it knows the target prefix and the
+length distribution, not the sequence).
 
 **Verdict** of a run: ``diverged`` (a non-finite loss or gradient, or a finite blow-up:
 :func:`common.blew_up`), ``trained`` (final
