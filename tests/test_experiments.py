@@ -20,6 +20,7 @@ from deepnet_jax.experiments import (
     lr_tolerance,
     model_update,
     opening,
+    resumable,
     thousand_layers,
     thousand_layers_report,
 )
@@ -281,7 +282,7 @@ def test_a_run_stopped_by_a_signal_is_not_recorded(tmp_path, monkeypatch):
     line instead of recording a partial run as the config's result."""
     message = "stopped by SIGTERM after update 3/8; nothing saved (checkpoint_every=0)"
     monkeypatch.setattr(
-        common.train, "run", lambda config, workdir: {"stopped": True, "message": message}
+        resumable.train, "run", lambda config, workdir: {"stopped": True, "message": message}
     )
     results = common.Results(str(tmp_path), "grid", "smoke", {"steps": 8})
     config = common.base_config("smoke")

@@ -31,9 +31,7 @@ from __future__ import annotations
 import fcntl
 import importlib.util
 import json
-import math
 import os
-import shutil
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -45,10 +43,8 @@ import numpy as np
 from deepnet_jax.experiments import resumable
 from deepnet_jax.experiments.opening import SETTINGS
 from deepnet_jax.model import schemes
-from deepnet_jax.runs import metrics
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import data as train_data
-from deepnet_jax.training import train
 
 SCHEMES = ("post_ln", "pre_ln", "deepnorm", "subln")
 # the stability schemes since DeepNet (docs/schemes.md), in the experiments' own settings
@@ -234,59 +230,6 @@ def verdict(result: dict[str, Any], entropy: float) -> str:
     return "trained"
 
 
-def train_once(
-    config: ml_collections.ConfigDict, workdir: str, resume: bool = False
-) -> dict[str, Any]:
-    """Train ``config`` in ``workdir`` and return its results: ``eval_loss`` (validation NLL),
-    ``eval_accuracy``, ``train_loss``, ``eval_bleu_greedy`` (with ``decode.eval_sentences`` >
-    0), ``nonfinite_step`` (the update whose loss or gradient was not finite, else None),
-    ``seconds`` and ``cpu_seconds`` (over every process that trained it:
-    :class:`~deepnet_jax.experiments.resumable.CostLedger`), ``segments`` (how many) and
-    ``diagnostics`` (the run's diagnostics records).
-
-    The workdir is emptied first, except ``resume`` where it holds a checkpoint: the run then
-    continues from it (exactly; a checkpoint of another config stops with the trainer's
-    one-line mismatch). A run stopped by a signal (SIGTERM, SIGINT) exits the process instead:
-    its partial result is not one of this config (``resume``: its checkpoint is kept for the
-    next start)."""
-    if not (resume and resumable.has_checkpoint(workdir)):
-        _empty(workdir)
-    os.makedirs(workdir, exist_ok=True)
-    out: dict[str, Any] = {"nonfinite_step": None}
-    with resumable.CostLedger(workdir) as ledger:
-        try:
-            result = train.run(config, workdir)
-            if result.get("stopped"):  # a signal ended it early: not a result of this config
-                then = "resume it" if resume else "train it afresh"
-                raise SystemExit(
-                    f"{result['message']}; this run is not recorded (start the experiment "
-                    f"again to {then})"
-                )
-            out.update({k: v for k, v in result.items() if isinstance(v, (int, float, str))})
-        except train.NonFiniteError as e:
-            out["nonfinite_step"] = e.step
-            out["error"] = str(e)
-            out["eval_loss"] = out["eval_accuracy"] = math.nan
-    out.update(ledger.totals())
-    records = metrics.read(workdir)
-    out["diagnostics"] = [r for r in records if r["split"] == "diagnostics"]
-    train_records = [r for r in records if r["split"] == "train"]
-    if train_records and "train_loss" not in out:
-        out["train_loss"] = train_records[-1]["loss"]
-    return out
-
-
-def _empty(workdir: str) -> None:
-    """Remove what ``workdir`` holds (a rerun starts afresh)."""
-    if os.path.isdir(workdir):
-        for name in os.listdir(workdir):
-            path = os.path.join(workdir, name)
-            if os.path.isfile(path):
-                os.remove(path)
-            else:
-                shutil.rmtree(path)
-
-
 def find_run(runs: Sequence[dict[str, Any]], key: dict[str, Any]) -> dict[str, Any] | None:
     """The first of ``runs`` holding every field of ``key`` with its value, or None."""
     for run in runs:
@@ -416,7 +359,7 @@ def run_grid(
                 config.checkpoint_every, config.max_to_keep = checkpoint_every, 2
             else:
                 workdir = os.path.join(work_root, str(i))
-            result = train_once(config, workdir, resume=bool(checkpoint_every))
+            result = resumable.train_once(config, workdir, resume=bool(checkpoint_every))
             result["device"] = jax.devices()[0].device_kind  # "cpu", "NVIDIA H100 80GB HBM3"
             # None: the platform's default (fp32 on a CPU, TF32 passes on a GPU)
             result["matmul_precision"] = jax.config.jax_default_matmul_precision

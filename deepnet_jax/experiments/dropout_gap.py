@@ -36,7 +36,7 @@ from typing import Any
 import jax
 import ml_collections
 
-from deepnet_jax.experiments import common, opening, report
+from deepnet_jax.experiments import common, opening, report, resumable
 from deepnet_jax.runs import loading
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import data as train_data
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args, config, out = opening.start(argv, NAME, base_config, tuple(SETTINGS))
     os.makedirs(out, exist_ok=True)
     workdir = os.path.join(out, "run")
-    common.train_once(config, workdir)
+    resumable.train_once(config, workdir)
     data = train_data.make_data(train_config.resolve(config), 1)
     splits = {
         split: list(itertools.islice(data.eval_batches(split), BATCHES))

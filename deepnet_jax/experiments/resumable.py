@@ -1,5 +1,6 @@
-"""An experiment's run that survives being stopped: its workdir named by the run, its
-checkpoints, and the CPU it spent over every process that trained it.
+"""One training run of an experiment (:func:`train_once`), and what lets it survive being
+stopped: its workdir named by the run, its checkpoints, and the CPU it spent over every process
+that trained it.
 
 A long grid (the depth table's 500L-500L runs take about two hours of one core each) is
 stopped by signals, crashes and the end of a machine's session. A run of such a grid
@@ -19,11 +20,18 @@ redone after a kill included: what the run cost, not what an uninterrupted run w
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import shutil
 import threading
 import time
 from typing import Any
+
+import ml_collections
+
+from deepnet_jax.runs import metrics
+from deepnet_jax.training import train
 
 LEDGER = "experiment_cost.json"
 LEDGER_EVERY = 30.0  # seconds between the ledger's writes
@@ -99,3 +107,56 @@ class CostLedger:
             "seconds": sum(s["seconds"] for s in segments),
             "segments": len(segments),
         }
+
+
+def train_once(
+    config: ml_collections.ConfigDict, workdir: str, resume: bool = False
+) -> dict[str, Any]:
+    """Train ``config`` in ``workdir`` and return its results: ``eval_loss`` (validation NLL),
+    ``eval_accuracy``, ``train_loss``, ``eval_bleu_greedy`` (with ``decode.eval_sentences`` >
+    0), ``nonfinite_step`` (the update whose loss or gradient was not finite, else None),
+    ``seconds`` and ``cpu_seconds`` (over every process that trained it:
+    :class:`CostLedger`), ``segments`` (how many) and
+    ``diagnostics`` (the run's diagnostics records).
+
+    The workdir is emptied first, except ``resume`` where it holds a checkpoint: the run then
+    continues from it (exactly; a checkpoint of another config stops with the trainer's
+    one-line mismatch). A run stopped by a signal (SIGTERM, SIGINT) exits the process instead:
+    its partial result is not one of this config (``resume``: its checkpoint is kept for the
+    next start)."""
+    if not (resume and has_checkpoint(workdir)):
+        _empty(workdir)
+    os.makedirs(workdir, exist_ok=True)
+    out: dict[str, Any] = {"nonfinite_step": None}
+    with CostLedger(workdir) as ledger:
+        try:
+            result = train.run(config, workdir)
+            if result.get("stopped"):  # a signal ended it early: not a result of this config
+                then = "resume it" if resume else "train it afresh"
+                raise SystemExit(
+                    f"{result['message']}; this run is not recorded (start the experiment "
+                    f"again to {then})"
+                )
+            out.update({k: v for k, v in result.items() if isinstance(v, (int, float, str))})
+        except train.NonFiniteError as e:
+            out["nonfinite_step"] = e.step
+            out["error"] = str(e)
+            out["eval_loss"] = out["eval_accuracy"] = math.nan
+    out.update(ledger.totals())
+    records = metrics.read(workdir)
+    out["diagnostics"] = [r for r in records if r["split"] == "diagnostics"]
+    train_records = [r for r in records if r["split"] == "train"]
+    if train_records and "train_loss" not in out:
+        out["train_loss"] = train_records[-1]["loss"]
+    return out
+
+
+def _empty(workdir: str) -> None:
+    """Remove what ``workdir`` holds (a rerun starts afresh)."""
+    if os.path.isdir(workdir):
+        for name in os.listdir(workdir):
+            path = os.path.join(workdir, name)
+            if os.path.isfile(path):
+                os.remove(path)
+            else:
+                shutil.rmtree(path)
