@@ -1,0 +1,60 @@
+"""The kernel model's committed record and the docs' tables generated from it
+(benchmarks/kernel_model.py; deepnet_jax.common.records)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from benchmarks import kernel_model
+from deepnet_jax.common import records
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECORD = os.path.join(ROOT, "docs", "records", "kernel_model.json")
+DOCS = os.path.join(ROOT, "docs", "scaling.md")
+
+
+def test_the_docs_tables_are_the_records():
+    with open(RECORD) as f:
+        record = json.load(f)
+    assert records.block(DOCS, "kernel-model") == kernel_model.summary_table(record)
+    assert records.block(DOCS, "kernel-classes") == kernel_model.class_table(record)
+
+
+def test_the_record_says_where_it_and_its_measurements_come_from():
+    with open(RECORD) as f:
+        record = json.load(f)
+    assert record["command"].startswith("python -m benchmarks.kernel_model")
+    assert record["commit"] and record["date"] and record["jax"]
+    for case in record["cases"]:
+        assert ("error" in case) != ("predicted_step_s" in case)
+        if "measured" in case:  # copied from the docs, never typed in as this command's own
+            assert "no JSON record" in case["measured"]["source"]
+        if "predicted_step_s" in case:
+            classes = case["kernel_classes"]
+            assert abs(sum(classes.values()) - case["predicted_step_s"]) < 1e-12
+
+
+def test_blocks_are_replaced_between_their_markers(tmp_path):
+    path = tmp_path / "page.md"
+    path.write_text("intro\n<!-- generated: t -->\nold\n<!-- end: t -->\nafter\n")
+    records.replace_block(str(path), "t", "| a |\n|---|")
+    assert (
+        path.read_text() == "intro\n<!-- generated: t -->\n| a |\n|---|\n<!-- end: t -->\nafter\n"
+    )
+    assert records.block(str(path), "t") == "| a |\n|---|"
+    with pytest.raises(ValueError, match="needs one"):
+        records.block(str(path), "missing")
+
+
+def test_a_header_names_the_command_commit_and_machine():
+    head = records.header(["/elsewhere/run.py", "--out=x.json"])
+    assert head["command"] == "python /elsewhere/run.py --out=x.json"
+    module = os.path.join(ROOT, "benchmarks", "kernel_model.py")
+    assert records.header([module, "--out=x"])["command"] == (
+        "python -m benchmarks.kernel_model --out=x"
+    )
+    assert head["commit"] is None or len(head["commit"].removesuffix("+dirty")) == 40
+    assert "CPUs" in head["machine"] and head["date"].endswith("Z")
