@@ -141,3 +141,25 @@ ENTRY %main (a: f32[64]) -> (s32[], f32[64]) {
         "(f32[1], f32[2])",
         "s8[3]",
     ]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="libtpu not installed")
+def test_tpu_convolutions_count_the_matmuls_they_hold():
+    """XLA:TPU compiles batched matmuls into convolutions whose windows meet one real element
+    per output position (padding, input dilation): their valid taps give the matmuls' FLOPs,
+    equal to the lowered module's dots."""
+    devices = targets.compile_devices(targets.parse("v5e-1"))
+    sharding = NamedSharding(jax.sharding.Mesh(np.array(devices), ("x",)), PartitionSpec())
+
+    def attention_like(q, k, v):
+        scores = jnp.einsum("btnh,bsnh->bnts", q, k)
+        return jnp.einsum("bnts,bsnh->btnh", jax.nn.softmax(scores), v)
+
+    shape = jax.ShapeDtypeStruct((4, 64, 8, 32), jnp.bfloat16, sharding=sharding)
+    grad = jax.jit(jax.grad(lambda q, k, v: attention_like(q, k, v).astype(jnp.float32).sum()))
+    lowered = grad.lower(shape, shape, shape)
+    compiled = lowered.compile().as_text()
+    assert " convolution(" in compiled
+    assert hlo_census.matmul_flops(compiled) == hlo_census.matmul_flops(
+        lowered.as_text(dialect="hlo")
+    )

@@ -122,3 +122,13 @@ def test_cli_prints_the_kernel_table_and_the_json_figures():
     assert set(plan["kernel_classes"]) == set(kernels.CLASSES) and "kernels" not in plan
     rows = [line for line in lines if line.startswith("| ") and "| class |" not in line]
     assert len(rows) > 20 and "kernel model" in proc.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="libtpu not installed")
+def test_a_tpu_plans_kernels_count_every_matmul():
+    """On XLA:TPU most matmuls are convolutions: the kernels' FLOPs are still the program's."""
+    plan = memory_plan.plan(default.get_config(), target=targets.parse("v5e-1"))
+    assert sum(k.flops for k in plan.kernels) == plan.program_flops
+    assert plan.predicted_step_s >= plan.roofline["bound_s"]
+    unclassified = [k for k in plan.kernels if k.kind == "unclassified"]
+    assert all(k.seconds < 0.01 * plan.predicted_step_s for k in unclassified)

@@ -273,14 +273,66 @@ def dot_flops(module: Module, ins: Instruction) -> int:
     return 2 * int(np.prod(out, dtype=np.int64)) * int(np.prod(contracted, dtype=np.int64))
 
 
+def conv_flops(module: Module, ins: Instruction) -> int:
+    """FLOPs of one execution of a ``convolution``: 2·(batch)·(output features)·(input
+    features per group)·(valid window taps), the taps summed over output positions per
+    spatial dimension (padding and the holes of an input dilation hold no tap). XLA:TPU writes
+    batched matmuls as such convolutions: a batch dimension becomes a spatial one whose window
+    meets one real element per output position."""
+    labels = re.search(r"dim_labels=([0-9a-z]+)_([0-9a-z]+)->([0-9a-z]+)", ins.rest)
+    operands = [o.strip().lstrip("%") for o in ins.rest.split(")")[0].split(",")[:2]]
+    lhs_dims = arrays(module.shapes[operands[0]])[0][1]
+    out_dims = arrays(ins.result)[0][1]
+    lhs_labels, _, out_labels = labels.groups()
+    groups = re.search(r"feature_group_count=(\d+)", ins.rest)
+    features = lhs_dims[lhs_labels.index("f")] // (int(groups.group(1)) if groups else 1)
+    flops = 2 * out_dims[out_labels.index("b")] * out_dims[out_labels.index("f")] * features
+    window = _window(ins.rest, sum(c.isdigit() for c in lhs_labels))
+    for d, (size, stride, pad, lhs_dilate, rhs_dilate) in enumerate(window):
+        extent = (lhs_dims[lhs_labels.index(str(d))] - 1) * lhs_dilate + 1
+        taps = 0
+        for o in range(out_dims[out_labels.index(str(d))]):
+            for k in range(size):
+                pos = o * stride + k * rhs_dilate - pad
+                taps += 0 <= pos < extent and pos % lhs_dilate == 0
+        flops *= taps
+    return flops
+
+
+def _window(rest: str, rank: int) -> list[tuple[int, int, int, int, int]]:
+    """Per spatial dimension of a convolution: (size, stride, low padding, lhs dilation, rhs
+    dilation), XLA's defaults where its ``window`` leaves them out."""
+    found = re.search(r"window=\{([^}]*)\}", rest)
+    fields = dict(re.findall(r"(\w+)=(\S+)", found.group(1))) if found else {}
+
+    def ints(name: str, default: int) -> list[int]:
+        text = fields.get(name)
+        return [int(v.split("_")[0]) for v in text.split("x")] if text else [default] * rank
+
+    sizes = ints("size", 1)
+    return list(
+        zip(
+            sizes,
+            ints("stride", 1),
+            ints("pad", 0),
+            ints("lhs_dilate", 1),
+            ints("rhs_dilate", 1),
+            strict=True,
+        )
+    )
+
+
 def matmul_flops(text: str | Module) -> int:
-    """FLOPs of every ``dot`` in one execution of the module, loop bodies counted per trip."""
+    """FLOPs of every ``dot`` and ``convolution`` in one execution of the module, loop bodies
+    counted per trip."""
     module = as_module(text)
     total = 0
     for name, times in execution_counts(module).items():
         for ins in module.computations[name]:
             if ins.opcode == "dot":
                 total += times * dot_flops(module, ins)
+            elif ins.opcode == "convolution":
+                total += times * conv_flops(module, ins)
     return total
 
 

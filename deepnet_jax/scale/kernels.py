@@ -10,7 +10,8 @@ a transpose, a collective or any other unfused op. Its figures, per execution, t
 its computation runs (``hlo_census.execution_counts``: loop bodies per trip):
 
 * **FLOPs**: ``2·(result elements)·(contracted size)`` of every ``dot`` it holds (inside its
-  fused computation too) — the census's rule, so the kernels' FLOPs add up to
+  fused computation too), and the valid taps of every ``convolution`` (XLA:TPU's form of
+  batched matmuls) — the census's rules, so the kernels' FLOPs add up to
   ``hlo_census.matmul_flops`` of the same module; elementwise arithmetic is not counted. A
   custom call's matmuls are invisible (cuDNN's fused attention): where the model's FLOPs
   (``flops.py``) exceed the visible ones, the difference is spread over the custom calls
@@ -75,6 +76,7 @@ _FREE = {
 }
 _MOVES = {"copy", "transpose", "bitcast", "reshape", "parameter", "copy-start", "copy-done"}
 _SLICES = {"dynamic-slice", "slice", "gather"}
+_MATMULS = {"dot": hlo_census.dot_flops, "convolution": hlo_census.conv_flops}
 _VIEWS = {"bitcast", "reshape"}
 _SEQUENTIAL = re.compile(r"\b(body|condition|true_computation|false_computation)=%?([\w.\-]+)")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
@@ -141,9 +143,10 @@ def _fused(module: Module, ins: Instruction) -> list[Instruction]:
 
 
 def kernel_flops(module: Module, ins: Instruction) -> int:
-    """Matmul FLOPs of one execution of a kernel (its own ``dot`` or the fused ones)."""
-    body = [ins] if ins.opcode in ("dot", "convolution") else _fused(module, ins)
-    return sum(hlo_census.dot_flops(module, i) for i in body if i.opcode == "dot")
+    """Matmul FLOPs of one execution of a kernel: its own ``dot`` or ``convolution`` (XLA:TPU's
+    form of many matmuls) or the fused ones."""
+    body = [ins] if ins.opcode in _MATMULS else _fused(module, ins)
+    return sum(_MATMULS[i.opcode](module, i) for i in body if i.opcode in _MATMULS)
 
 
 def kernel_bytes(module: Module, ins: Instruction) -> int:
@@ -221,6 +224,8 @@ def classify(module: Module, ins: Instruction) -> str:
         return "collectives"
     if ins.opcode in _MOVES or ins.opcode == "convert":
         return "copies"
+    if ins.opcode in ("broadcast", "iota"):
+        return "elementwise"  # a buffer filled
     if ins.opcode == "fusion":
         inner = {i.opcode for i in _fused(module, ins)}
         if inner <= {"broadcast", "constant", "parameter", "bitcast", "tuple"}:
@@ -289,9 +294,9 @@ def _kernel(
 
 def _fp32_dot(module: Module, ins: Instruction) -> bool:
     """Whether the kernel's matmul takes fp32 operands (slower on NVIDIA's tensor cores)."""
-    body = [ins] if ins.opcode == "dot" else _fused(module, ins)
+    body = [ins] if ins.opcode in _MATMULS else _fused(module, ins)
     for inner in body:
-        if inner.opcode == "dot":
+        if inner.opcode in _MATMULS:
             lhs = _operand_names(inner)[:1]
             return bool(lhs) and module.shapes.get(lhs[0], "").startswith("f32")
     return False
