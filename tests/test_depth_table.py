@@ -50,6 +50,10 @@ def test_smoke_end_to_end_and_a_second_shard_adds_to_the_same_file(tmp_path):
     assert dtr._CALLS_LEGEND in table  # what >, ≈ and ? mean
     assert f"Runs by device: {jax.devices()[0].device_kind}: 6 (2L-2L)." in table
     assert (tmp_path / "depth_table.png").stat().st_size > 2000
+    # what depth costs: CPU and wall seconds per run by depth, onsets against depth
+    device = jax.devices()[0].device_kind
+    assert f"| reversal | 2L-2L | {device} | 6 | " in table and "### What depth costs" in table
+    assert (tmp_path / "depth_table_onsets.png").stat().st_size > 2000
     # the two seeds of a cell draw different data and initial weights
     losses = {r["seed"]: r["eval_loss"] for r in runs if r["scheme"] == "deepnorm"}
     assert losses[0] != losses[1]

@@ -54,8 +54,10 @@ its metric validation bits per character (lower is better).
 
 Run: ``python -m deepnet_jax.experiments.depth_table --setting=quick --out=DIR``; writes
 ``depth_table.json`` (every run's key, results and curves; a run started again skips the runs
-it holds), ``depth_table.md`` (the table, onsets and called differences) and ``depth_table.png``
-(the final metric against depth, a line per scheme, the seeds' spread as bars).
+it holds), ``depth_table.md`` (the table, onsets and called differences; on the synthetic
+tasks what each depth costs), ``depth_table.png`` (the final metric against depth, a line per
+scheme, the seeds' spread as bars) and, on the synthetic tasks, ``depth_table_onsets.png`` (the
+updates to leave chance and to reach 50% and 90% against depth: :mod:`depth_table_costs`).
 ``--shard=i/n`` splits the runs among processes sharing one ``--out``; ``--tasks`` and
 ``--layers`` restrict a process to part of the setting (e.g. one machine takes ``reversal``,
 another ``reversal64``; the results files merge by run: docs/reproduction.md).
@@ -76,6 +78,7 @@ from absl import flags
 
 from deepnet_jax.common.tokens import FIRST_CONTENT_ID
 from deepnet_jax.experiments import common, opening, report, thousand_layers
+from deepnet_jax.experiments import depth_table_costs as depth_costs
 from deepnet_jax.experiments import depth_table_report as table_report
 from deepnet_jax.model import schemes
 from deepnet_jax.training import progress
@@ -371,11 +374,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
     results.reload()  # with the runs other shards finished meanwhile
     table = table_report.table(results.runs, settings)
+    if "chance" in next(iter(levels.values())):  # the synthetic tasks: what depth costs
+        table += "\n" + depth_costs.cost_table(results.runs, settings)
     paths = [
         results.path,
         report.write_table(out, NAME, table),
         table_report.plot(results.runs, settings, out, NAME),
     ]
+    onsets = depth_costs.onset_plot(results.runs, settings, out, f"{NAME}_onsets")
+    paths += [onsets] if onsets else []
     print(table)
     print("wrote " + ", ".join(paths))
     return results.payload
