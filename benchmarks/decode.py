@@ -52,6 +52,7 @@ from deepnet_jax.training import config as train_config
 
 def _model_config(smoke: bool):
     c = train_config.resolve(default_config.get_config()).model
+    c.attention_impl = "reference"  # what attention_impl="auto" picks on a CPU (attention_auto)
     if smoke:
         c.num_encoder_layers = c.num_decoder_layers = 2
         c.d_model, c.num_heads, c.ffn_dim, c.vocab_size = 32, 4, 64, 200

@@ -27,10 +27,13 @@ import json
 import sys
 from typing import Any
 
+import ml_collections
+
 from benchmarks.on_device import load_config
 from deepnet_jax.common import records
 from deepnet_jax.scale import kernels, targets
-from deepnet_jax.training import memory_plan
+from deepnet_jax.training import attention_auto, memory_plan, remat_auto
+from deepnet_jax.training import config as train_config
 
 # the H100 measurements of docs/scaling.md ("Measured on one H100"), with their source
 _MEASURED_SOURCE = (
@@ -50,14 +53,21 @@ _CUDNN = ["model.attention_impl=cudnn", "model.attention_dropout=0.0"]
 _ONE_GPU = ["data.max_tokens=8192"]
 _FSDP8 = ["mesh.data=1", "mesh.fsdp=8"]
 _FSDP4 = ["mesh.data=1", "mesh.fsdp=4", "data.max_tokens=32768"]
+_REF = "model.attention_impl=reference"
 CASES: list[dict[str, Any]] = [
-    {"name": "default", "target": "h100-1", "set": ["model.remat_policy=none"], "ms": 5.5},
-    {"name": "bert_mlm", "target": "h100-1", "set": ["model.remat_policy=none"], "ms": 14.2},
-    {"name": "magneto_lm", "target": "h100-1", "set": ["model.remat_policy=none"], "ms": 30.9},
+    # the measured steps, as they were measured (every config names its attention and remat)
+    {"name": "default", "target": "h100-1", "set": [_REF, "model.remat_policy=none"], "ms": 5.5},
+    {"name": "bert_mlm", "target": "h100-1", "set": [_REF, "model.remat_policy=none"], "ms": 14.2},
+    {
+        "name": "magneto_lm",
+        "target": "h100-1",
+        "set": [_REF, "model.remat_policy=none"],
+        "ms": 30.9,
+    },
     {
         "name": "wmt17_ende",
         "target": "h100-1",
-        "set": ["model.remat_policy=dots"],
+        "set": [_REF, "model.remat_policy=dots"],
         "ms": 279.1,
         "classes": _PROFILE,
     },
@@ -73,10 +83,14 @@ CASES: list[dict[str, Any]] = [
         "set": [*_CUDNN, "model.remat_policy=dots"],
         "ms": 182.7,
     },
+    # what the trainer now runs by default (attention_impl and remat_policy auto: cuDNN's
+    # attention on a GPU, the fastest predicted policy that fits), and the chunked loss
+    {"name": "wmt17_ende", "target": "h100-1", "set": []},
     {"name": "wmt17_ende", "target": "h100-1", "set": ["model.remat_policy=dots", "loss_chunk=32"]},
-    {"name": "wmt17_ende", "target": "v5p-8", "set": ["model.remat_policy=dots"]},
+    {"name": "wmt17_ende", "target": "v5p-8", "set": []},
     {"name": "wmt17_ende", "target": "v5p-8", "set": ["model.remat_policy=dots", "loss_chunk=32"]},
-    # DeepNet's 3.2B model: 8,192 tokens a GPU (the config's 65,536 over 8), the state sharded
+    # DeepNet's 3.2B model (attention auto; a fixed remat policy: auto would compile six
+    # candidates of it): 8,192 tokens a GPU (the config's 65,536 over 8), the state sharded
     # over the GPUs of a node (fsdp) and over a v5p-8's 4 chips
     {"name": "deepnet_3b", "target": "h100-1", "set": [*_ONE_GPU, "model.remat_policy=full"]},
     {"name": "deepnet_3b", "target": "h200-1", "set": [*_ONE_GPU, "model.remat_policy=dots"]},
@@ -91,11 +105,16 @@ def plan_case(case: dict[str, Any]) -> dict[str, Any]:
     target = targets.parse(case["target"])
     head = {"config": case["name"], "target": case["target"], "set": case["set"]}
     try:
-        plan = memory_plan.plan(config, target=target)
+        config, plan = _plan(config, target)
     except (RuntimeError, ValueError) as e:  # e.g. cuDNN's attention needs cuDNN to trace
         return {**head, "error": " ".join(str(e).split())[:300]} | _measured(case)
     return {
         **head,
+        "chosen": {
+            "attention_impl": attention_auto.resolve(config, target.platform).model.attention_impl,
+            "remat_policy": config.model.remat_policy,
+            "scan_group_size": config.model.scan_group_size,
+        },
         "config": case["name"],
         "target": case["target"],
         "set": case["set"],
@@ -112,6 +131,17 @@ def plan_case(case: dict[str, Any]) -> dict[str, Any]:
     } | _measured(case)
 
 
+def _plan(
+    config: ml_collections.ConfigDict, target: targets.Target
+) -> tuple[ml_collections.ConfigDict, memory_plan.Plan]:
+    """The plan the trainer would make (``remat_policy='auto'``: the fastest predicted
+    candidate that fits, as ``cli.plan`` plans it) and the config it plans."""
+    if train_config.is_auto(config):
+        devices = targets.compile_devices(target)
+        return remat_auto.choose(config, devices, lambda line: print(line), target)
+    return config, memory_plan.plan(config, target=target)
+
+
 def _measured(case: dict[str, Any]) -> dict[str, Any]:
     """The case's measurement copied from the docs (none where it has none)."""
     if "ms" not in case:
@@ -125,25 +155,35 @@ def _measured(case: dict[str, Any]) -> dict[str, Any]:
 def summary_table(record: dict[str, Any]) -> str:
     """A row per case: predicted step and MFU, the roofline bound, measured and the ratio."""
     rows = [
-        "| config | target | set | predicted ms | predicted MFU | roofline MFU bound | "
-        "measured ms | predicted ÷ measured |",
-        "|---|---|---|---|---|---|---|---|",
+        "| config | target | set | attention, remat | predicted ms | predicted MFU | "
+        "roofline MFU bound | measured ms | predicted ÷ measured |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for case in record["cases"]:
         measured = case.get("measured", {}).get("ms_per_update")
         if "error" in case:
             rows.append(
-                f"| {case['config']} | {case['target']} | {', '.join(case['set'])} | "
+                f"| {case['config']} | {case['target']} | {_set(case)} | – | "
                 f"not planned: {case['error'][:80]} | – | – | {measured or '–'} | – |"
             )
             continue
         ms = case["predicted_step_s"] * 1e3
+        chosen = case["chosen"]
+        policy = chosen["remat_policy"] + (
+            f" (group {chosen['scan_group_size']})" if chosen["scan_group_size"] else ""
+        )
         rows.append(
-            f"| {case['config']} | {case['target']} | {', '.join(case['set'])} | {ms:.1f} | "
+            f"| {case['config']} | {case['target']} | {_set(case)} | "
+            f"{chosen['attention_impl']}, {policy} | {ms:.1f} | "
             f"{100 * case['predicted_mfu']:.1f}% | {100 * case['roofline_mfu_bound']:.0f}% | "
             + (f"{measured:g} | {ms / measured:.2f} |" if measured else "– | – |")
         )
     return "\n".join(rows)
+
+
+def _set(case: dict[str, Any]) -> str:
+    """The case's overrides (the trainer's defaults where it has none)."""
+    return ", ".join(case["set"]) or "(defaults: attention and remat auto)"
 
 
 def class_table(record: dict[str, Any]) -> str:

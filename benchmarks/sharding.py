@@ -33,6 +33,9 @@ def _config(smoke: bool, mesh: tuple[int, int, int]):
 
     c = train_config.resolve((default if smoke else deepnet_1000l).get_config())
     c.mesh.data, c.mesh.fsdp, c.mesh.tensor = mesh
+    c.model.attention_impl = (
+        "reference"  # what attention_impl="auto" picks on a CPU (attention_auto)
+    )
     return c
 
 

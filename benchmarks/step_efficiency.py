@@ -100,6 +100,7 @@ def config(size: dict[str, int], overrides: dict[str, Any]) -> ml_collections.Co
     """The training config of one variant (the benchmark's model with ``overrides``)."""
     c = train_config.default_config()
     m = c.model
+    m.attention_impl = "reference"  # what attention_impl="auto" picks on a CPU (attention_auto)
     m.arch, m.scheme = "decoder", "deepnorm"
     m.num_encoder_layers, m.num_decoder_layers = 0, size["layers"]
     m.d_model, m.num_heads, m.ffn_dim = size["d_model"], size["heads"], size["ffn"]

@@ -115,6 +115,7 @@ def run_config(setup: Setup, row: Row) -> Any:
 
     c = train_config.default_config()
     m = c.model
+    m.attention_impl = "reference"  # what attention_impl="auto" picks on a CPU (attention_auto)
     m.arch, m.scheme = row.arch, "deepnorm"
     m.num_encoder_layers, m.num_decoder_layers = row.num_encoder_layers, row.num_decoder_layers
     m.d_model, m.num_heads, m.ffn_dim = setup.d_model, setup.num_heads, setup.ffn_dim

@@ -46,6 +46,7 @@ def config(arch: str, mesh: tuple[int, int, int], steps: int = 3):
     m.num_decoder_layers = 2 if arch != "encoder" else 0
     m.dropout = 0.0
     m.remat_policy = "full"  # a concrete policy: the worker also builds models directly
+    m.attention_impl = "reference"  # a concrete kernel, for the same reason
     c.data.batch_size, c.data.max_len = 8, 16
     c.total_steps, c.log_every, c.eval_every, c.checkpoint_every = steps, 1, 0, 0
     c.eval_batches = 1

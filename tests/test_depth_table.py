@@ -25,6 +25,7 @@ from deepnet_jax.experiments import (
 )
 from deepnet_jax.experiments import depth_table_report as dtr
 from deepnet_jax.model import architectures
+from deepnet_jax.training import config as train_config
 from deepnet_jax.training import progress
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -192,7 +193,7 @@ def test_since_deepnet_setting_is_quicks_recipe_for_the_new_schemes_seed_by_seed
         assert (c.model.scheme, c.model.norm) == (
             ("pre_ln", "dyt") if key["scheme"] == "pre_ln+dyt" else (key["scheme"], "layernorm")
         )
-        architectures.build(c.model)  # every accepted config is a valid model
+        architectures.build(train_config.stand_in(c).model)  # an accepted config is a model
     for experiment in (model_update, lr_tolerance):  # the other instruments' rows
         assert experiment.SETTINGS["since_deepnet"]
     assert {k["scheme"] for k in model_update.run_keys("since_deepnet")} == set(rows)

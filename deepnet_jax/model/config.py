@@ -193,8 +193,9 @@ class TransformerConfig:
         "reference",
         "reference (einsum + softmax, any dropout), xla or "
         "cudnn (jax.nn.dot_product_attention; no attention dropout; "
-        "cudnn: GPU, bfloat16/float16)",
-        choices=ATTENTION_IMPLS,
+        "cudnn: GPU, bfloat16/float16); auto (a training config's default): cudnn where it "
+        "applies on a GPU, else reference (training/attention_auto.py)",
+        choices=(*ATTENTION_IMPLS, AUTO),
         resumable=True,
     )
     scale_embedding: bool = field(
@@ -232,6 +233,13 @@ class TransformerConfig:
                 AUTO,
                 "it names no jax policy: deepnet_jax.training.remat_auto.resolve turns it into one "
                 "(the trainer and the planner do) before a model is built",
+            )
+        if c.attention_impl == AUTO:
+            _fail(
+                "attention_impl",
+                AUTO,
+                "it names no kernel: deepnet_jax.training.attention_auto.resolve picks one for "
+                "the devices (the trainer and the planner do) before a model is built",
             )
         return cls(**{f.name: c[f.name] for f in dataclasses.fields(cls)})
 
@@ -348,7 +356,7 @@ def _validate_relations(c: ml_collections.ConfigDict) -> None:
         )
     if c.share_embeddings and c.arch != "encdec":
         _fail("share_embeddings", True, f"only arch='encdec' has two embeddings, not {c.arch!r}")
-    if c.attention_impl != "reference" and c.attention_dropout:
+    if c.attention_impl not in ("reference", AUTO) and c.attention_dropout:
         _fail(
             "attention_impl",
             c.attention_impl,

@@ -121,6 +121,8 @@ def load_run(
         config = ckpt.read_config(steps[-1])
         if config.model.remat_policy == AUTO:  # an imported run not trained yet: its policy
             config.model.remat_policy = "none"  # is planned by training; inference saves nothing
+        if config.model.attention_impl == AUTO:  # the same run's kernel: any computes the same
+            config.model.attention_impl = "reference"
         model = architectures.build(config.model)
         mesh = run_mesh(config)
         target = abstract_params(model, config, mesh)

@@ -144,7 +144,8 @@ RESUMABLE_GROUPS = ("mesh.rules",)
 # Where a training run's default differs from the declaration's (the declaration's default is
 # that of a model built directly, which has no memory budget to plan against):
 TRAINING_DEFAULTS: dict[str, Any] = {
-    "model.remat_policy": "auto",  # the least recomputation that fits (remat_auto.py)
+    "model.remat_policy": "auto",  # the fastest recomputation that fits (remat_auto.py)
+    "model.attention_impl": "auto",  # cuDNN's fused attention where it applies (attention_auto.py)
 }
 
 
@@ -376,14 +377,28 @@ def check_budget(config: ml_collections.ConfigDict) -> None:
 
 
 def stand_in(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """``config`` itself, or for ``auto`` a copy with auto's first candidate policy: what
-    validation builds (the candidates differ only in the remat policy and the group size, which
-    change no parameter's shape; ``scan_group_size`` is kept, for the model's own check)."""
-    if not is_auto(config):
+    """``config`` itself, or for ``auto`` a copy with auto's first candidate policy and, for
+    ``attention_impl='auto'``, the reference attention: what validation builds (the candidates
+    differ only in the remat policy and the group size, the attention kernels in none of the
+    parameters; ``scan_group_size`` is kept, for the model's own check)."""
+    attention_auto = _attention(config) == remat.AUTO
+    if not is_auto(config) and not attention_auto:
         return config
     c = config.copy_and_resolve_references()
-    c.model.remat_policy = remat.CANDIDATES[0][0]
+    if is_auto(config):
+        c.model.remat_policy = remat.CANDIDATES[0][0]
+    if attention_auto:  # any kernel builds the same parameters
+        c.model.attention_impl = "reference"
     return c
+
+
+def _attention(config: ml_collections.ConfigDict) -> Any:
+    model = config.get("model")
+    return (
+        model.get("attention_impl")
+        if isinstance(model, (ml_collections.ConfigDict, dict))
+        else None
+    )
 
 
 USAGE = """usage: python -m deepnet_jax.training.config > docs/config.md

@@ -43,8 +43,8 @@ from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.model.config import DTYPES
 from deepnet_jax.scale import flops, hlo_census, kernels, roofline, sharding, targets
 from deepnet_jax.training import actions as train_actions
+from deepnet_jax.training import attention_auto, optimizers
 from deepnet_jax.training import config as train_config
-from deepnet_jax.training import optimizers
 from deepnet_jax.training import steps as train_steps
 
 GIB = 2**30
@@ -175,6 +175,7 @@ def compile_step(
 
     Raises :class:`DoesNotFitError` (one line) when XLA refuses to compile it for lack of memory."""
     config = train_config.resolve(config)  # model fields derived from the data
+    config = attention_auto.resolve(config, target.platform)  # the target's kernel
     step = _Step.build(config, devices)
     lowered, compiled, compile_s = _compile(step, target)
     figures = _plan(config, target, devices[0], step, lowered, compiled, compile_s)

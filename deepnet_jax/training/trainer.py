@@ -29,9 +29,16 @@ from deepnet_jax.runs import loading as run_loading
 from deepnet_jax.runs import metrics as metrics_lib
 from deepnet_jax.runs import workdir as workdir_lib
 from deepnet_jax.scale import flops, sharding
+from deepnet_jax.training import (
+    attention_auto,
+    fingerprint,
+    optimizers,
+    preemption,
+    remat_auto,
+    results,
+)
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import data as train_data
-from deepnet_jax.training import fingerprint, optimizers, preemption, remat_auto, results
 from deepnet_jax.training import steps as train_steps
 from deepnet_jax.training.actions import (
     EvalContext,
@@ -88,6 +95,7 @@ def build_run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> R
     provisional = train_config.resolve(config)
     data = train_data.make_data(provisional, sharding.data_parallel_size(mesh))
     config = train_config.resolve(config, data.tokenizer_size)
+    config = attention_auto.resolve(config, mesh.devices.flat[0].platform)
     tokenizer = fingerprint.tokenizer_sha256(data)
     for line in fingerprint.check(saved, config, tokenizer, workdir):
         say(line)

@@ -196,10 +196,13 @@ def entries(c: ml_collections.ConfigDict) -> list[Entry]:
 
 def expected_params(c: ml_collections.ConfigDict) -> dict[Path, jax.ShapeDtypeStruct]:
     """path → shape and dtype of every parameter of the model ``c`` builds (nothing
-    allocated; ``remat_policy="auto"``, which changes no parameter, is read as "full")."""
+    allocated; ``remat_policy="auto"`` and ``attention_impl="auto"``, which change no
+    parameter, are read as "full" and "reference")."""
     c = c.copy_and_resolve_references()
     if c.remat_policy == AUTO:
         c.remat_policy = "full"
+    if c.attention_impl == AUTO:
+        c.attention_impl = "reference"
     model = architectures.build(c)
     dummy = np.zeros((1, 2), np.int32)
     shapes = jax.eval_shape(

@@ -1,0 +1,57 @@
+"""``model.attention_impl='auto'``: cuDNN's fused attention where it applies, else the reference.
+
+A training config's default (``train_config.TRAINING_DEFAULTS``). Before a model is built, the
+trainer (on its devices' platform) and the planner (on its target's) call :func:`resolve`,
+which picks ``cudnn`` — ``jax.nn.dot_product_attention`` on cuDNN's flash attention, the same
+softmax(q·kᵀ/√d + mask)·v in one kernel — when all of these hold, and ``reference`` (einsum and
+a float32 softmax) otherwise:
+
+* the devices are NVIDIA GPUs (``cuda``);
+* the compute dtype is bfloat16 or float16 (cuDNN's kernels take no float32);
+* ``model.attention_dropout`` is 0 (the fused kernel has no dropout on the probabilities);
+* every batch length is even (cuDNN's masked training kernels refuse odd ones:
+  ``train_config`` names them).
+
+On one H100, ``wmt17_ende`` at ``dots`` ran at 182.7 ms per update with cuDNN against 279.1 ms
+with the reference (docs/scaling.md, "Measured on one H100"); the kernel model predicts 119.2
+against 213.3 ms. Both paths compute the same function: logits and every gradient agree within
+twice the bfloat16 reference's own distance from float32 (``tests/test_attention_paths.py``,
+on a GPU). The choice is recorded in the run's checkpointed config (the field is resumable).
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from deepnet_jax.data import batching
+from deepnet_jax.model.remat import AUTO
+
+HALF = ("bfloat16", "float16")
+
+
+def is_auto(config: ml_collections.ConfigDict) -> bool:
+    """Whether ``config`` asks for ``model.attention_impl='auto'``."""
+    return config.model.get("attention_impl") == AUTO
+
+
+def choice(config: ml_collections.ConfigDict, platform: str) -> str:
+    """The kernel ``auto`` stands for on ``platform`` (``cuda``, ``tpu``, ``cpu``)."""
+    m, data = config.model, config.data
+    lengths = batching.bucket_boundaries(data.max_len, data.get("bucket_boundaries", ()) or ())
+    fused = (
+        platform in ("cuda", "gpu")
+        and m.dtype in HALF
+        and not m.attention_dropout
+        and all(n % 2 == 0 for n in lengths)
+    )
+    return "cudnn" if fused else "reference"
+
+
+def resolve(config: ml_collections.ConfigDict, platform: str) -> ml_collections.ConfigDict:
+    """``config`` itself unless ``model.attention_impl='auto'``; then a copy naming the kernel
+    :func:`choice` picks for ``platform``."""
+    if not is_auto(config):
+        return config
+    c = config.copy_and_resolve_references()
+    c.model.attention_impl = choice(config, platform)
+    return c

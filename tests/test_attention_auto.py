@@ -1,0 +1,53 @@
+"""model.attention_impl='auto' (a training config's default): cuDNN's fused attention where it
+applies on a GPU, the reference elsewhere (deepnet_jax.training.attention_auto)."""
+
+from __future__ import annotations
+
+import pytest
+from test_training import small_config
+
+from deepnet_jax.training import attention_auto
+from deepnet_jax.training import config as train_config
+
+
+def _config(**model):
+    c = small_config("encdec", "deepnorm")
+    c.model.attention_impl = "auto"
+    c.model.dtype = "bfloat16"
+    c.data.max_len, c.data.bucket_boundaries = 12, (4, 8)
+    for name, value in model.items():
+        c.model[name] = value
+    return c
+
+
+def test_a_training_config_defaults_to_auto():
+    assert train_config.default_config().model.attention_impl == "auto"
+
+
+@pytest.mark.parametrize(
+    "platform, model, want",
+    [
+        ("gpu", {}, "cudnn"),  # a run on its own NVIDIA GPUs
+        ("cuda", {}, "cudnn"),  # a deviceless GPU target
+        ("cpu", {}, "reference"),
+        ("tpu", {}, "reference"),
+        ("gpu", {"dtype": "float32"}, "reference"),  # cuDNN's kernels take no float32
+        ("gpu", {"attention_dropout": 0.1}, "reference"),  # nor dropout on the probabilities
+    ],
+)
+def test_cudnn_where_it_applies_else_the_reference(platform, model, want):
+    config = _config(**model)
+    assert attention_auto.resolve(config, platform).model.attention_impl == want
+    assert config.model.attention_impl == "auto"  # the caller's config is left as it was
+
+
+def test_odd_batch_lengths_keep_the_reference():
+    """cuDNN's masked training kernels refuse odd lengths: a bucket of 7 keeps the reference."""
+    config = _config()
+    config.data.bucket_boundaries = (7,)
+    assert attention_auto.resolve(config, "gpu").model.attention_impl == "reference"
+
+
+def test_a_named_kernel_is_kept():
+    config = _config(attention_impl="xla")
+    assert attention_auto.resolve(config, "gpu") is config
