@@ -104,7 +104,7 @@ def test_each_default_is_declared_once():
         for k, v in train_config.TRAINING_DEFAULTS.items()
         if k.startswith("model.")
     }
-    assert training == {"remat_policy": "auto"}
+    assert training == {"remat_policy": "auto", "attention_impl": "auto"}
     assert c.model.to_dict() == {
         **config_schema.defaults(model_config.TransformerConfig),
         **derived,
