@@ -35,14 +35,16 @@ def test_a_training_config_defaults_to_auto():
         ("gpu", {"attention_dropout": 0.1}, "reference"),  # nor dropout on the probabilities
     ],
 )
-def test_cudnn_where_it_applies_else_the_reference(platform, model, want):
+def test_cudnn_where_it_applies_else_the_reference(platform, model, want, monkeypatch):
+    monkeypatch.setattr(attention_auto, "cudnn_answers", lambda: True)  # as on a GPU host
     config = _config(**model)
     assert attention_auto.resolve(config, platform).model.attention_impl == want
     assert config.model.attention_impl == "auto"  # the caller's config is left as it was
 
 
-def test_odd_batch_lengths_keep_the_reference():
+def test_odd_batch_lengths_keep_the_reference(monkeypatch):
     """cuDNN's masked training kernels refuse odd lengths: a bucket of 7 keeps the reference."""
+    monkeypatch.setattr(attention_auto, "cudnn_answers", lambda: True)
     config = _config()
     config.data.bucket_boundaries = (7,)
     assert attention_auto.resolve(config, "gpu").model.attention_impl == "reference"
@@ -51,3 +53,16 @@ def test_odd_batch_lengths_keep_the_reference():
 def test_a_named_kernel_is_kept():
     config = _config(attention_impl="xla")
     assert attention_auto.resolve(config, "gpu") is config
+
+
+def test_without_cudnns_library_a_gpu_plan_takes_the_reference(monkeypatch):
+    """A deviceless plan for a GPU on a host without cuDNN's library (no ``cudnn-plan`` extra)
+    cannot trace cuDNN's attention: auto plans the reference there."""
+    from jax._src.cudnn import fused_attention_stablehlo
+
+    def missing() -> int:
+        raise RuntimeError("cuDNN not found.")
+
+    monkeypatch.setattr(fused_attention_stablehlo, "check_cudnn_version", missing)
+    assert not attention_auto.cudnn_answers()
+    assert attention_auto.resolve(_config(), "cuda").model.attention_impl == "reference"

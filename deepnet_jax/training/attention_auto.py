@@ -10,7 +10,10 @@ a float32 softmax) otherwise:
 * the compute dtype is bfloat16 or float16 (cuDNN's kernels take no float32);
 * ``model.attention_dropout`` is 0 (the fused kernel has no dropout on the probabilities);
 * every batch length is even (cuDNN's masked training kernels refuse odd ones:
-  ``train_config`` names them).
+  ``train_config`` names them);
+* cuDNN's library answers on this host (jax asks it for its version while tracing the fused
+  attention): a GPU run has it; a deviceless plan for a GPU target has it with the
+  ``cudnn-plan`` extra and plans the reference without it.
 
 On one H100, ``wmt17_ende`` at ``dots`` ran at 182.7 ms per update with cuDNN against 279.1 ms
 with the reference (docs/scaling.md, "Measured on one H100"); the kernel model predicts 119.2
@@ -43,8 +46,21 @@ def choice(config: ml_collections.ConfigDict, platform: str) -> str:
         and m.dtype in HALF
         and not m.attention_dropout
         and all(n % 2 == 0 for n in lengths)
+        and cudnn_answers()
     )
     return "cudnn" if fused else "reference"
+
+
+def cudnn_answers() -> bool:
+    """Whether cuDNN's library gives jax its version on this host (what tracing cuDNN's fused
+    attention asks first)."""
+    from jax._src.cudnn import fused_attention_stablehlo
+
+    try:
+        fused_attention_stablehlo.check_cudnn_version()
+    except RuntimeError:
+        return False
+    return True
 
 
 def resolve(config: ml_collections.ConfigDict, platform: str) -> ml_collections.ConfigDict:
