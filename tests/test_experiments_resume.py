@@ -52,6 +52,8 @@ def test_a_run_stopped_mid_way_resumes_to_the_uninterrupted_result(tmp_path, mon
 
     resumed = depth_table.main([*ARGS, f"--out={stopped_out}"])["runs"]
     assert len(resumed) == 1 and resumed[0]["segments"] == 2
+    assert not resumable.has_checkpoint(str(workdir))  # recorded: its checkpoints are dropped
+    assert (workdir / "metrics.jsonl").exists()
     for field in COMPARED:
         assert resumed[0][field] == whole[0][field], field
     # the interval the stop split (updates 3-4) is logged as the uninterrupted run logs it

@@ -373,6 +373,8 @@ def run_grid(
                     f"== {summary}: {result['verdict']}, validation NLL {result['eval_loss']:.3f}"
                 )
             run = results.add(key, result)
+            if checkpoint_every:  # recorded: nothing will resume it (500L: 1 GB of state)
+                resumable.drop_checkpoints(workdir)
         out.append(run)
     return out
 

@@ -51,6 +51,12 @@ def has_checkpoint(workdir: str) -> bool:
     return os.path.isdir(directory) and any(name.isdigit() for name in os.listdir(directory))
 
 
+def drop_checkpoints(workdir: str) -> None:
+    """Remove a finished run's checkpoints (its metrics and cost stay): its result is in the
+    results file, so nothing resumes it."""
+    shutil.rmtree(os.path.join(workdir, "checkpoints"), ignore_errors=True)
+
+
 class CostLedger:
     """The CPU and wall seconds a run spent, segment by segment (a context: one segment).
 
