@@ -2,9 +2,9 @@
 encoder and a 100-layer decoder, d 1024, 16 heads, FFN 4096, DeepNorm — 3.2B parameters with
 its vocabulary. Here: 2,939,289,600 in the layers (final LayerNorms included) and 2 × 128,000 ×
 1,024 in the embeddings (the source and target share one table; the output projection is its
-own), 3,201,433,600 in all. The paper's text gives the model's shape and size, not its vocabulary; 128,000 pieces
-(M2M-100's dictionary, the baseline it is compared with, has 128,112) with an untied output
-projection is the choice that gives its 3.2B.
+own), 3,201,433,600 in all. The paper's text gives the model's shape and size, not its
+vocabulary; 128,000 pieces (M2M-100's dictionary, the baseline it is compared with, has
+128,112) with an untied output projection is the choice that gives its 3.2B.
 
 Its training data (12B sentence pairs in 102 languages) is not something this project reads;
 like configs/deepnet_1000l.py it reads WMT-17 En→De through tfds with the paper's architecture
