@@ -39,16 +39,22 @@ def is_auto(config: ml_collections.ConfigDict) -> bool:
 
 def choice(config: ml_collections.ConfigDict, platform: str) -> str:
     """The kernel ``auto`` stands for on ``platform`` (``cuda``, ``tpu``, ``cpu``)."""
-    m, data = config.model, config.data
-    lengths = batching.bucket_boundaries(data.max_len, data.get("bucket_boundaries", ()) or ())
+    m = config.model
     fused = (
         platform in ("cuda", "gpu")
         and m.dtype in HALF
         and not m.attention_dropout
-        and all(n % 2 == 0 for n in lengths)
+        and not odd_lengths(config.data)
         and cudnn_answers()
     )
     return "cudnn" if fused else "reference"
+
+
+def odd_lengths(data: ml_collections.ConfigDict) -> list[int]:
+    """The batch lengths (each bucket's, ``data.max_len`` the last) cuDNN's masked training
+    kernels refuse: the odd ones."""
+    lengths = batching.bucket_boundaries(data.max_len, data.get("bucket_boundaries", ()) or ())
+    return [n for n in lengths if n % 2]
 
 
 def cudnn_answers() -> bool:

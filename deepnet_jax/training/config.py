@@ -20,8 +20,8 @@ import ml_collections
 
 from deepnet_jax.common import config_schema
 from deepnet_jax.common.config_schema import FRACTION, field
-from deepnet_jax.data import batching, pipeline, registry, synthetic
 from deepnet_jax.data import options as data_options
+from deepnet_jax.data import pipeline, registry, synthetic
 from deepnet_jax.data.options import DataOptions
 from deepnet_jax.data.sources import SPLITS
 from deepnet_jax.decoding import options as decoding_options
@@ -32,7 +32,7 @@ from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.scale import distributed, sharding
 from deepnet_jax.scale.distributed import DistributedFields
 from deepnet_jax.scale.sharding import MeshFields
-from deepnet_jax.training import optimizers
+from deepnet_jax.training import attention_auto, optimizers
 from deepnet_jax.training.diagnostics import DiagnosticsFields
 
 NAN_POLICIES = ("halt", "skip")
@@ -278,8 +278,7 @@ def validate(config: ml_collections.ConfigDict, device_count: int | None = None)
 def _check_cudnn_lengths(data: ml_collections.ConfigDict) -> None:
     """cuDNN's masked attention trains only on even lengths (its flash attention with a bias:
     "Unsupported sequence length"); the model sees each batch bucket's length."""
-    lengths = batching.bucket_boundaries(data.max_len, data.get("bucket_boundaries", ()) or ())
-    odd = [n for n in lengths if n % 2]
+    odd = attention_auto.odd_lengths(data)
     if odd:
         raise ValueError(
             f"model.attention_impl='cudnn' trains on even lengths only (cuDNN's masked "
