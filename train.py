@@ -1,59 +1,8 @@
-"""Entry point: python train.py --config=configs/default.py --workdir=DIR [--config.x=y ...].
+"""Training from a repository checkout: ``python train.py --config=configs/default.py
+--workdir=DIR [--config.x=y ...]``, the same command as ``python -m deepnet_jax.cli.train``
+(:mod:`deepnet_jax.cli.train` describes its flags and exit statuses)."""
 
-Library log lines (orbax, jax, tensorflow_datasets, grain) below WARNING are hidden; add
-``-v 0`` (absl's ``--verbosity``; ``-v 1`` for DEBUG) to see them.
-
-Exit status 0 when training completes or SIGTERM/SIGINT stops it after a checkpoint (run the
-same command again to resume); 1 with a one-line error for a bad config or environment.
-"""
-
-import re
-import sys
-
-from absl import app, flags
-from ml_collections import config_flags
-
-from deepnet_jax.cli import log_setup
-from deepnet_jax.training import train
-
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/default.py", lock_config=True)
-_WORKDIR = flags.DEFINE_string(
-    "workdir", None, "Run directory: checkpoints (resumed from), metrics, results."
-)
-
-
-def parse_flags(argv: list[str]) -> list[str]:
-    """absl's flag parsing, with a mistyped ``--config.<field>`` override (which ml_collections
-    reports as a traceback) turned into one ``error:`` line and exit status 1."""
-    try:
-        return flags.FLAGS(argv)
-    except flags.Error as e:
-        message = str(e)
-    except (AttributeError, KeyError) as e:  # an override naming a field the config lacks
-        message = _unknown_override(argv, str(e.args[0]) if e.args else str(e))
-    print("error: " + " ".join(message.split()), file=sys.stderr)
-    sys.exit(1)
-
-
-def _unknown_override(argv: list[str], text: str) -> str:
-    """``--config.model.d_modle: unknown config field (did you mean d_model?)`` from
-    ml_collections' KeyError text."""
-    key = re.search(r"'\\?'?([\w-]+)", text)
-    name = key.group(1) if key else text
-    flag = next(
-        (a.split("=")[0] for a in argv if a.startswith("--config.") and name in a.split("=")[0]),
-        f"--config.*{name}",
-    )
-    hint = re.search(r'Did you mean "([^"]+)"', text)
-    return f"{flag}: unknown config field" + (f" (did you mean {hint.group(1)}?)" if hint else "")
-
-
-def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    log_setup.configure(log_setup.requested_verbosity())
-    sys.exit(train.main(_CONFIG.value, _WORKDIR.value))
-
+from deepnet_jax.cli import train
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=parse_flags)
+    train.run()

@@ -41,8 +41,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from configs import default as default_config
 from deepnet_jax.common.tokens import BOS_ID, EOS_ID, FIRST_CONTENT_ID
+from deepnet_jax.configs import default as default_config
 from deepnet_jax.decoding import search
 from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs

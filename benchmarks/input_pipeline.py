@@ -30,8 +30,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from configs import default as default_config
 from deepnet_jax.common.tokens import PAD_ID
+from deepnet_jax.configs import default as default_config
 from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.training import actions as train_actions

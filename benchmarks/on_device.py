@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib
 import json
 import subprocess
 import sys
@@ -34,6 +33,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from deepnet_jax import configs
 from deepnet_jax.data import synthetic
 from deepnet_jax.scale import targets
 from deepnet_jax.training import config as train_config
@@ -44,9 +44,9 @@ GIB = 2**30
 
 
 def load_config(name: str, overrides: list[str]) -> ml_collections.ConfigDict:
-    """``configs/<name>.py``'s config with ``path.to.field=value`` overrides (Python literals;
-    anything else is taken as a string)."""
-    config = importlib.import_module(f"configs.{name}").get_config()
+    """The shipped config ``name``'s (:mod:`deepnet_jax.configs`) with ``path.to.field=value``
+    overrides (Python literals; anything else is taken as a string)."""
+    config = configs.load(name)
     for item in overrides:
         path, _, text = item.partition("=")
         try:

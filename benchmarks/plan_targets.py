@@ -22,6 +22,8 @@ import os
 import subprocess
 import sys
 
+from deepnet_jax import configs
+
 CONFIGS = (
     "default",
     "ding_de_en",
@@ -54,7 +56,7 @@ def run_plan(config: str, target: str, overrides: list[str]) -> tuple[dict | Non
             sys.executable,
             "-m",
             "deepnet_jax.cli.plan",
-            f"--config=configs/{config}.py",
+            f"--config={config}",
             f"--target={target}",
             *NEEDS.get(config, []),
             *overrides,
@@ -89,9 +91,7 @@ def mesh_overrides(plan: dict, devices: int) -> list[str]:
 
 
 def _config_batch(config: str) -> tuple[int, int]:
-    sys.path.insert(0, ROOT)
-    module = __import__(f"configs.{config}", fromlist=["get_config"])
-    data = module.get_config().data
+    data = configs.load(config).data
     return data.batch_size, data.get("max_tokens", 0) or 0
 
 

@@ -28,7 +28,7 @@ MESHES = ((1, 8, 1), (2, 4, 1), (1, 4, 2), (8, 1, 1))
 
 
 def _config(smoke: bool, mesh: tuple[int, int, int]):
-    from configs import deepnet_1000l, default
+    from deepnet_jax.configs import deepnet_1000l, default
     from deepnet_jax.training import config as train_config
 
     c = train_config.resolve((default if smoke else deepnet_1000l).get_config())

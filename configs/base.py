@@ -1,14 +1,9 @@
-"""Every configuration field, with its default and a one-line comment: see
-``deepnet_jax/training/config.py``, the schema every config is checked against.
+"""``base``: the shipped config of that name (its docstring says what it trains).
 
-Experiment configs start from ``base.get_config()`` and change what they need. Not a run of its
-own (its data is the synthetic reversal task); see ``configs/default.py``.
+Copy this file and change what ``get_config()`` returns to make a run of your own;
+``--config=base`` names the shipped one (in deepnet_jax/configs/) from any directory.
 """
 
-import ml_collections
+from deepnet_jax.configs.base import get_config
 
-from deepnet_jax.training import config as train_config
-
-
-def get_config() -> ml_collections.ConfigDict:
-    return train_config.default_config()
+__all__ = ["get_config"]

@@ -1,40 +1,9 @@
-"""Encoder-only (BERT-like) masked language model with DeepNorm on the Shakespeare plays.
+"""``bert_mlm``: the shipped config of that name (its docstring says what it trains).
 
-Run: python train.py --config=configs/bert_mlm.py --workdir=/tmp/bert_mlm
-
-15% of tokens are predicted (80% replaced by <mask>, 10% by a random piece, 10% kept);
-DeepNorm's encoder-only constants α = (2N)^(1/4), β = (8N)^(-1/4).
+Copy this file and change what ``get_config()`` returns to make a run of your own;
+``--config=bert_mlm`` names the shipped one (in deepnet_jax/configs/) from any directory.
 """
 
-import ml_collections
+from deepnet_jax.configs.bert_mlm import get_config
 
-from configs import base
-
-
-def get_config() -> ml_collections.ConfigDict:
-    c = base.get_config()
-    m = c.model
-    m.arch, m.scheme = "encoder", "deepnorm"
-    m.num_encoder_layers, m.num_decoder_layers = 12, 0
-    m.d_model, m.num_heads, m.ffn_dim = 256, 4, 1024
-    m.activation = "gelu"
-    m.positions = "learned"
-    m.tie_embeddings = True
-
-    c.data.dataset = "shakespeare"
-    c.data.vocab_size = 8000
-    c.data.max_len = 128
-    c.data.batch_size = 32
-    c.data.lm_chunking = "stream"
-    c.data.mask_rate = 0.15
-
-    c.optimizer.learning_rate = 5e-4
-    c.optimizer.weight_decay = 0.01
-    c.schedule.name = "linear"
-    c.schedule.warmup_steps = 1000
-    c.label_smoothing = 0.0
-    c.total_steps = 20000
-    c.eval_every = 2000  # validation (loss; greedy BLEU for translation)
-    c.final_split = "test"  # loss (and beam BLEU) on the test split at the end
-    c.log_every = 50
-    return c
+__all__ = ["get_config"]

@@ -1,26 +1,9 @@
-"""One run of the depth table (``deepnet_jax.experiments.depth_table``) as a training config:
-``TASK,SCHEME,N[,SEED]`` picks the task (reversal, reversal64), the scheme and N encoder and N
-decoder layers under the table's one recipe, so that the planner and ``train.py`` see exactly
-what the experiment trains, e.g. the 1,000-layer column's memory on this machine:
+"""``depth_table``: the shipped config of that name (its docstring says what it trains).
 
-    python -m deepnet_jax.cli.plan --config=configs/depth_table.py:reversal64,deepnorm,500 \\
-        --target=cpu:1
+Copy this file and change what ``get_config()`` returns to make a run of your own;
+``--config=depth_table`` names the shipped one (in deepnet_jax/configs/) from any directory.
 """
 
-import ml_collections
+from deepnet_jax.configs.depth_table import get_config
 
-from deepnet_jax.experiments import depth_table
-
-
-def get_config(arg: str = "reversal64,deepnorm,6,0") -> ml_collections.ConfigDict:
-    task, scheme, layers, *seed = arg.split(",")
-    base = depth_table.base_config("quick")
-    key = {
-        "task": task,
-        "scheme": scheme,
-        "layers": int(layers),
-        "seed": int(seed[0]) if seed else 0,
-        "lr": base.optimizer.learning_rate,
-        "warmup": base.schedule.warmup_steps,
-    }
-    return depth_table.make_config(base, key)
+__all__ = ["get_config"]

@@ -1,21 +1,9 @@
-"""The main job's model and recipe on the Ding dictionary's German→English example sentences.
+"""``ding_de_en``: the shipped config of that name (its docstring says what it trains).
 
-Run: python train.py --config=configs/ding_de_en.py --workdir=/tmp/deepnet_ding
-
-Prepares ``ding_de_en`` on first use (Debian's trans-de-en via apt-get; 16,806 / 1,000 / 1,000
-pairs, held-out pairs chosen by a hash of the German sentence) and trains ``default.py``'s 6L-6L
-DeepNorm encoder-decoder with the same recipe. Ding's sentences are idiomatic dictionary
-examples full of rare words, harder to learn from 17k pairs than the LibreOffice help pages;
-this model has not been measured on them yet (the previous default, 18L-18L at width 64, ended
-here with one hypothesis for every source, test BLEU 0.42: docs/main_job.md).
+Copy this file and change what ``get_config()`` returns to make a run of your own;
+``--config=ding_de_en`` names the shipped one (in deepnet_jax/configs/) from any directory.
 """
 
-import ml_collections
+from deepnet_jax.configs.ding_de_en import get_config
 
-from configs import default
-
-
-def get_config() -> ml_collections.ConfigDict:
-    c = default.get_config()
-    c.data.dataset = "ding_de_en"
-    return c
+__all__ = ["get_config"]

@@ -1,19 +1,9 @@
-"""``deepnorm_lm.py``'s Sub-LN (Magneto) twin: the same modern decoder (rotary positions, SwiGLU,
-grouped-query attention, RMSNorm, char-level Shakespeare) with Sub-LN's inner norms and γ-scaled
-init instead of DeepNorm.
+"""``subln_lm``: the shipped config of that name (its docstring says what it trains).
 
-Run: python train.py --config=configs/subln_lm.py --workdir=/tmp/subln_lm
-
-x ← x + G(RMSNorm(x)) with an RMSNorm before each sublayer's output projection (Magneto eq. 1–5;
-for the gated FFN, on φ(gate(x)) ⊙ fc1(x) before fc2) and γ = √(ln 2N) on v, out, fc1 and fc2.
+Copy this file and change what ``get_config()`` returns to make a run of your own;
+``--config=subln_lm`` names the shipped one (in deepnet_jax/configs/) from any directory.
 """
 
-import ml_collections
+from deepnet_jax.configs.subln_lm import get_config
 
-from configs import deepnorm_lm
-
-
-def get_config() -> ml_collections.ConfigDict:
-    c = deepnorm_lm.get_config()
-    c.model.scheme = "subln"
-    return c
+__all__ = ["get_config"]

@@ -1,42 +1,9 @@
-"""WMT-17 English→German through tfds' ``wmt17_translate/de-en`` (transformer-base widths).
+"""``wmt17_ende``: the shipped config of that name (its docstring says what it trains).
 
-Run (the first run downloads and prepares WMT-17 into data_dir; needs network):
-
-    python train.py --config=configs/wmt17_ende.py --workdir=/tmp/wmt17 \\
-        --config.data.data_dir=/path/to/tensorflow_datasets
-
-DeepNet's WMT-17 depth sweep changes ``model.num_encoder_layers``/``num_decoder_layers``
-(18L-18L … 100L-100L) with everything else as here.
+Copy this file and change what ``get_config()`` returns to make a run of your own;
+``--config=wmt17_ende`` names the shipped one (in deepnet_jax/configs/) from any directory.
 """
 
-import ml_collections
+from deepnet_jax.configs.wmt17_ende import get_config
 
-from configs import base
-
-
-def get_config() -> ml_collections.ConfigDict:
-    c = base.get_config()
-    m = c.model
-    m.arch, m.scheme = "encdec", "deepnorm"
-    m.num_encoder_layers = m.num_decoder_layers = 18
-    m.d_model, m.num_heads, m.ffn_dim = 512, 8, 2048
-    m.dropout = 0.1
-    m.share_embeddings = True
-    m.tie_embeddings = True
-    m.dtype = "bfloat16"  # fp32 parameters, LN statistics, softmax and loss
-
-    c.data.dataset = "wmt17_translate/de-en"
-    c.data.source_lang, c.data.target_lang = "en", "de"
-    c.data.vocab_size = 32000
-    c.data.max_len = 256
-    c.data.max_tokens = 32768  # global; fairseq's 4096 per GPU × 8 GPUs
-
-    c.optimizer.learning_rate = 5e-4
-    c.optimizer.weight_decay = 0.0
-    c.schedule.warmup_steps = 4000
-    c.label_smoothing = 0.1
-    c.total_steps = 300000
-    c.eval_every = 5000  # validation (loss; greedy BLEU for translation)
-    c.final_split = "test"  # loss (and beam BLEU) on the test split at the end
-    c.log_every = 100
-    return c
+__all__ = ["get_config"]

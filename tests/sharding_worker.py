@@ -25,7 +25,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from configs import base
+from deepnet_jax.configs import base
 from deepnet_jax.data import synthetic
 from deepnet_jax.decoding import search
 from deepnet_jax.model import architectures

@@ -360,7 +360,7 @@ def test_init_setting_trains_each_reference_initialization():
 def test_modern_lm_setting_is_the_modern_config_at_its_tiny_width():
     """configs/deepnorm_lm.py's blocks, the MODERN_LM width and recipe, decoder-only runs whose
     one stack has the cell's depth; the report reads bits per character, lower being better."""
-    shipped = common.repo_config("deepnorm_lm")
+    shipped = common.shipped_config("deepnorm_lm")
     base = depth_table.base_config("modern_lm")
     k = depth_table.MODERN_LM
     keys = depth_table.keys("modern_lm", base)

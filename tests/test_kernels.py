@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from configs import default
+from deepnet_jax.configs import default
 from deepnet_jax.scale import hlo_census, kernels, targets
 from deepnet_jax.training import memory_plan
 

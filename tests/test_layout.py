@@ -29,6 +29,7 @@ FLOORS = {
     "training": 3,
     "interop": 4,
     "cli": 5,
+    "configs": 5,
     "experiments": 5,
 }
 SURFACE_FLOOR = 1.5  # deepnet_jax/__init__.py: the model and the ground floor only
@@ -87,6 +88,35 @@ def test_no_import_runs_back_up():
         if _floor(t) > _floor(m)
     ]
     assert not upward, "\n".join(upward)
+
+
+UNSTABLE_JAX = ("jax._src", "jax.experimental.topologies")  # only through common.jax_compat
+
+
+def _external_imports(path: str) -> set[str]:
+    """Every module name ``path`` imports, ``from a import b`` counted as ``a`` and ``a.b``."""
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return out
+
+
+def test_jax_outside_its_stable_api_is_reached_through_the_compat_module_only():
+    """``jax._src`` and ``jax.experimental.topologies`` differ between the supported jax
+    versions: only ``deepnet_jax.common.jax_compat`` imports them."""
+    found = [
+        f"{m} imports {name}"
+        for m, path in sorted(_modules().items())
+        if m != "deepnet_jax.common.jax_compat"
+        for name in sorted(_external_imports(path))
+        if any(name == u or name.startswith(u + ".") for u in UNSTABLE_JAX)
+    ]
+    assert not found, "\n".join(found)
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from configs import bert_mlm, default, magneto_lm
+from deepnet_jax.configs import bert_mlm, default, magneto_lm
 from deepnet_jax.scale import flops, targets
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import memory_plan

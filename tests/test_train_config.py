@@ -11,6 +11,7 @@ import numpy as np
 import optax
 import pytest
 
+from deepnet_jax import configs
 from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.runs import checkpoint
@@ -19,13 +20,11 @@ from deepnet_jax.training import losses, optimizers, train
 from deepnet_jax.training import steps as train_steps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIGS = sorted(
-    f[:-3] for f in os.listdir(os.path.join(ROOT, "configs")) if f.endswith(".py") and f[0] != "_"
-)
+CONFIGS = configs.NAMES
 
 
 def _load(name):
-    return importlib.import_module(f"configs.{name}").get_config()
+    return configs.load(name)
 
 
 def test_resolve_fills_only_the_derived_fields_left_at_zero():
@@ -65,9 +64,9 @@ def test_config_validates_and_builds_its_model_abstractly(name):
     n = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
     if name == "deepnet_1000l":
         assert 3.6e9 < n < 3.9e9, n  # the paper's 3.8B (its vocabulary differs)
-    docstring = importlib.import_module(f"configs.{name}").__doc__
+    docstring = importlib.import_module(f"deepnet_jax.configs.{name}").__doc__
     if name != "base":
-        assert f"--config=configs/{name}.py" in docstring  # the run command
+        assert f"--config={name}" in docstring  # the run command
 
 
 def _lr(name, step, **kw):

@@ -8,7 +8,7 @@ import sys
 import pytest
 from conftest import arch_scheme_params
 
-from configs import base as base_config
+from deepnet_jax.configs import base as base_config
 from deepnet_jax.experiments.common import SINCE_DEEPNET
 from deepnet_jax.model import schemes
 from deepnet_jax.training import train

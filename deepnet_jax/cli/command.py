@@ -16,10 +16,12 @@ from collections.abc import Callable, Sequence
 
 from absl import app
 
+from deepnet_jax import configs
 from deepnet_jax.cli import log_setup
 
 HELP_FLAGS = ("-h", "--help", "-help", "--helpshort", "--helpfull")
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)
+CONFIG_FLAGS = ("--config", "--train_config")  # a shipped config's name or a config file
 
 
 def run(main: Callable[[list[str]], None]) -> None:
@@ -57,8 +59,31 @@ def error_line(e: BaseException) -> str:
     return "error: " + " ".join(str(e).split())
 
 
-def _parse(argv: list[str]) -> list[str]:
+def with_config_files(argv: Sequence[str]) -> list[str]:
+    """``argv`` with each config flag's value (``--config=wmt17_ende``, ``--config wmt17_ende``,
+    ``--train_config=...``) replaced by the file it names (:func:`deepnet_jax.configs.path`); a
+    value that is neither a file nor a shipped name is one ``error:`` line and exit status 1."""
+    out = list(argv)
+    try:
+        for i, arg in enumerate(out):
+            flag, eq, value = arg.partition("=")
+            if flag in CONFIG_FLAGS and eq:
+                out[i] = f"{flag}={configs.path(value)}"
+            elif arg in CONFIG_FLAGS and i + 1 < len(out):
+                out[i + 1] = configs.path(out[i + 1])
+    except ValueError as e:
+        print(error_line(e), file=sys.stderr)
+        sys.exit(1)
+    return out
+
+
+def help_if_asked(argv: Sequence[str]) -> None:
+    """With a help flag in ``argv``: print the command's docstring and flags, exit 0."""
     if any(arg in HELP_FLAGS for arg in argv[1:]):
         full = "--helpfull" in argv[1:]
         app.usage(shorthelp=not full, writeto_stdout=True, exitcode=0)
-    return app.parse_flags_with_usage(argv)
+
+
+def _parse(argv: list[str]) -> list[str]:
+    help_if_asked(argv)
+    return app.parse_flags_with_usage(with_config_files(argv))

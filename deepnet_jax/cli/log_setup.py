@@ -111,14 +111,15 @@ def _quiet_plugins_on_a_cpu_host() -> None:
     plugins (the planning extras' CUDA plugin) discovered now with their stderr noise dropped.
     Does not start a backend, so device-count settings made later still apply."""
     import jax
-    from jax._src import xla_bridge  # plugin discovery has no public entry point
+
+    from deepnet_jax.common import jax_compat
 
     if native_stderr.has_accelerator():
         return
     if not jax.config.jax_platforms:
         jax.config.update("jax_platforms", "cpu")
     with native_stderr.filtered():
-        xla_bridge._discover_and_register_pjrt_plugins()
+        jax_compat.register_pjrt_plugins()
 
 
 class QuietLibraries(logging.Filter):

@@ -1,7 +1,7 @@
 """Bring a torchscale checkpoint into a run workdir, or take a run's parameters back.
 
     python -m deepnet_jax.cli.torchscale import --checkpoint=model.pt --workdir=RUN \\
-        [--spm=sentencepiece.model] [--ts_config=config.json] [--train_config=configs/x.py]
+        [--spm=sentencepiece.model] [--ts_config=config.json] [--train_config=<name or file>]
     python -m deepnet_jax.cli.torchscale export --workdir=RUN --out=model.pt \\
         [--checkpoint=latest|best|STEP] [--average_last=K]
 
@@ -30,7 +30,9 @@ _TS_CONFIG = flags.DEFINE_string(
     "ts_config", None, "import: the torchscale config as JSON (default: the checkpoint's)."
 )
 _TRAIN_CONFIG = flags.DEFINE_string(
-    "train_config", None, "import: the training config file for fine-tuning (default: defaults)."
+    "train_config",
+    None,
+    "import: the training config for fine-tuning, a shipped name or a file (default: defaults).",
 )
 _TRUST = flags.DEFINE_bool(
     "trust_checkpoint", False, "import: unpickle the checkpoint fully (only a file you trust)."

@@ -29,10 +29,8 @@ so that an experiment runs end to end in under a minute (the CI check of the cod
 from __future__ import annotations
 
 import fcntl
-import importlib.util
 import json
 import os
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,7 +38,8 @@ import jax
 import ml_collections
 import numpy as np
 
-from deepnet_jax.experiments import resumable
+from deepnet_jax import configs
+from deepnet_jax.experiments import compact_results, resumable
 from deepnet_jax.experiments.opening import SETTINGS
 from deepnet_jax.model import schemes
 from deepnet_jax.training import config as train_config
@@ -115,24 +114,14 @@ def base_config(setting: str) -> ml_collections.ConfigDict:
 
 
 def main_job_config() -> ml_collections.ConfigDict:
-    """``configs/default.py``'s config (the README's main job): :func:`repo_config`."""
-    return repo_config("default")
+    """The ``default`` config (the README's main job): :func:`shipped_config`."""
+    return shipped_config("default")
 
 
-def repo_config(name: str) -> ml_collections.ConfigDict:
-    """``configs/<name>.py``'s config, read from the repository the package runs from, with
-    checkpoints off: experiments that compare against a shipped config change only what
-    they vary."""
-    root = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
-    path = os.path.join(root, "configs", f"{name}.py")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found: run the experiments from a repository checkout")
-    if root not in sys.path:  # configs/default.py imports configs.base, from any working folder
-        sys.path.insert(0, root)
-    spec = importlib.util.spec_from_file_location(f"deepnet_jax_config_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    c = module.get_config()
+def shipped_config(name: str) -> ml_collections.ConfigDict:
+    """The shipped config ``name`` (:mod:`deepnet_jax.configs`) with checkpoints off:
+    experiments that compare against a shipped config change only what they vary."""
+    c = configs.load(name)
     c.checkpoint_every = 0
     c.final_split = ""
     c.diagnostics.plot = False
@@ -249,7 +238,8 @@ class Results:
     schemes, depths, seeds): a file whose settings differ from these only there keeps its runs
     (each run's key says which it is), so a row added to a grid trains only the new runs. A
     file made with another setting or other settings (a recipe, a step count) is refused, not
-    overwritten."""
+    overwritten. The file is written compact (:mod:`compact_results`: the curves the readers
+    of ``name``'s results take, one run per line)."""
 
     def __init__(
         self,
@@ -259,6 +249,7 @@ class Results:
         settings: dict[str, Any],
         grid: Sequence[str] = (),
     ):
+        self.name = name
         self.path = os.path.join(out_dir, f"{name}.json")
         self.payload: dict[str, Any] = {"setting": setting, "settings": settings, "runs": []}
         self.grid = tuple(grid)
@@ -300,10 +291,11 @@ class Results:
         return find_run(self.runs, key)
 
     def add(self, key: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
-        """Add one run's result (under the lock, to the runs on disk) and save. The next
+        """Add one run's result, compact (:func:`compact_results.compact_run`: the run returned
+        is the run written), under the lock, to the runs on disk, and save. The next
         addition re-reads the file, so later changes to the returned run are not saved: what an
         experiment adds to a run belongs in :func:`run_grid`'s ``keep``, before this."""
-        run = {**key, **result}
+        run = compact_results.compact_run(_plain({**key, **result}), self.name)
         with open(self.path + ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             self.reload()
@@ -312,10 +304,10 @@ class Results:
         return run
 
     def save(self) -> None:
-        """Write the payload (atomically: a rename)."""
-        with open(self.path + ".tmp", "w") as f:
-            json.dump(self.payload, f, indent=1, default=_json_default)
-        os.replace(self.path + ".tmp", self.path)
+        """Write the payload compact (atomically: a rename); the runs kept are the runs written."""
+        payload = compact_results.compact(_plain(self.payload), self.name)
+        compact_results.write_text(self.path, compact_results.dumps(payload))
+        self.payload["runs"] = payload["runs"]
 
 
 def _plain(value: Any) -> Any:

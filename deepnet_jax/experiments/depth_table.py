@@ -53,11 +53,12 @@ grouped-query attention, RMSNorm; docs/blocks.md) at :data:`MODERN_LM`'s tiny wi
 its metric validation bits per character (lower is better).
 
 Run: ``python -m deepnet_jax.experiments.depth_table --setting=quick --out=DIR``; writes
-``depth_table.json`` (every run's key, results and curves; a run started again skips the runs
-it holds), ``depth_table.md`` (the table, onsets and called differences; on the synthetic
-tasks what each depth costs), ``depth_table.png`` (the final metric against depth, a line per
-scheme, the seeds' spread as bars) and, on the synthetic tasks, ``depth_table_onsets.png`` (the
-updates to leave chance and to reach 50% and 90% against depth: :mod:`depth_table_costs`).
+``depth_table.json`` (every run's key, results and training curves, compact:
+:mod:`compact_results`; a run started again skips the runs it holds), ``depth_table.md`` (the
+table, onsets and called differences; on the synthetic tasks what each depth costs),
+``depth_table.png`` (the final metric against depth, a line per scheme, the seeds' spread as
+bars) and, on the synthetic tasks, ``depth_table_onsets.png`` (the updates to leave chance and to
+reach 50% and 90% against depth: :mod:`depth_table_costs`).
 ``--shard=i/n`` splits the runs among processes sharing one ``--out``; ``--tasks`` and
 ``--layers`` restrict a process to part of the setting (e.g. one machine takes ``reversal``,
 another ``reversal64``; the results files merge by run: docs/reproduction.md).
@@ -306,7 +307,7 @@ def modern_lm_config() -> ml_collections.ConfigDict:
     """configs/deepnorm_lm.py at :data:`MODERN_LM`'s width and recipe (the inverse square root
     schedule every depth_table run takes from ``common.with_run``, not the shipped config's
     polynomial decay; dropout 0), validation NLL at the end only, no checkpoints."""
-    c = common.repo_config("deepnorm_lm")
+    c = common.shipped_config("deepnorm_lm")
     m, k = c.model, MODERN_LM
     m.d_model, m.num_heads, m.num_kv_heads, m.ffn_dim = (
         k["d_model"], k["num_heads"], k["num_kv_heads"], k["ffn_dim"]

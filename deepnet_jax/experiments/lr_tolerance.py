@@ -113,6 +113,39 @@ def largest_trained(runs: list[dict[str, Any]], scheme: str) -> float | None:
     return max(ok) if ok else None
 
 
+def lr_text(lr: float) -> str:
+    """A learning rate as the docs write it: 3.2e-2, 8e-3."""
+    mantissa, exponent = f"{lr:e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def largest_lr_table(payload: dict[str, Any]) -> str:
+    """The docs' table of a results payload (``lr_tolerance.json``; written between its
+    markers by deepnet_jax.experiments.docs_tables): a row per scheme, the largest learning
+    rate that trained and the verdict and validation NLL at the grid's largest."""
+    s = payload["settings"]
+    top = max(s["lrs"])
+    header = ["scheme", "largest lr that trained", f"at {lr_text(top)}"]
+    rows = []
+    for scheme in s["schemes"]:
+        largest = payload["largest_trained_lr"][scheme]
+        run = next(r for r in payload["runs"] if (r["scheme"], r["lr"]) == (scheme, top))
+        if run["verdict"] != "diverged":
+            at = f"{run['verdict']} ({run['eval_loss']:.3f})"
+        elif run.get("nonfinite_step") is not None:
+            at = f"diverged ({common.divergence_text(run)})"
+        else:  # a finite blow-up: its final NLL from its first loss
+            at = f"diverged (NLL {_nll(run['eval_loss'])} from {_nll(run['first_train_loss'])})"
+        rows.append([scheme, "none" if largest is None else lr_text(largest), at])
+    return report.markdown_table(header, rows)
+
+
+def _nll(v: float) -> str:
+    """An NLL to 3 significant digits (61.5), from 1,000 on a whole number (1,030, not
+    1.03e+03)."""
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+
+
 def _plot(runs: list[dict[str, Any]], s: dict[str, Any], entropy: float | None, out: str) -> str:
     plt = report.pyplot()
     fig, ax = plt.subplots(figsize=(6.2, 3.4))

@@ -161,6 +161,96 @@ def _series(run: dict[str, Any]) -> list[tuple[int, float]]:
     return [(r["step"], r["model_update"]) for r in run["diagnostics"]]
 
 
+# The docs' tables of a results payload (``model_update.json``), written between their markers
+# by deepnet_jax.experiments.docs_tables.
+
+_NAMES = {"post_ln": "Post-LN", "pre_ln": "Pre-LN", "deepnorm": "DeepNorm", "subln": "Sub-LN"}
+
+
+def _after(run: dict[str, Any], step: int) -> float:
+    """ΔF after ``step`` updates."""
+    return dict(_series(run))[step]
+
+
+def _gated_runs(payload: dict[str, Any]) -> dict[tuple[str, int, str], dict[str, Any]]:
+    """(scheme, layers, FFN kind) → the run, of a gated setting's payload."""
+    return {(r["scheme"], r["layers"], r["ffn"]): r for r in payload["runs"]}
+
+
+def first_update_table(payload: dict[str, Any]) -> str:
+    """A gated setting's ΔF after the first update: a row per depth, per scheme the plain and
+    the gated FFN's (``relu / swiglu``, 3 significant digits) and their ratio gated ÷ plain."""
+    s, runs = payload["settings"], _gated_runs(payload)
+    plain, gated = s["ffns"]
+    header = ["NL-NL"]
+    for scheme in s["schemes"]:
+        header += [_NAMES.get(scheme, scheme), "ratio"]
+    rows = []
+    for n in s["depths"]:
+        row: list[Any] = [n]
+        for scheme in s["schemes"]:
+            a, b = (_after(runs[(scheme, n, ffn)], 1) for ffn in (plain, gated))
+            row += [f"{_sig(a, 3)} / {_sig(b, 3)}", f"{b / a:.2f}"]
+        rows.append(row)
+    return report.markdown_table(header, rows)
+
+
+def gated_table(payload: dict[str, Any], early: int = 10) -> str:
+    """A gated setting after its updates: a row per depth, per scheme ΔF after ``early``
+    updates / the largest ΔF / the validation NLL, each as ``plain, gated``."""
+    s, runs = payload["settings"], _gated_runs(payload)
+    header = ["NL-NL"] + [_NAMES.get(scheme, scheme) for scheme in s["schemes"]]
+    rows = []
+    for n in s["depths"]:
+        row: list[Any] = [n]
+        for scheme in s["schemes"]:
+            pair = [runs[(scheme, n, ffn)] for ffn in s["ffns"]]
+            row.append(
+                " / ".join(
+                    ", ".join(text(r) for r in pair)
+                    for text in (
+                        lambda r: f"{_after(r, early):.2f}",
+                        lambda r: f"{max(v for _, v in _series(r)):.2f}",
+                        lambda r: f"{r['eval_loss']:.3f}",
+                    )
+                )
+            )
+        rows.append(row)
+    return report.markdown_table(header, rows)
+
+
+def warmup_table(
+    payload: dict[str, Any], warmup: str = "paper", after: tuple[int, ...] = (5, 25, 100)
+) -> str:
+    """The runs with ``warmup``: a row per scheme, ΔF after each of ``after`` updates and the
+    validation NLL, each as ``shallowest / … / deepest``."""
+    s = payload["settings"]
+    runs = {(r["scheme"], r["layers"]): r for r in payload["runs"] if r["warmup"] == warmup}
+    header = ["scheme", *(f"ΔF after {step}" for step in after), "validation NLL"]
+    rows = []
+    for scheme in s["schemes"]:
+        mine = [runs[(scheme, n)] for n in s["depths"]]
+        rows.append(
+            [scheme]
+            + [" / ".join(delta_f_text(_after(r, step)) for r in mine) for step in after]
+            + [" / ".join(f"{r['eval_loss']:.3f}" for r in mine)]
+        )
+    return report.markdown_table(header, rows)
+
+
+def _sig(v: float, digits: int) -> str:
+    """``v`` to ``digits`` significant digits, trailing zeros kept (7.00, 0.0020)."""
+    return f"{v:#.{digits}g}".rstrip(".")
+
+
+def delta_f_text(v: float) -> str:
+    """A ΔF for the docs: 3 significant digits from 0.1 on, 2 below, in e-notation under
+    0.001 (8.2e-05)."""
+    if abs(v) < 1e-3:
+        return f"{v:.1e}"
+    return _sig(v, 3 if abs(v) >= 0.1 else 2)
+
+
 def _plot(runs: list[dict[str, Any]], schemes: list[str], gated: bool, out: str) -> str:
     """ΔF over updates: a column per scheme, a row per warm-up (gated: per FFN kind), a curve
     per depth."""

@@ -216,27 +216,21 @@ def compile_devices(target: Target) -> list[jax.Device]:
     """Compile-only devices of a TPU or GPU target (no hardware needed), in topology order.
 
     Raises ``ValueError`` (one line) when the extra that compiles for it is not installed."""
-    from jax.experimental import topologies
-
-    from deepnet_jax.common import native_stderr
+    from deepnet_jax.common import jax_compat, native_stderr
 
     if not native_stderr.has_accelerator():  # no TPU here to guard: let planners run side by side
         os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     try:
         with native_stderr.filtered():
             if target.platform == "tpu":
-                return list(
-                    topologies.get_topology_desc(
-                        target.topology, "tpu", **_tpu_options(target)
-                    ).devices
+                return jax_compat.compile_only_devices(
+                    target.topology, "tpu", **_tpu_options(target)
                 )
-            return list(
-                topologies.get_topology_desc(
-                    target.chip.name,
-                    "cuda",
-                    target_config=gpu_spec(target.chip),
-                    topology=target.topology,
-                ).devices
+            return jax_compat.compile_only_devices(
+                target.chip.name,
+                "cuda",
+                target_config=gpu_spec(target.chip),
+                topology=target.topology,
             )
     except (RuntimeError, NotImplementedError, ValueError) as e:
         reason = " ".join(str(e).split())[:300]

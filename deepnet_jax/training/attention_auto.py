@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from deepnet_jax.common import jax_compat
 from deepnet_jax.data import batching
 from deepnet_jax.model.remat import AUTO
 
@@ -60,13 +61,7 @@ def odd_lengths(data: ml_collections.ConfigDict) -> list[int]:
 def cudnn_answers() -> bool:
     """Whether cuDNN's library gives jax its version on this host (what tracing cuDNN's fused
     attention asks first)."""
-    from jax._src.cudnn import fused_attention_stablehlo
-
-    try:
-        fused_attention_stablehlo.check_cudnn_version()
-    except RuntimeError:
-        return False
-    return True
+    return jax_compat.cudnn_library_answers()
 
 
 def resolve(config: ml_collections.ConfigDict, platform: str) -> ml_collections.ConfigDict:

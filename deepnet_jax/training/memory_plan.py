@@ -35,8 +35,8 @@ import flax.linen as nn
 import jax
 import ml_collections
 import numpy as np
-from jax._src import config as jax_config  # the compilation cache switch as a context
 
+from deepnet_jax.common import jax_compat
 from deepnet_jax.data import batching, synthetic
 from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
@@ -237,7 +237,7 @@ def _compile(step: _Step, target: targets.Target) -> tuple[Any, Any, float]:
     # a compile-only (deviceless) compiler cannot load an executable from jax's persistent
     # compilation cache (it has no client): leave the cache out of it, and where the process
     # has already decided to use one (jax decides once), drop the warning of the failed read
-    cache = jax_config.enable_compilation_cache(target.platform == "cpu")
+    cache = jax_compat.compilation_cache(target.platform == "cpu")
     quiet = warnings.catch_warnings()
     with jax.set_mesh(step.mesh), nn.logical_axis_rules(step.rules), cache, quiet:
         warnings.filterwarnings("ignore", "Error reading persistent compilation cache")

@@ -1,0 +1,268 @@
+"""The depth table's results files as the docs show them: compact tables of a record's runs
+(docs/reproduction.md, docs/schemes.md, docs/blocks.md), written between the docs' markers by
+:mod:`deepnet_jax.experiments.docs_tables`.
+
+Each function takes results payloads (``depth_table.json``: ``settings`` and ``runs``) and
+returns markdown. The aggregation is :mod:`depth_table_report`'s (verdicts, the mean and
+min–max over seeds, onsets, differences called beyond the seed spread); only the shape differs
+from the report's tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from deepnet_jax.experiments import depth_table_report as table_report
+from deepnet_jax.experiments import report
+from deepnet_jax.experiments.depth_table_costs import MILESTONES
+
+Payload = dict[str, Any]
+Run = dict[str, Any]
+# the papers' rows that docs/schemes.md puts beside the since_deepnet setting's (quick's runs)
+SINCE_DEEPNET_REFERENCE = ("post_ln", "pre_ln", "deepnorm")
+DLCL = ("dlcl_pre", "dlcl_post")
+
+
+def task_runs(
+    payload: Payload,
+    task: str,
+    schemes: Sequence[str] | None = None,
+    layers: Sequence[int] | None = None,
+) -> list[Run]:
+    """The payload's runs on ``task``, of ``schemes`` and ``layers`` where given."""
+    return [
+        r
+        for r in payload["runs"]
+        if r["task"] == task
+        and (schemes is None or r["scheme"] in schemes)
+        and (layers is None or r["layers"] in layers)
+    ]
+
+
+def _grid(runs: Sequence[Run]) -> tuple[dict, list[str], list[int]]:
+    """(the cells, the schemes in order of appearance, the depths ascending)."""
+    grouped = table_report.cells(runs)
+    schemes = list(dict.fromkeys(s for (_, s, _) in grouped))
+    return grouped, schemes, sorted({n for (_, _, n) in grouped})
+
+
+def _scheme_by_depth(
+    runs: Sequence[Run], levels: dict[str, Any], text: Callable[[list[Run]], str]
+) -> str:
+    """A row per scheme, a column per depth, ``text(cell_runs)`` in each cell ("" not run)."""
+    grouped, schemes, depths = _grid(runs)
+    (task,) = {t for (t, _, _) in grouped}
+    header = ["scheme"] + [table_report.depth_label(n, levels) for n in depths]
+    rows = [
+        [s] + [text(grouped[(task, s, n)]) if (task, s, n) in grouped else "" for n in depths]
+        for s in schemes
+    ]
+    return report.markdown_table(header, rows)
+
+
+def verdicts(payload: Payload, task: str) -> str:
+    """Each cell's verdicts and final metric, mean (min–max) over its seeds."""
+    levels = payload["settings"]["levels"][task]
+    field = table_report.metric(levels)[0]
+    runs = task_runs(payload, task)
+    return _scheme_by_depth(runs, levels, lambda cell: table_report.cell_text(cell, field))
+
+
+def since_deepnet_verdicts(since: Payload, quick: Payload) -> str:
+    """:func:`verdicts` of the since_deepnet setting under :data:`SINCE_DEEPNET_REFERENCE`'s
+    rows from the quick setting (the same recipe, task and seeds) at its depths."""
+    (task,) = since["settings"]["grid"]["tasks"]
+    depths = sorted({r["layers"] for r in since["runs"]})
+    runs = task_runs(quick, task, SINCE_DEEPNET_REFERENCE, depths) + task_runs(since, task)
+    levels = since["settings"]["levels"][task]
+    field = table_report.metric(levels)[0]
+    return _scheme_by_depth(runs, levels, lambda cell: table_report.cell_text(cell, field))
+
+
+def _onset_text(run: Run, levels: dict[str, Any]) -> str:
+    """``left chance/50%/90%`` of one seed, "—" for a level never reached."""
+    o = table_report.onsets(run, levels)
+    return "/".join("—" if o[m] is None else str(o[m]) for m in MILESTONES)
+
+
+def onsets(payload: Payload, task: str) -> str:
+    """Each seed's updates to leave chance / reach 50% / reach 90% training accuracy, seeds
+    separated by "; "."""
+    levels = payload["settings"]["levels"][task]
+    runs = task_runs(payload, task)
+    return _scheme_by_depth(
+        runs, levels, lambda cell: "; ".join(_onset_text(r, levels) for r in cell)
+    )
+
+
+def calls(payload: Payload, task: str) -> str:
+    """A line per depth: the differences called beyond the seed spread (``a < b``), then the
+    pairs not called because a cell has one seed so far (``a against b``), then "every other pair ≈"
+    (:func:`depth_table_report.compare`)."""
+    levels = payload["settings"]["levels"][task]
+    field, _, higher = table_report.metric(levels)
+    grouped, schemes, depths = _grid(task_runs(payload, task))
+    lines = []
+    for n in depths:
+        here = [s for s in schemes if (task, s, n) in grouped]
+        value = {s: table_report.values(grouped[(task, s, n)], field) for s in here}
+        pairs = [
+            (a, b, table_report.compare(value[a], value[b], higher))
+            for i, a in enumerate(here)
+            for b in here[i + 1 :]
+            if a in table_report.REFERENCE_SCHEMES or b in table_report.REFERENCE_SCHEMES
+        ]
+        lines.append(f"- {table_report.depth_label(n, levels)}: {_calls_text(pairs)}")
+    return "\n".join(lines)
+
+
+def _calls_text(pairs: Sequence[tuple[str, str, str]]) -> str:
+    parts = [f"{a} {rel} {b}" for a, b, rel in pairs if rel in "<>"]
+    unknown = [f"{a} against {b}" for a, b, rel in pairs if rel == "?"]
+    if unknown:
+        parts.append("not called yet, one seed in a cell: " + ", ".join(unknown))
+    if any(rel == "≈" for _, _, rel in pairs):
+        parts.append("every other pair ≈" if len(parts) else "every pair ≈")
+    return "; ".join(parts) if parts else "one scheme, nothing to compare"
+
+
+def seed_values(payload: Payload, task: str) -> str:
+    """Each cell's final metric, one value per seed (3 decimals), the seeds in the header."""
+    levels = payload["settings"]["levels"][task]
+    field = table_report.metric(levels)[0]
+    grouped, schemes, depths = _grid(task_runs(payload, task))
+    header = ["scheme"]
+    for n in depths:
+        seeds = sorted({r["seed"] for (_, _, m), c in grouped.items() if m == n for r in c})
+        label = table_report.depth_label(n, levels)
+        header.append(f"{label} (seeds {', '.join(str(s) for s in seeds)})")
+    rows = [
+        [s] + [", ".join(f"{r[field]:.3f}" for r in grouped.get((task, s, n), [])) for n in depths]
+        for s in schemes
+    ]
+    return report.markdown_table(header, rows)
+
+
+def corpus_runs(payload: Payload) -> str:
+    """The corpus setting: a row per scheme and depth, each seed's verdict, greedy BLEU,
+    validation NLL, source sensitivity, the update it left chance and its CPU time."""
+    (task,) = payload["settings"]["grid"]["tasks"]
+    levels = payload["settings"]["levels"][task]
+    grouped, schemes, depths = _grid(task_runs(payload, task))
+    sentences = sorted({r["eval_bleu_sentences"] for r in payload["runs"]})
+    header = [
+        "scheme",
+        "depth",
+        "verdicts",
+        f"greedy BLEU (validation, first {', '.join(str(n) for n in sentences)})",
+        "validation NLL",
+        "source sensitivity (nats)",
+        "left chance (update)",
+        "CPU time per run",
+    ]
+    columns = [
+        lambda r: r["verdict"],
+        lambda r: f"{r['eval_bleu_greedy']:.2f}",
+        lambda r: f"{r['eval_loss']:.2f}",
+        lambda r: f"{r['eval_source_sensitivity']:.2f}",
+        lambda r: _update(table_report.onsets(r, levels)["left_chance"]),
+        lambda r: f"{r['cpu_seconds'] / 60:.0f} min",
+    ]
+    rows = [
+        [s, table_report.depth_label(n, levels)]
+        + [", ".join(column(r) for r in grouped[(task, s, n)]) for column in columns]
+        for s in schemes
+        for n in depths
+        if (task, s, n) in grouped
+    ]
+    return report.markdown_table(header, rows)
+
+
+def _update(step: int | None) -> str:
+    return "—" if step is None else str(step)
+
+
+def init_cells(init: Payload, quick: Payload) -> str:
+    """The init setting beside the quick setting's cells of the same schemes and depths under
+    the papers' initialization (``paper``): a row per scheme, depth and initialization, its
+    verdicts and validation accuracy (mean, min–max) and each seed's onsets."""
+    (task,) = init["settings"]["grid"]["tasks"]
+    levels = init["settings"]["levels"][task]
+    field = table_report.metric(levels)[0]
+    grid_cells = [(s, n) for s, n in init["settings"]["grid"]["cells"]]  # JSON lists
+    runs = task_runs(init, task) + [
+        {**r, "init": "paper"}
+        for r in task_runs(quick, task)
+        if (r["scheme"], r["layers"]) in grid_cells
+    ]
+    inits = ["paper", *init["settings"]["grid"]["inits"]]
+    header = [
+        "scheme",
+        "depth",
+        "init",
+        f"verdicts; {table_report.metric(levels)[1]}, mean (min–max)",
+        "left chance / 50% / 90% per seed",
+    ]
+    rows = []
+    for s in dict.fromkeys(s for s, _ in grid_cells):
+        for n in sorted({n for t, n in grid_cells if t == s}):
+            for name in inits:
+                cell = [r for r in runs if (r["scheme"], r["layers"], r["init"]) == (s, n, name)]
+                cell.sort(key=lambda r: r["seed"])
+                onset = "; ".join(_onset_text(r, levels) for r in cell)
+                rows.append(
+                    [
+                        s,
+                        table_report.depth_label(n, levels),
+                        name,
+                        table_report.cell_text(cell, field),
+                        onset,
+                    ]
+                )
+    return report.markdown_table(header, rows)
+
+
+def _is_cpu(run: Run) -> bool:
+    """Ran on a CPU, by its record or by a later note (``device_note``)."""
+    return (run.get("device") or (run.get("device_note") or {}).get("device")) == "cpu"
+
+
+def cpu_costs(payload: Payload) -> str:
+    """A row per task, a column per depth: the min–max CPU seconds of the runs made on a CPU,
+    DLCL's apart; where a depth's other runs ran elsewhere, the device that ran them."""
+    depths = sorted({r["layers"] for r in payload["runs"]})
+    tasks = payload["settings"]["grid"]["tasks"]
+    header = ["task"] + [
+        table_report.depth_label(n, payload["settings"]["levels"][tasks[0]]) for n in depths
+    ]
+    rows = [
+        [f"`{task}`"] + [_cost_cell(task_runs(payload, task, layers=[n])) for n in depths]
+        for task in tasks
+    ]
+    return report.markdown_table(header, rows)
+
+
+def _seconds(runs: Sequence[Run]) -> str:
+    cpu = [r["cpu_seconds"] for r in runs]
+    return f"{min(cpu):,.0f}–{max(cpu):,.0f} s"
+
+
+def _cost_cell(runs: Sequence[Run]) -> str:
+    timed = [r for r in runs if _is_cpu(r) and r.get("cpu_seconds")]
+    plain = [r for r in timed if r["scheme"] not in DLCL]
+    dlcl = [r for r in timed if r["scheme"] in DLCL]
+    elsewhere = sorted({_device_name(r) for r in runs if not _is_cpu(r)})
+    text = _seconds(plain) if plain else ""
+    if dlcl:
+        text = f"{text} (DLCL {_seconds(dlcl)})" if text else f"DLCL {_seconds(dlcl)}"
+    if elsewhere:
+        where = ", ".join(elsewhere)
+        text = f"{text} (the rest: {where})" if text else f"({where})"
+    return text
+
+
+def _device_name(run: Run) -> str:
+    """ "H100" for "NVIDIA H100 80GB HBM3"; the recorded name's first word otherwise."""
+    device = run.get("device")
+    return device.removeprefix("NVIDIA ").split()[0] if device else "device not recorded"

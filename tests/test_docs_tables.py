@@ -1,0 +1,96 @@
+"""The docs' tables of measured figures are their results files' (deepnet_jax.experiments.
+docs_tables): each block regenerates from its committed record, and every generated block of
+README.md and docs/*.md has a generator. Reads JSON and markdown only: no training, no jax
+compilation."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from deepnet_jax.common import records
+from deepnet_jax.experiments import depth_table_views, docs_tables, lr_tolerance, model_update
+
+_IDS = [f"{t.doc}:{t.name}" for t in docs_tables.TABLES]
+
+
+@pytest.mark.parametrize("table", docs_tables.TABLES, ids=_IDS)
+def test_each_table_is_its_records(table):
+    assert docs_tables.current(table) == docs_tables.render(table), (
+        f"{table.doc} block {table.name} differs from {', '.join(table.results)}: "
+        "python -m deepnet_jax.experiments.docs_tables"
+    )
+
+
+def test_every_generated_block_has_a_generator():
+    assert docs_tables.unregistered() == []
+    names = [(t.doc, t.name) for t in docs_tables.TABLES]
+    assert len(names) == len(set(names))
+    # the kernel model's blocks are benchmarks/kernel_model.py's (tests/test_kernel_model_record.py)
+    assert set(docs_tables.ELSEWHERE) <= set(docs_tables.markers())
+
+
+def test_every_table_reads_committed_results_files():
+    for table in docs_tables.TABLES:
+        assert table.results, table.name
+        for path in table.results:
+            assert path.startswith("docs/reproduction/") and path.endswith(".json")
+            assert os.path.isfile(os.path.join(docs_tables.ROOT, path)), path
+
+
+def test_check_names_a_stale_block_and_write_restores_it(tmp_path, monkeypatch, capsys):
+    doc = tmp_path / "page.md"
+    doc.write_text("<!-- generated: t -->\nold\n<!-- end: t -->\n")
+    table = docs_tables.Table(str(doc), "t", (), lambda: "| new |\n|---|\n")
+    monkeypatch.setattr(docs_tables, "TABLES", (table,))
+    monkeypatch.setattr(docs_tables, "docs", lambda: [])
+    assert docs_tables.main(["--check"]) == 1
+    assert "stale: " in capsys.readouterr().out and records.block(str(doc), "t") == "old"
+    assert docs_tables.main([]) == 0
+    assert records.block(str(doc), "t") == "| new |\n|---|"
+    assert docs_tables.main(["--check"]) == 0
+
+
+def test_a_marker_without_a_generator_fails(tmp_path, monkeypatch, capsys):
+    doc = tmp_path / "page.md"
+    doc.write_text("<!-- generated: orphan -->\n| x |\n<!-- end: orphan -->\n")
+    monkeypatch.setattr(docs_tables, "TABLES", ())
+    monkeypatch.setattr(docs_tables, "docs", lambda: [str(doc)])
+    assert docs_tables.unregistered() == [(str(doc), "orphan")]
+    assert docs_tables.main(["--check"]) == 1
+    assert "has no generator" in capsys.readouterr().out
+
+
+def test_the_docs_number_formats():
+    assert [lr_tolerance.lr_text(v) for v in (2e-3, 8e-3, 3.2e-2, 5e-4)] == [
+        "2e-3",
+        "8e-3",
+        "3.2e-2",
+        "5e-4",
+    ]
+    assert [model_update.delta_f_text(v) for v in (8.15e-5, 1.04e-4, 0.002, 0.37, 6.999)] == [
+        "8.2e-05",
+        "1.0e-04",
+        "0.0020",
+        "0.370",
+        "7.00",
+    ]
+
+
+def test_calls_list_what_is_called_what_cannot_be_and_the_rest():
+    def run(scheme, layers, seed, accuracy):
+        return {"task": "t", "scheme": scheme, "layers": layers, "seed": seed,
+                "verdict": "trained", "eval_accuracy": accuracy}  # fmt: skip
+
+    runs = [run("deepnorm", 6, s, 0.9 + s / 100) for s in range(2)]
+    runs += [run("post_ln", 6, s, 0.5 + s / 100) for s in range(2)]
+    runs += [run("pre_ln", 6, s, 0.9 + s / 10) for s in range(2)]
+    runs += [run("subln", 6, 0, 0.7), run("deepnorm", 200, 0, 0.9), run("post_ln", 200, 0, 0.1)]
+    levels = {"unigram_entropy": 4.0, "chance": {"accuracy": 0.06, "nll": 4.0}}
+    payload = {"settings": {"levels": {"t": levels}}, "runs": runs}
+    assert depth_table_views.calls(payload, "t").splitlines() == [
+        "- 6L-6L: deepnorm > post_ln; post_ln < pre_ln; not called yet, one seed in a cell: "
+        "deepnorm against subln, post_ln against subln, pre_ln against subln; every other pair ≈",
+        "- 200L-200L: not called yet, one seed in a cell: deepnorm against post_ln",
+    ]
