@@ -4,12 +4,15 @@
         [--docs=docs/install.md] [-- pytest arguments]
 
 Runs ``python -m pytest`` (the default run: what ``.ci/run`` runs, or the given arguments) with
-this interpreter, its output passed through, and writes a record (:mod:`deepnet_jax.common.records`)
-holding the Python version, the versions of jax and of the libraries it compiles and runs with,
-the counts of passed, failed, errored and skipped tests, the failed tests' ids, each skip reason
-with its count, and each warning the run reported (its category, message and count). The exit
-status is pytest's. ``--docs`` writes the table of every committed suite record between the
-``tested-sets`` markers of that file; ``tests/test_install.py`` regenerates it.
+this interpreter, its output passed through, and writes a record
+(:mod:`deepnet_jax.common.records`) holding the Python version, the versions of jax and of the
+libraries it compiles and runs with, the counts of passed, failed, errored and skipped tests,
+the failed tests' ids, each skip reason with its count, and each warning the run reported (its
+category, message and count). The exit status is pytest's. The run has
+``DEEPNET_JAX_SUITE_RECORD=1`` in its environment: the tests of the docs' table of tested sets
+skip, since that table is written after the run. ``--docs`` writes the table of every committed
+suite record between the ``tested-sets`` markers of that file; ``tests/test_install.py``
+regenerates it.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ PACKAGES = (
     "jax-cuda12-plugin",
     "numpy",
 )
+RECORDING = "DEEPNET_JAX_SUITE_RECORD"  # set in the suite's environment while it is recorded
 _WARNING = re.compile(r"^\s+\S+:\d+: (\w+(?:Warning|Error)): (.*)$")
 
 
@@ -99,7 +103,8 @@ def run_suite(pytest_args: list[str]) -> tuple[int, dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         junit = os.path.join(tmp, "suite.xml")
         cmd = [sys.executable, "-m", "pytest", f"--junitxml={junit}", *pytest_args]
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        env = {**os.environ, RECORDING: "1"}
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
         lines = []
         for line in proc.stdout:
             sys.stdout.write(line)

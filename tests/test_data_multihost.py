@@ -47,7 +47,8 @@ def _run_two(corpora, out) -> list[dict]:
     results = []
     for pid, p in enumerate(procs):
         path = out / f"out{pid}.json"
-        assert path.exists(), f"process {pid} wrote nothing: {p.stderr.read()[-2000:]}"
+        with p.stderr:
+            assert path.exists(), f"process {pid} wrote nothing: {p.stderr.read()[-2000:]}"
         results.append(json.loads(path.read_text()))
     return results
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from deepnet_jax.scale import hlo_census, targets
+from deepnet_jax.scale import hlo_census, kernels, targets
 
 
 def _matmuls(w, x):
@@ -141,6 +141,44 @@ ENTRY %main (a: f32[64]) -> (s32[], f32[64]) {
         "(f32[1], f32[2])",
         "s8[3]",
     ]
+
+
+# jax 0.12's XLA:GPU, a dot on a dynamic slice of a scanned weight: cuBLAS called by XLA itself
+# inside a dynamic-slice fusion, the contraction in the gemm's backend config
+GEMM_HLO = """HloModule m
+
+%dynamic-slice-fusion (p2: f32[1024,128], p0: f32[6,128,128]) -> (f32[1024,128], s8[64]) {
+  %p2 = f32[1024,128]{1,0} parameter(0)
+  %p0 = f32[6,128,128]{2,1,0} parameter(1)
+  %c = s32[] constant(0)
+  %ds = f32[1,128,128]{2,1,0} dynamic-slice(%p0, %c, %c, %c), dynamic_slice_sizes={1,128,128}
+  %b = f32[128,128]{1,0} bitcast(%ds)
+  ROOT %g = (f32[1024,128]{1,0}, s8[64]{0}) custom-call(%p2, %b), CONFIG
+}
+
+ENTRY %main (x: f32[1024,128], w: f32[6,128,128]) -> f32[1024,128] {
+  %x = f32[1024,128]{1,0} parameter(0)
+  %w = f32[6,128,128]{2,1,0} parameter(1)
+  %f = (f32[1024,128]{1,0}, s8[64]{0}) fusion(%x, %w), kind=kCustom, calls=%dynamic-slice-fusion
+  ROOT %r = f32[1024,128]{1,0} get-tuple-element(%f), index=0
+}
+""".replace(
+    "CONFIG",
+    'custom_call_target="__cublas$lt$matmul", '
+    'metadata={op_name="jit(train_step)/decoder/while/body/cross_attn/k_proj/dot_general"}, '
+    'backend_config={"gemm_backend_config":{"dot_dimension_numbers":'
+    '{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["1"],'
+    '"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]}}}',
+)
+
+
+def test_cublas_gemm_calls_count_as_matmuls():
+    """2·1024·128 results × 128 contracted, in the census and in the kernel that fuses it."""
+    assert hlo_census.matmul_flops(GEMM_HLO) == 2 * 1024 * 128 * 128
+    (fused,) = [k for k in kernels.kernels(GEMM_HLO, targets.GPU_CHIPS["h100"]) if k.flops]
+    assert fused.flops == 2 * 1024 * 128 * 128 and fused.opcode == "fusion"
+    # the fusion has no op_name of its own: it is named, and classed, by the matmul it fuses
+    assert fused.op_name.endswith("k_proj/dot_general") and fused.kind == "projections"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="libtpu not installed")

@@ -74,6 +74,7 @@ class Trainer:
     def finish(self) -> int:
         """Read the rest of the output; the exit status."""
         self.lines.extend(self.proc.stdout)
+        self.proc.stdout.close()
         rc = self.proc.wait()
         self._watchdog.cancel()
         return rc

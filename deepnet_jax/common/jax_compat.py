@@ -44,17 +44,17 @@ def cudnn_library_answers() -> bool:
     return True
 
 
-def compile_only_devices(topology: str, platform: str, **options: Any) -> list[jax.Device]:
-    """Compile-only devices of an accelerator topology this host need not have: ``platform``
-    "tpu" (libtpu; ``topology`` such as ``v5p:2x2x1``, ``options`` its chip configuration) or
-    "cuda" (the CUDA plugin; ``topology`` the device kind, ``options`` ``target_config`` and
-    ``topology``), in topology order.
+def compile_only_devices(name: str, platform: str, **options: Any) -> list[jax.Device]:
+    """Compile-only devices of an accelerator this host need not have, in topology order:
+    ``platform`` "tpu" (libtpu; ``name`` a topology such as ``v5p:2x2x1``, ``options`` its
+    chip configuration) or "cuda" (the CUDA plugin; ``name`` the device kind, ``options``
+    ``target_config`` and ``topology``).
 
-    ``jax.experimental.topologies.get_topology_desc(topology, platform, **options).devices`` in
+    ``jax.experimental.topologies.get_topology_desc(name, platform, **options).devices`` in
     0.10.2–0.12.0.1."""
     from jax.experimental import topologies
 
-    return list(topologies.get_topology_desc(topology, platform, **options).devices)
+    return list(topologies.get_topology_desc(name, platform, **options).devices)
 
 
 def compilation_cache(enabled: bool) -> contextlib.AbstractContextManager:

@@ -322,17 +322,47 @@ def _window(rest: str, rank: int) -> list[tuple[int, int, int, int, int]]:
     )
 
 
+GEMM_CALL = re.compile(r'custom_call_target="__cublas\$[^"]*"')  # XLA:GPU's cuBLAS gemms
+
+
+def gemm_call_flops(module: Module, ins: Instruction) -> int:
+    """FLOPs of one execution of a cuBLAS gemm custom call (``__cublas$gemm``,
+    ``__cublas$lt$matmul``: a ``dot`` XLA:GPU hands to cuBLAS itself; jax 0.12's XLA does so
+    for a dot on a dynamic slice of a scanned weight): 2·(result elements)·(contracted size),
+    the contracting dimensions from its ``gemm_backend_config``, the result the first element
+    of its tuple (the second is cuBLAS's workspace)."""
+    out = arrays(ins.result)[0][1]
+    lhs_name = ins.rest.split(")")[0].split(",")[0].strip().lstrip("%")
+    lhs = arrays(module.shapes[lhs_name])[0][1]
+    found = re.search(r'"lhs_contracting_dimensions":\[([^\]]*)\]', ins.rest)
+    dims = [int(d.strip().strip('"')) for d in found.group(1).split(",") if d.strip()]
+    return 2 * int(np.prod(out, dtype=np.int64)) * int(np.prod([lhs[d] for d in dims]))
+
+
+def is_matmul(ins: Instruction) -> bool:
+    """A ``dot``, a ``convolution`` or a cuBLAS gemm custom call."""
+    return ins.opcode in ("dot", "convolution") or (
+        ins.opcode == "custom-call" and GEMM_CALL.search(ins.rest) is not None
+    )
+
+
+def instruction_flops(module: Module, ins: Instruction) -> int:
+    """Matmul FLOPs of one execution of ``ins`` (0 unless :func:`is_matmul`)."""
+    if ins.opcode == "dot":
+        return dot_flops(module, ins)
+    if ins.opcode == "convolution":
+        return conv_flops(module, ins)
+    return gemm_call_flops(module, ins) if is_matmul(ins) else 0
+
+
 def matmul_flops(text: str | Module) -> int:
-    """FLOPs of every ``dot`` and ``convolution`` in one execution of the module, loop bodies
+    """FLOPs of every matmul (:func:`is_matmul`) in one execution of the module, loop bodies
     counted per trip."""
     module = as_module(text)
     total = 0
     for name, times in execution_counts(module).items():
         for ins in module.computations[name]:
-            if ins.opcode == "dot":
-                total += times * dot_flops(module, ins)
-            elif ins.opcode == "convolution":
-                total += times * conv_flops(module, ins)
+            total += times * instruction_flops(module, ins)
     return total
 
 

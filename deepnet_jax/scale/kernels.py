@@ -76,7 +76,6 @@ _FREE = {
 }
 _MOVES = {"copy", "transpose", "bitcast", "reshape", "parameter", "copy-start", "copy-done"}
 _SLICES = {"dynamic-slice", "slice", "gather"}
-_MATMULS = {"dot": hlo_census.dot_flops, "convolution": hlo_census.conv_flops}
 _VIEWS = {"bitcast", "reshape"}
 _SEQUENTIAL = re.compile(r"\b(body|condition|true_computation|false_computation)=%?([\w.\-]+)")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
@@ -143,10 +142,10 @@ def _fused(module: Module, ins: Instruction) -> list[Instruction]:
 
 
 def kernel_flops(module: Module, ins: Instruction) -> int:
-    """Matmul FLOPs of one execution of a kernel: its own ``dot`` or ``convolution`` (XLA:TPU's
-    form of many matmuls) or the fused ones."""
-    body = [ins] if ins.opcode in _MATMULS else _fused(module, ins)
-    return sum(_MATMULS[i.opcode](module, i) for i in body if i.opcode in _MATMULS)
+    """Matmul FLOPs of one execution of a kernel: its own matmul (a ``dot``, a ``convolution``:
+    XLA:TPU's form of many matmuls, a cuBLAS gemm call) or the fused ones."""
+    body = [ins] if hlo_census.is_matmul(ins) else _fused(module, ins)
+    return sum(hlo_census.instruction_flops(module, i) for i in body)
 
 
 def kernel_bytes(module: Module, ins: Instruction) -> int:
@@ -232,10 +231,9 @@ def classify(module: Module, ins: Instruction) -> str:
             return "elementwise"  # buffers filled with a constant (zeros for the gradients)
         if inner <= _MOVES | {"convert", "broadcast", "constant", "tuple"}:
             return "copies"  # data movement (with fills: a scan's stacked outputs, say)
-    found = _OP_NAME.search(ins.rest)
-    if not found:
+    name = op_name(module, ins)
+    if not name:
         return "unclassified"
-    name = found.group(1)
     for keywords, kind in _NAME_RULES:
         if any(k in name for k in keywords):
             return kind
@@ -244,6 +242,21 @@ def classify(module: Module, ins: Instruction) -> str:
         return "elementwise" if model else "loss"
     # the train step's work after the gradient: AdamW, the gradient norm, the non-finite gate
     return "optimizer" if "train_step" in name else "unclassified"
+
+
+def op_name(module: Module, ins: Instruction) -> str:
+    """The kernel's ``op_name`` (where in the program it comes from); for a kernel that has
+    none (XLA:GPU's custom fusions: a cuBLAS call on a dynamic slice), its fused matmul's, else
+    the first fused instruction's that has one; "" when nothing names it."""
+    found = _OP_NAME.search(ins.rest)
+    if found:
+        return found.group(1)
+    body = _fused(module, ins)
+    for inner in sorted(body, key=lambda i: not hlo_census.is_matmul(i)):
+        found = _OP_NAME.search(inner.rest)
+        if found:
+            return found.group(1)
+    return ""
 
 
 def kernels(
@@ -285,18 +298,16 @@ def _kernel(
         moved = float(sent)
     else:
         seconds = roofline_seconds(flops, moved, chip, _fp32_dot(module, ins))
-    found = _OP_NAME.search(ins.rest)
     target = _TARGET.search(ins.rest)
     opcode = f"custom-call {target.group(1)}" if target else ins.opcode
-    return Kernel(ins.name, opcode, kind, times, flops, moved, seconds,
-                  found.group(1) if found else "")  # fmt: skip
+    return Kernel(ins.name, opcode, kind, times, flops, moved, seconds, op_name(module, ins))
 
 
 def _fp32_dot(module: Module, ins: Instruction) -> bool:
     """Whether the kernel's matmul takes fp32 operands (slower on NVIDIA's tensor cores)."""
-    body = [ins] if ins.opcode in _MATMULS else _fused(module, ins)
+    body = [ins] if hlo_census.is_matmul(ins) else _fused(module, ins)
     for inner in body:
-        if inner.opcode in _MATMULS:
+        if hlo_census.is_matmul(inner):
             lhs = _operand_names(inner)[:1]
             return bool(lhs) and module.shapes.get(lhs[0], "").startswith("f32")
     return False
@@ -314,7 +325,13 @@ def _with_hidden_flops(found: list[Kernel], model_flops: float, chip: Chip) -> l
     """``found`` with the model FLOPs no visible matmul accounts for given to the custom calls
     (by their share of the custom calls' bytes)."""
     hidden = model_flops - sum(k.flops for k in found)
-    calls = [k for k in found if k.opcode.startswith("custom-call") and k.kind != "collectives"]
+    calls = [
+        k
+        for k in found
+        if k.opcode.startswith("custom-call")
+        and not k.opcode.startswith("custom-call __cublas$")  # its FLOPs are visible
+        and k.kind != "collectives"
+    ]
     moved = sum(k.bytes for k in calls)
     if hidden <= 0 or not moved:
         return found
