@@ -134,10 +134,11 @@ def main() -> int:
     )
     args, extra = parser.parse_known_args()
     seeds = [int(s) for s in args.seeds.split(",")]
+    header = records.header()  # the commit the runs start from
     start = time.monotonic()
     runs = run_all(seeds, args.jobs, args.workdir_root, extra)
     record = {
-        **records.header(),
+        **header,
         "concurrent_runs": args.jobs,
         "overrides": extra,
         "wall_seconds_all": round(time.monotonic() - start, 1),

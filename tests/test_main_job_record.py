@@ -1,0 +1,38 @@
+"""The main job's committed record (benchmarks/main_job.py) and the tables generated from it in
+README.md and docs/main_job.md."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from benchmarks import main_job
+from deepnet_jax.common import records
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECORD = os.path.join(ROOT, "docs", "records", "main_job.json")
+
+
+def _record() -> dict:
+    with open(RECORD) as f:
+        return json.load(f)
+
+
+def test_the_docs_tables_are_the_record():
+    record = _record()
+    for doc in ("README.md", os.path.join("docs", "main_job.md")):
+        assert records.block(os.path.join(ROOT, doc), "main-job") == main_job.table(record), doc
+
+
+def test_the_record_is_the_shipped_main_job_over_three_seeds():
+    record = _record()
+    assert record["command"].startswith("python -m benchmarks.main_job")
+    assert record["commit"] and record["date"] and record["jax"]
+    assert record["overrides"] == []  # the README's command, nothing changed
+    assert sorted(r["seed"] for r in record["runs"]) == [0, 1, 2]
+    for run in record["runs"]:
+        assert run["steps"] == 1800
+        assert run["test_sentences"] == 1763
+        assert run["cpu_seconds"] > 0 and run["wall_seconds"] > 0
+        # a run that translates: 2 updates of the same job score test BLEU 0.01
+        assert run["test_bleu"] > 10 and run["test_source_sensitivity"] > 1
