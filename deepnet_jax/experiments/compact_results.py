@@ -132,7 +132,9 @@ def write_text(path: str, text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Compact each file in place, printing its size before and after (``--check``: write
     nothing, 1 if a file is not compact); 0 otherwise."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("paths", nargs="+", help="results files (depth_table_*.json, ...)")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if one is not")
     args = parser.parse_args(argv)
