@@ -176,7 +176,7 @@ def beam_row(config, workdir: str | None, sentences: int, batch: int) -> dict:
         data = pipeline.DataPipeline(
             pipeline.DataOptions.from_config(run.config.data, run.config.seed),
             "encdec",
-            tokenizer_path=run_loading.tokenizer_path(workdir),
+            tokenizer_path=run.run_dir.tokenizer,
         )
         sources = data.translation_set("validation").source_ids[:sentences]
         model, params, what = run.model, run.params, f"validation sources of {workdir}"

@@ -69,7 +69,7 @@ ARCH_SCHEME = list(itertools.product(ARCHS, SCHEMES))
 FAST_SCHEMES = ("deepnorm", "subln")
 # The papers' schemes; those since DeepNet have their own default-run tests in every
 # architecture (tests/test_schemes_since_deepnet.py) and join the generic grids under -m slow.
-PAPER_SCHEMES = ("post_ln", "pre_ln", "deepnorm", "subln", "dlcl_pre", "dlcl_post")
+PAPER_SCHEMES = schemes.names(origin=schemes.PAPER)
 
 
 def arch_scheme_params(pairs=ARCH_SCHEME) -> list:

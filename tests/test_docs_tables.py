@@ -31,9 +31,12 @@ def test_every_generated_block_has_a_generator():
     assert set(docs_tables.ELSEWHERE) <= set(docs_tables.markers())
 
 
+_FROM_CODE = {("README.md", "run-dir")}  # made from the code's declarations: no results file
+
+
 def test_every_table_reads_committed_results_files():
     for table in docs_tables.TABLES:
-        assert table.results, table.name
+        assert bool(table.results) != ((table.doc, table.name) in _FROM_CODE), table.name
         for path in table.results:
             assert path.startswith("docs/reproduction/") and path.endswith(".json")
             assert os.path.isfile(os.path.join(docs_tables.ROOT, path)), path

@@ -13,7 +13,7 @@ import pytest
 from test_data_pipeline import _write_corpus
 
 from deepnet_jax.common.tokens import EOS_ID
-from deepnet_jax.data import corpus, pipeline, synthetic
+from deepnet_jax.data import pipeline, prepared, synthetic
 from deepnet_jax.experiments import (
     common,
     dropout_gap,
@@ -151,7 +151,7 @@ def test_unigram_entropy_of_the_validation_targets(tmp_path):
         vocab_size=300,
         max_len=c.data.max_len,
     )
-    tok = corpus.prepare_corpus(options).tokenizer
+    tok = prepared.prepare_corpus(options).tokenizer
     ids = []
     for line in (tmp_path / "toy" / "valid.en").read_text().splitlines():
         pieces = [*tok.encode(line).tolist(), EOS_ID]

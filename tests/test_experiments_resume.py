@@ -10,6 +10,7 @@ import signal
 import pytest
 
 from deepnet_jax.experiments import depth_table, resumable
+from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.training import trainer
 
 # one smoke run (post_ln 2L-2L, seed 0: the first of six), a checkpoint after each of its 4 updates
@@ -44,15 +45,15 @@ def test_a_run_stopped_mid_way_resumes_to_the_uninterrupted_result(tmp_path, mon
         / "runs"
         / resumable.workdir_name(depth_table.keys("smoke", depth_table.base_config("smoke"))[0])
     )
-    assert resumable.has_checkpoint(str(workdir))  # the stop kept its checkpoint
+    assert RunDir(workdir).has_checkpoints()  # the stop kept its checkpoint
     partial = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     assert [r["split"] for r in partial] == ["train", "train_partial"]  # stopped inside 3-4
-    ledger = json.loads((workdir / resumable.LEDGER).read_text())
+    ledger = json.loads((workdir / "experiment_cost.json").read_text())
     assert len(ledger["segments"]) == 1 and ledger["segments"][0]["cpu_seconds"] > 0
 
     resumed = depth_table.main([*ARGS, f"--out={stopped_out}"])["runs"]
     assert len(resumed) == 1 and resumed[0]["segments"] == 2
-    assert not resumable.has_checkpoint(str(workdir))  # recorded: its checkpoints are dropped
+    assert not RunDir(workdir).has_checkpoints()  # recorded: its checkpoints are dropped
     assert (workdir / "metrics.jsonl").exists()
     for field in COMPARED:
         assert resumed[0][field] == whole[0][field], field

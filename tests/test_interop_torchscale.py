@@ -20,6 +20,7 @@ from deepnet_jax.interop import torchscale as ts
 from deepnet_jax.interop.torchscale import configs, files, runs
 from deepnet_jax.model import architectures
 from deepnet_jax.runs import loading as run_loading
+from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.training import train
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "torchscale")
@@ -280,7 +281,7 @@ def test_fine_tuning_resumes_from_the_imported_parameters(imported, tmp_path):
     of 1e-9 leaves them within 1e-6 of the import (a fresh init would be ~0.1 away)."""
     workdir = str(tmp_path / "finetune")
     shutil.copytree(imported, workdir)
-    config = runs.load_train_config(os.path.join(workdir, runs.FINETUNE_CONFIG))
+    config = runs.load_train_config(RunDir(workdir).finetune_config)
     config.total_steps, config.log_every, config.eval_every, config.checkpoint_every = 1, 1, 0, 1
     config.schedule.warmup_init_lr, config.optimizer.learning_rate = 1e-9, 1e-9
     config.decode.eval_sentences = 0

@@ -14,7 +14,8 @@ import pytest
 import tensorflow_datasets as tfds
 from test_data_sources import _ar, _tar
 
-from deepnet_jax.data import builders, corpora, fetch, libreoffice, sources
+from deepnet_jax.data import DatasetRequest, fetch, registry, sources
+from deepnet_jax.data.corpora import base, libreoffice_help, libreoffice_pages
 from deepnet_jax.data.fetch import DataPreparationError
 
 tfds.disable_progress_bar()
@@ -171,12 +172,13 @@ def corpus_pages(generated: int = GENERATED_PAGES) -> dict[str, dict[str, str]]:
 
 def make_help_deb(folder: str, lang: str, pages: dict[str, str]) -> str:
     """A ``.deb`` named as ``apt-get download`` names it, holding ``pages`` as the real one."""
-    root = f"./{libreoffice.LIBREOFFICE_HELP_ROOT}/{libreoffice.LIBREOFFICE_HELP_DIRS[lang]}"
+    pages_dir = libreoffice_pages.LIBREOFFICE_HELP_DIRS[lang]
+    root = f"./{libreoffice_pages.LIBREOFFICE_HELP_ROOT}/{pages_dir}"
     files = {f"{root}/{page}": html.encode("utf-8") for page, html in pages.items()}
     files[f"{root}/contents.js"] = b"var contents = [];"
-    files[f"./usr/share/doc/{libreoffice.LIBREOFFICE_PACKAGES[lang]}/copyright"] = b"MPL-2.0"
+    files[f"./usr/share/doc/{libreoffice_help.LIBREOFFICE_PACKAGES[lang]}/copyright"] = b"MPL-2.0"
     control = _tar(
-        {"./control": f"Package: {libreoffice.LIBREOFFICE_PACKAGES[lang]}\n".encode()}, "w:xz"
+        {"./control": f"Package: {libreoffice_help.LIBREOFFICE_PACKAGES[lang]}\n".encode()}, "w:xz"
     )
     deb = _ar(
         [
@@ -185,7 +187,7 @@ def make_help_deb(folder: str, lang: str, pages: dict[str, str]) -> str:
             ("data.tar.xz", _tar(files, "w:xz")),
         ]
     )
-    path = os.path.join(folder, libreoffice.libreoffice_deb(lang))
+    path = os.path.join(folder, libreoffice_help.libreoffice_deb(lang))
     with open(path, "wb") as f:
         f.write(deb)
     return path
@@ -209,12 +211,14 @@ def _data_dir(tmp_path, pages: dict[str, dict[str, str]]) -> str:
 @pytest.fixture
 def help_data_dir(tmp_path, monkeypatch, no_apt):
     """A data_dir with the fixture .debs; a quarter of the pages each for validation and test."""
-    monkeypatch.setattr(builders.LibreOfficeHelp, "HELD_OUT_FRACTION", 0.25)
+    monkeypatch.setattr(libreoffice_help.LibreOfficeHelp, "HELD_OUT_FRACTION", 0.25)
     return _data_dir(tmp_path, corpus_pages())
 
 
-def _blocks(lang: str, pages: dict[str, dict[str, str]]) -> dict[str, list[libreoffice.HelpBlock]]:
-    return {page: libreoffice.help_page_blocks(html) for page, html in pages[lang].items()}
+def _blocks(
+    lang: str, pages: dict[str, dict[str, str]]
+) -> dict[str, list[libreoffice_pages.HelpBlock]]:
+    return {page: libreoffice_pages.help_page_blocks(html) for page, html in pages[lang].items()}
 
 
 # ------------------------------------------------------------------------------------------
@@ -224,50 +228,52 @@ def _blocks(lang: str, pages: dict[str, dict[str, str]]) -> dict[str, list[libre
 
 def test_help_page_blocks_rules():
     """Ids pair blocks; MAC cases are skipped; markup flattened; whitespace normalized."""
-    assert libreoffice.help_page_blocks(_html(ONE["en"], "en")) == ONE_EN_BLOCKS
-    de = dict(libreoffice.help_page_blocks(_html(ONE["de"], "de")))
+    assert libreoffice_pages.help_page_blocks(_html(ONE["en"], "en")) == ONE_EN_BLOCKS
+    de = dict(libreoffice_pages.help_page_blocks(_html(ONE["de"], "de")))
     assert de["par_id1"] == "Verwenden Sie Strg+F, um die Suchleiste zu öffnen."
     assert "Befehl" not in " ".join(de.values())
     # Unclosed elements at the end of a page still end their block.
-    assert libreoffice.help_page_blocks('<p id="a">x <span>y') == [("a", "x y")]
+    assert libreoffice_pages.help_page_blocks('<p id="a">x <span>y') == [("a", "x y")]
 
 
 def test_align_help_pages_exact_pairs_and_counts():
     pages = corpus_pages(generated=0)
     english = _blocks("en", pages)
     english["text/shared/en_only.html"] = [("par_id1", "Only here.")]
-    pairs, counts = libreoffice.align_help_pages(_blocks("de", pages), english)
+    pairs, counts = libreoffice_pages.align_help_pages(_blocks("de", pages), english)
     assert pairs == DE_PAIRS
     assert counts == DE_COUNTS
     assert counts["aligned"] == sum(
         counts[k] for k in ("empty", "untranslated", "duplicates", "pairs")
     )
     # French lists the sorted page in another order: unique ids still pair by id.
-    fr_pairs, fr_counts = libreoffice.align_help_pages(_blocks("fr", pages), _blocks("en", pages))
+    fr_pairs, fr_counts = libreoffice_pages.align_help_pages(
+        _blocks("fr", pages), _blocks("en", pages)
+    )
     assert ("text/shared/three.html", "SIGNE", "SIGN") in fr_pairs
     assert ("text/shared/one.html", "Anglais seulement.", "English only.") in fr_pairs
     assert fr_counts["unmatched"] == 0 and fr_counts["ambiguous"] == 2
 
 
 def test_split_help_pairs_by_page_and_deterministic():
-    pairs, _ = libreoffice.align_help_pages(
+    pairs, _ = libreoffice_pages.align_help_pages(
         *(_blocks(lang, corpus_pages()) for lang in ("de", "en"))
     )
-    splits = libreoffice.split_help_pairs(pairs, seed=0, held_out_fraction=0.25)
-    assert splits == libreoffice.split_help_pairs(list(pairs), seed=0, held_out_fraction=0.25)
-    assert all(splits[split] for split in corpora.SPLITS)
+    splits = libreoffice_pages.split_help_pairs(pairs, seed=0, held_out_fraction=0.25)
+    assert splits == libreoffice_pages.split_help_pairs(list(pairs), seed=0, held_out_fraction=0.25)
+    assert all(splits[split] for split in base.SPLITS)
     pages = {split: {page for page, _, _ in v} for split, v in splits.items()}
     assert not pages["train"] & pages["validation"]
     assert not pages["train"] & pages["test"]
     assert not pages["validation"] & pages["test"]
     for split, v in splits.items():
-        assert all(libreoffice.help_page_split(page, 0, 0.25) == split for page, _, _ in v)
+        assert all(libreoffice_pages.help_page_split(page, 0, 0.25) == split for page, _, _ in v)
         assert v == [p for p in pairs if p in v]  # input order kept
     assert sum(len(v) for v in splits.values()) == len(pairs)
-    other_seed = libreoffice.split_help_pairs(pairs, seed=1, held_out_fraction=0.25)
+    other_seed = libreoffice_pages.split_help_pairs(pairs, seed=1, held_out_fraction=0.25)
     assert other_seed != splits
     with pytest.raises(ValueError, match="held_out_fraction"):
-        libreoffice.split_help_pairs(pairs, seed=0, held_out_fraction=0.6)
+        libreoffice_pages.split_help_pairs(pairs, seed=0, held_out_fraction=0.6)
 
 
 # ------------------------------------------------------------------------------------------
@@ -281,18 +287,18 @@ def test_fetch_uses_manual_debs_and_warns_of_a_sha_mismatch(tmp_path, no_apt, ca
     pages = corpus_pages(generated=1)
     deb = make_help_deb(str(manual), "de", pages["de"])
     make_help_deb(str(manual), "en", pages["en"])
-    debs = libreoffice.fetch_libreoffice_debs(
+    debs = libreoffice_help.fetch_libreoffice_debs(
         str(tmp_path / "dl"), ("de", "en"), manual_dir=str(manual)
     )
-    assert debs == {"de": deb, "en": str(manual / libreoffice.libreoffice_deb("en"))}
+    assert debs == {"de": deb, "en": str(manual / libreoffice_help.libreoffice_deb("en"))}
     printed = capsys.readouterr().out.splitlines()  # plain lines, no log-record prefix
     assert f"LibreOffice help: using {deb}" in printed
     warning = [line for line in printed if line.startswith(f"warning: {deb} has sha256 ")]
     assert len(warning) == 1 and "not the 00490b63" in warning[0]  # not the real package
-    read = dict(libreoffice.iter_libreoffice_pages(deb, "de"))
+    read = dict(libreoffice_pages.iter_libreoffice_pages(deb, "de"))
     assert read == pages["de"]
     with pytest.raises(DataPreparationError, match=r"no \./usr/share/libreoffice/help/fr/\*\.html"):
-        list(libreoffice.iter_libreoffice_pages(deb, "fr"))
+        list(libreoffice_pages.iter_libreoffice_pages(deb, "fr"))
 
 
 def test_fetch_without_apt_get_says_which_debs_and_where(tmp_path, no_apt):
@@ -300,7 +306,7 @@ def test_fetch_without_apt_get_says_which_debs_and_where(tmp_path, no_apt):
     manual.mkdir()
     make_help_deb(str(manual), "en", corpus_pages(generated=1)["en"])
     with pytest.raises(DataPreparationError) as err:
-        libreoffice.fetch_libreoffice_debs(
+        libreoffice_help.fetch_libreoffice_debs(
             str(tmp_path / "dl"), ("fr", "en"), manual_dir=str(manual)
         )
     message = str(err.value)
@@ -337,7 +343,7 @@ def test_fetch_runs_apt_get_with_the_pinned_version(tmp_path, monkeypatch):
     """A fake apt-get that 'downloads' the fixture .debs named in its arguments."""
     body = '  pkg="${spec%%=*}"\n  cp "$STORE"/"$pkg"_*.deb . || exit 100\n'
     log = _fake_apt_get(tmp_path, monkeypatch, body)
-    debs = libreoffice.fetch_libreoffice_debs(str(tmp_path / "dl"), ("de", "en"))
+    debs = libreoffice_help.fetch_libreoffice_debs(str(tmp_path / "dl"), ("de", "en"))
     assert sorted(debs) == ["de", "en"]
     assert log.read_text().splitlines() == [
         "download libreoffice-help-de=4:7.4.7-1+deb12u14 libreoffice-help-en-us=4:7.4.7-1+deb12u14"
@@ -345,7 +351,7 @@ def test_fetch_runs_apt_get_with_the_pinned_version(tmp_path, monkeypatch):
     with pytest.raises(
         DataPreparationError, match=r"^'apt-get download libreoffice-help-fr' failed"
     ):
-        libreoffice.fetch_libreoffice_debs(str(tmp_path / "dl"), ("fr", "en"))
+        libreoffice_help.fetch_libreoffice_debs(str(tmp_path / "dl"), ("fr", "en"))
 
 
 def test_fetch_takes_the_mirrors_version_when_the_pinned_one_is_gone(tmp_path, monkeypatch, capsys):
@@ -356,7 +362,7 @@ def test_fetch_takes_the_mirrors_version_when_the_pinned_one_is_gone(tmp_path, m
         '  cp "$STORE"/"$spec"_*.deb . || exit 100\n'
     )
     log = _fake_apt_get(tmp_path, monkeypatch, body)
-    debs = libreoffice.fetch_libreoffice_debs(str(tmp_path / "dl"), ("de", "en"))
+    debs = libreoffice_help.fetch_libreoffice_debs(str(tmp_path / "dl"), ("de", "en"))
     assert sorted(debs) == ["de", "en"]
     assert log.read_text().splitlines()[-1] == "download libreoffice-help-de libreoffice-help-en-us"
     printed = capsys.readouterr().out.splitlines()
@@ -371,12 +377,12 @@ def test_fetch_takes_the_mirrors_version_when_the_pinned_one_is_gone(tmp_path, m
 
 def _expected(lang: str, split: str) -> list[tuple[str, str, str]]:
     pages = corpus_pages()
-    pairs, _ = libreoffice.align_help_pages(_blocks(lang, pages), _blocks("en", pages))
-    return libreoffice.split_help_pairs(pairs, 0, 0.25)[split]
+    pairs, _ = libreoffice_pages.align_help_pages(_blocks(lang, pages), _blocks("en", pages))
+    return libreoffice_pages.split_help_pairs(pairs, 0, 0.25)[split]
 
 
 def test_builder_directions_pages_and_counts(help_data_dir):
-    builder = sources.prepare("libreoffice_help", help_data_dir)
+    builder = sources.prepare(DatasetRequest("libreoffice_help", help_data_dir))
     assert builder.info.full_name == "libreoffice_help/de-en/1.0.0"
     counts = builder.info.metadata["counts"]
     assert counts["align"]["pairs"] == DE_COUNTS["pairs"] + 2 * GENERATED_PAGES
@@ -387,18 +393,26 @@ def test_builder_directions_pages_and_counts(help_data_dir):
     for split in sources.SPLITS:
         expected = _expected("de", split)
         assert builder.info.splits[split].num_examples == len(expected) > 0
-        records = sources.open_split("libreoffice_help", help_data_dir, split)
+        records = sources.open_split(DatasetRequest("libreoffice_help", help_data_dir), split)
         assert list(records) == [{"source": de, "target": en} for _, de, en in expected]
         stored = builder.as_data_source(split)
         assert [r["page"].decode() for r in stored] == [page for page, _, _ in expected]
-    en_de = sources.open_split("libreoffice_help", help_data_dir, "train", source_lang="en")
-    de_en = sources.open_split("libreoffice_help", help_data_dir, "train", target_lang="en")
+    en_de = sources.open_split(
+        DatasetRequest("libreoffice_help", help_data_dir, source_lang="en"), "train"
+    )
+    de_en = sources.open_split(
+        DatasetRequest("libreoffice_help", help_data_dir, target_lang="en"), "train"
+    )
     assert en_de[0] == {"source": de_en[0]["target"], "target": de_en[0]["source"]}
-    fr_en = sources.open_split("libreoffice_help", help_data_dir, "test", source_lang="fr")
+    fr_en = sources.open_split(
+        DatasetRequest("libreoffice_help", help_data_dir, source_lang="fr"), "test"
+    )
     assert list(fr_en) == [{"source": fr, "target": en} for _, fr, en in _expected("fr", "test")]
     fr_dir = os.path.join(help_data_dir, "libreoffice_help", "fr-en", "1.0.0")
     assert os.path.isdir(fr_dir)
-    en_fr = sources.open_split("libreoffice_help", help_data_dir, "test", target_lang="fr")
+    en_fr = sources.open_split(
+        DatasetRequest("libreoffice_help", help_data_dir, target_lang="fr"), "test"
+    )
     assert en_fr[0] == {"source": fr_en[0]["target"], "target": fr_en[0]["source"]}
 
 
@@ -407,8 +421,8 @@ def test_builder_directions_pages_and_counts(help_data_dir):
 )
 def test_bad_language_pairs(source_lang, target_lang):
     with pytest.raises(ValueError) as err:
-        sources.check_arguments(
-            "libreoffice_help", source_lang=source_lang, target_lang=target_lang
+        registry.check(
+            DatasetRequest("libreoffice_help", source_lang=source_lang, target_lang=target_lang)
         )
     message = str(err.value)
     assert "\n" not in message
@@ -419,9 +433,9 @@ def test_bad_language_pairs(source_lang, target_lang):
             f"data.source_lang={source_lang!r} and data.target_lang={target_lang!r}: "
             "libreoffice_help has the language pairs de-en, fr-en (either direction)"
         )
-    assert sources.libreoffice_config("en", "fr") == "fr-en"
-    assert sources.libreoffice_config("en", "") == "de-en"
-    assert sources.libreoffice_config() == "de-en"
+    dataset = registry.get("libreoffice_help")  # the pair names the builder's config
+    assert dataset.pair("en", "fr") == ("fr", "en")
+    assert dataset.pair("en", "") == dataset.pair("", "") == ("de", "en")
 
 
 def test_empty_split_is_an_error_and_nothing_is_half_written(tmp_path, no_apt):
@@ -431,19 +445,21 @@ def test_empty_split_is_an_error_and_nothing_is_half_written(tmp_path, no_apt):
     }
     data_dir = _data_dir(tmp_path, pages)
     with pytest.raises(DataPreparationError) as err:
-        sources.prepare("libreoffice_help", data_dir, source_lang="de")
+        sources.prepare(DatasetRequest("libreoffice_help", data_dir, source_lang="de"))
     message = str(err.value)
     assert "\n" not in message
     assert "would be empty" in message and "from 1 pages" in message
     config_dir = os.path.join(data_dir, "libreoffice_help", "de-en")
     assert not os.path.exists(config_dir) or os.listdir(config_dir) == []
-    assert not builders.LibreOfficeHelp(config="de-en", data_dir=data_dir).is_prepared()
+    assert not libreoffice_help.LibreOfficeHelp(config="de-en", data_dir=data_dir).is_prepared()
 
 
 def test_prepare_without_apt_get_or_debs_is_one_line(tmp_path, no_apt):
     data_dir = str(tmp_path / "data")
     with pytest.raises(DataPreparationError) as err:
-        sources.prepare("libreoffice_help", data_dir, source_lang="fr", target_lang="en")
+        sources.prepare(
+            DatasetRequest("libreoffice_help", data_dir, source_lang="fr", target_lang="en")
+        )
     message = str(err.value)
     assert "\n" not in message
     assert message.startswith(

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from branch_variance import ffn_output_variance
 from conftest import arch_scheme_params, init_params, jit_apply, random_tokens, tiny_config
 from flax.traverse_util import flatten_dict
 from test_blocks import (
@@ -25,7 +26,7 @@ from test_decoding import _incremental_logits
 
 from deepnet_jax.interop.torchscale import configs as torchscale_configs
 from deepnet_jax.interop.torchscale import state_dict as torchscale_state_dict
-from deepnet_jax.model import architectures, branch_variance, constants, rotary
+from deepnet_jax.model import architectures, constants, rotary
 from deepnet_jax.model.attention import MultiHeadAttention
 from deepnet_jax.model.config import SCHEMES, TransformerConfig
 from deepnet_jax.model.sublayers import FeedForward
@@ -268,10 +269,10 @@ def test_ffn_output_variance_at_init_is_the_derived_value(scheme, activation):
         return jnp.mean(ffn.apply(ffn.init(key, x), x) ** 2)
 
     per_draw = np.asarray(jax.jit(jax.vmap(mean_square))(keys), np.float64)
-    want = branch_variance.ffn_output_variance(activation, cfg.d_model, cfg.ffn_dim, gain, inner)
+    want = ffn_output_variance(activation, cfg.d_model, cfg.ffn_dim, gain, inner)
     se = per_draw.std(ddof=1) / np.sqrt(per_draw.size)
     assert abs(per_draw.mean() - want) < 5 * se, (per_draw.mean(), want, se)
-    one = branch_variance.ffn_output_variance(activation, cfg.d_model, cfg.ffn_dim, 1.0, inner)
+    one = ffn_output_variance(activation, cfg.d_model, cfg.ffn_dim, 1.0, inner)
     if inner:  # Sub-LN: the inner LN removes fc1's scale; fc2's γ remains
         assert want == pytest.approx(gain**2 * one)
     elif activation != "gelu":  # ReLU is homogeneous, a gated FFN's gate keeps gain 1: β²·β²

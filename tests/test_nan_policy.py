@@ -10,7 +10,7 @@ import pytest
 from test_training import small_config
 
 from deepnet_jax.data import synthetic
-from deepnet_jax.training import train
+from deepnet_jax.training import actions, train
 
 ORIGINAL_NEXT = synthetic.SyntheticIterator.__next__
 
@@ -37,7 +37,7 @@ def _config(policy: str, steps: int = 6):
 
 def test_halt_stops_at_the_step_with_a_diagnostic_save(monkeypatch, tmp_path):
     _poison(monkeypatch, {2})  # the third step
-    with pytest.raises(train.NonFiniteError, match=r"^step 3: non-finite loss=nan") as info:
+    with pytest.raises(actions.NonFiniteError, match=r"^step 3: non-finite loss=nan") as info:
         train.run(_config("halt"), str(tmp_path))
     assert "(nan_policy='halt'); diagnostic state saved in" in str(info.value)
     assert (tmp_path / "diagnostic" / "3").is_dir()
@@ -52,7 +52,7 @@ def test_diagnostic_state_is_the_state_after_the_step_it_names(monkeypatch, tmp_
     _poison(monkeypatch, {3, 4})
     c = _config("skip")
     c.nan_max_skips, c.log_every = 2, 6  # metrics read a step late, not at each log line
-    with pytest.raises(train.NonFiniteError, match=r"^step 5: non-finite loss=nan in 2 steps"):
+    with pytest.raises(actions.NonFiniteError, match=r"^step 5: non-finite loss=nan in 2 steps"):
         train.run(c, str(tmp_path))
     saved = ocp.StandardCheckpointer().restore(tmp_path / "diagnostic" / "5")
     good = ocp.StandardCheckpointer().restore(tmp_path / "checkpoints" / "4" / "state")
@@ -73,7 +73,7 @@ def test_skip_halts_after_too_many_in_a_row(monkeypatch, tmp_path):
     _poison(monkeypatch, set(range(1, 100)))
     c = _config("skip")
     c.nan_max_skips = 3
-    with pytest.raises(train.NonFiniteError, match=r"in 3 steps in a row \(nan_policy='skip'"):
+    with pytest.raises(actions.NonFiniteError, match=r"in 3 steps in a row \(nan_policy='skip'"):
         train.run(c, str(tmp_path))
 
 

@@ -8,7 +8,7 @@ from test_nan_policy import _config, _poison
 from test_training import small_config
 
 from deepnet_jax.runs import metrics
-from deepnet_jax.training import progress, train
+from deepnet_jax.training import actions, progress, train
 
 COMPILE = "/jax/core/compile/backend_compile_duration"
 
@@ -77,6 +77,6 @@ def test_a_run_reports_its_first_intervals_compile_and_stops_listening(tmp_path)
 def test_a_halted_run_stops_listening_too(monkeypatch, tmp_path):
     before = len(jax_monitoring.get_event_duration_listeners())
     _poison(monkeypatch, {2})
-    with pytest.raises(train.NonFiniteError):
+    with pytest.raises(actions.NonFiniteError):
         train.run(_config("halt"), str(tmp_path))
     assert len(jax_monitoring.get_event_duration_listeners()) == before

@@ -23,6 +23,7 @@ import orbax.checkpoint as ocp
 import pytest
 from conftest import xla_flags
 
+from deepnet_jax.cli import command
 from deepnet_jax.runs import metrics
 from deepnet_jax.training import preemption
 
@@ -293,14 +294,15 @@ def test_damaged_latest_checkpoint_falls_back_with_a_warning(
 def test_every_checkpoint_damaged_is_an_error_that_moves_nothing(
     checkpointed_run, tmp_path, capsys
 ):
-    from deepnet_jax.training import train
 
     workdir = tmp_path / "run"
     shutil.copytree(checkpointed_run, workdir)
     for step in (2, 4, 6, 8):
         (workdir / "checkpoints" / str(step) / "data" / "metadata").write_text("{")
     capsys.readouterr()
-    assert train.main(_checkpointed_config(8), str(workdir)) == 1
+    with pytest.raises(SystemExit) as exit_:
+        command.train(_checkpointed_config(8), str(workdir))
+    assert exit_.value.code == 1
     captured = capsys.readouterr().err
     assert "Traceback" not in captured, captured
     err = captured.strip().splitlines()[-1]

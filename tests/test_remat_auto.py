@@ -13,6 +13,7 @@ import pytest
 from conftest import xla_flags
 from test_training import small_config
 
+from deepnet_jax.cli import command
 from deepnet_jax.model import architectures, remat
 from deepnet_jax.runs import checkpoint
 from deepnet_jax.training import config as train_config
@@ -93,7 +94,9 @@ def test_nothing_fits_is_one_line(memoized, capsys):
     smallest = min(peaks.values())
     c = _config()
     c.memory_budget_gb = (smallest - 1) / GIB
-    assert train.main(c, None) == 1
+    with pytest.raises(SystemExit) as exit_:
+        command.train(c, None)
+    assert exit_.value.code == 1
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1 and "Traceback" not in err, err

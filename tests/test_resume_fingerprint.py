@@ -20,6 +20,7 @@ from test_data_pipeline import _train_config, _write_corpus
 from test_reliability import _env
 from test_training import small_config
 
+from deepnet_jax.cli import command
 from deepnet_jax.runs import checkpoint
 from deepnet_jax.training import train
 
@@ -78,13 +79,15 @@ def corpus_run(corpus, tmp_path_factory):
 
 
 def _assert_refused(workdir, config, capsys, *changes: str) -> None:
-    """``train.main`` exits 1 with one error line, its last output, naming ``changes``; every
-    file under ``workdir`` is as it was."""
+    """``cli.command.train`` exits 1 with one error line, its last output, naming
+    ``changes``; every file under ``workdir`` is as it was."""
     before = _listing(workdir)
     tokenizer = workdir / "tokenizer.model"
     old_tokenizer = _read(tokenizer) if tokenizer.exists() else None
     capsys.readouterr()
-    assert train.main(config, str(workdir)) == 1
+    with pytest.raises(SystemExit) as exit_:
+        command.train(config, str(workdir))
+    assert exit_.value.code == 1
     out, err = capsys.readouterr()
     assert err.count("error: ") == 1, err
     line = "error: " + err.split("error: ")[1]  # after data preparation's progress bars, if any

@@ -22,8 +22,8 @@ from deepnet_jax.model.inputs import init_variables
 from deepnet_jax.model.stacks import dwa_weight_init
 from deepnet_jax.model.transformer_layer import TransformerLayer
 
-NEW = ("mix_ln", "peri_ln", "ln_scaling", "deepscalelm", "rezero", "skipinit", "admin")
-STACKS = (*NEW, "denseformer")
+STACKS = schemes.names(origin=schemes.SINCE_DEEPNET)
+NEW = schemes.names(origin=schemes.SINCE_DEEPNET, scannable=True)  # one layer body each
 ARCHS = ("encoder", "decoder", "encdec")
 EXTRA = {"mix_ln": dict(mix_ln_ratio=0.5)}  # ⌊0.5·3⌋ = 1 encoder and ⌊0.5·2⌋ = 1 decoder Post-LN
 

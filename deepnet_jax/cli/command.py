@@ -14,13 +14,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
+import ml_collections
 from absl import app
 
 from deepnet_jax import configs
 from deepnet_jax.cli import log_setup
+from deepnet_jax.common import console
 
 HELP_FLAGS = ("-h", "--help", "-help", "--helpshort", "--helpfull")
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError)
 CONFIG_FLAGS = ("--config", "--train_config")  # a shipped config's name or a config file
 
 
@@ -35,7 +36,7 @@ def main(
     argv: Sequence[str],
     *,
     commands: Sequence[str] = (),
-    errors: tuple[type[BaseException], ...] = USER_ERRORS,
+    errors: tuple[type[BaseException], ...] = console.USER_ERRORS,
 ) -> None:
     """A command's ``main(argv)`` (``argv[0]`` the program, flags parsed): ``body(arguments)``
     after the positional arguments are checked and log verbosity set; one of ``errors`` becomes
@@ -50,13 +51,21 @@ def main(
     try:
         body(arguments)
     except errors as e:
-        print(error_line(e), file=sys.stderr)
+        print(console.error_line(e), file=sys.stderr)
         sys.exit(1)
 
 
-def error_line(e: BaseException) -> str:
-    """``error: <message>`` on one line (the message's whitespace runs folded)."""
-    return "error: " + " ".join(str(e).split())
+def train(
+    config: ml_collections.ConfigDict, workdir: str | None, argv: Sequence[str] = ("train",)
+) -> None:
+    """Train ``config`` in ``workdir`` as ``python -m deepnet_jax.cli.train`` does: :func:`main`
+    around :func:`deepnet_jax.training.train.run` (a bad config or environment, a non-finite
+    loss, checkpoints that cannot be restored or belong to another run: one ``error:`` line and
+    exit status 1). Training that completes, or that a stop signal ends with its checkpoint,
+    returns. Here rather than in ``cli.train``, whose flags would clash with other commands'."""
+    from deepnet_jax.training import train as training  # optax, orbax: not on every --help
+
+    main(lambda _: training.run(config, workdir), argv)
 
 
 def with_config_files(argv: Sequence[str]) -> list[str]:
@@ -72,7 +81,7 @@ def with_config_files(argv: Sequence[str]) -> list[str]:
             elif arg in CONFIG_FLAGS and i + 1 < len(out):
                 out[i + 1] = configs.path(out[i + 1])
     except ValueError as e:
-        print(error_line(e), file=sys.stderr)
+        print(console.error_line(e), file=sys.stderr)
         sys.exit(1)
     return out
 

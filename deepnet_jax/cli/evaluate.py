@@ -23,7 +23,7 @@ from absl import flags
 
 from deepnet_jax.cli import command
 from deepnet_jax.cli import flags as cli_flags
-from deepnet_jax.data import DataPreparationError, pipeline, registry, sources
+from deepnet_jax.data import pipeline, registry, sources
 from deepnet_jax.decoding import options as decoding_options
 from deepnet_jax.decoding import scoring
 from deepnet_jax.runs import loading as run_loading
@@ -60,7 +60,7 @@ def evaluate_run(
         pipeline.DataOptions.from_config(config.data, config.seed),
         config.model.arch,
         row_multiple=sharding.data_parallel_size(run.mesh),
-        tokenizer_path=run_loading.tokenizer_path(run.workdir),
+        tokenizer_path=run.run_dir.tokenizer,
     )
     rows = sharding.batch_sharding(run.mesh)
 
@@ -142,7 +142,7 @@ def execute(arguments: list[str]) -> None:
 def main(argv: list[str]) -> None:
     """The command (absl's ``argv``, flags parsed): :func:`execute` with the shared checks
     and the one-line error (:mod:`deepnet_jax.cli.command`)."""
-    command.main(execute, argv, errors=(*command.USER_ERRORS, DataPreparationError))
+    command.main(execute, argv)
 
 
 if __name__ == "__main__":

@@ -17,15 +17,15 @@ a user can fix (a corpus that cannot be fetched, bad local files or flags) print
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 
 from absl import flags
 
 from deepnet_jax.cli import command
 from deepnet_jax.cli import flags as cli_flags
-from deepnet_jax.data import corpus as data_corpus
-from deepnet_jax.data import registry, sources
-from deepnet_jax.data.fetch import DataPreparationError
+from deepnet_jax.data import DatasetRequest, registry, sources
+from deepnet_jax.data import prepared as data_prepared
 from deepnet_jax.data.options import DataOptions
 
 _DATASET = flags.DEFINE_string("dataset", None, f"One of: {', '.join(registry.CORPORA)}.")
@@ -65,27 +65,21 @@ def split_lines(dataset: str, builder) -> list[str]:
 def execute(arguments: list[str]) -> None:
     """Prepare ``--dataset`` (and with ``--tokenizer`` its tokenizer); one line per split."""
     del arguments  # none
-    sources.check_arguments(
-        _DATASET.value,
+    request = DatasetRequest(
+        dataset=_DATASET.value,
+        data_dir=cli_flags.DATA_DIR.value,
         source_lang=_SOURCE_LANG.value,
         target_lang=_TARGET_LANG.value,
-        source_dir=_SOURCE_DIR.value,
+        source_dir=_SOURCE_DIR.value or "",
         src_ext=_SRC_EXT.value,
         tgt_ext=_TGT_EXT.value,
     )
-    options = _tokenizer_options() if _TOKENIZER.value else None
+    registry.check(request)
+    options = _tokenizer_options(request) if _TOKENIZER.value else None
     # tfds prints progress to stdout; keep stdout for the per-split lines.
     with contextlib.redirect_stdout(sys.stderr):
-        builder = sources.prepare(
-            _DATASET.value,
-            cli_flags.DATA_DIR.value,
-            source_dir=_SOURCE_DIR.value,
-            src_ext=_SRC_EXT.value,
-            tgt_ext=_TGT_EXT.value,
-            source_lang=_SOURCE_LANG.value,
-            target_lang=_TARGET_LANG.value,
-        )
-        corpus = data_corpus.prepare_corpus(options) if options else None
+        builder = sources.prepare(request)
+        corpus = data_prepared.prepare_corpus(options) if options else None
     for line in split_lines(_DATASET.value, builder):
         print(line)
     print(f"prepared in {builder.data_path}")
@@ -93,16 +87,10 @@ def execute(arguments: list[str]) -> None:
         print(f"tokenizer: {corpus.tokenizer_path} ({corpus.tokenizer.vocab_size} pieces)")
 
 
-def _tokenizer_options() -> DataOptions:
+def _tokenizer_options(request: DatasetRequest) -> DataOptions:
     """The data options that key the tokenizer cache (checked before anything is prepared)."""
     options = DataOptions(
-        dataset=_DATASET.value,
-        data_dir=cli_flags.DATA_DIR.value,
-        source_dir=_SOURCE_DIR.value or "",
-        src_ext=_SRC_EXT.value,
-        tgt_ext=_TGT_EXT.value,
-        source_lang=_SOURCE_LANG.value,
-        target_lang=_TARGET_LANG.value,
+        **dataclasses.asdict(request),
         tokenizer=_TOKENIZER.value,
         vocab_size=_VOCAB_SIZE.value,
     )
@@ -113,7 +101,7 @@ def _tokenizer_options() -> DataOptions:
 def main(argv: list[str]) -> None:
     """The command (absl's ``argv``, flags parsed): :func:`execute` with the shared checks
     and the one-line error (:mod:`deepnet_jax.cli.command`)."""
-    command.main(execute, argv, errors=(*command.USER_ERRORS, DataPreparationError))
+    command.main(execute, argv)
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from deepnet_jax import configs
-from deepnet_jax.cli import command, log_setup
-from deepnet_jax.training import train
+from deepnet_jax.cli import command
+from deepnet_jax.common import console
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", configs.path("default"), "a shipped config's name or a config file", lock_config=True
@@ -45,7 +45,7 @@ def parse_flags(argv: list[str]) -> list[str]:
         message = str(e)
     except (AttributeError, KeyError) as e:  # an override naming a field the config lacks
         message = _unknown_override(argv, str(e.args[0]) if e.args else str(e))
-    print("error: " + " ".join(message.split()), file=sys.stderr)
+    print(console.error_line(message), file=sys.stderr)
     sys.exit(1)
 
 
@@ -63,10 +63,8 @@ def _unknown_override(argv: list[str], text: str) -> str:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    log_setup.configure(log_setup.requested_verbosity())
-    sys.exit(train.main(_CONFIG.value, _WORKDIR.value))
+    """The command's ``main(argv)``: :func:`command.train` with the flags' config and workdir."""
+    command.train(_CONFIG.value, _WORKDIR.value, argv)
 
 
 def run() -> None:

@@ -13,6 +13,23 @@ import jax
 from tqdm import tqdm
 
 
+class UserError(Exception):
+    """A mistake the user can fix (a bad config or flag, a missing or foreign file, an
+    environment without what a run needs, a run that diverged): every command reports it, like
+    ``ValueError`` and ``OSError``, as one :func:`error_line` and exit status 1, never a
+    traceback. The project's own error classes derive from it."""
+
+
+# What every command (``cli``, ``experiments``) answers with one ``error:`` line: a bug is
+# anything else, and keeps its traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, UserError)
+
+
+def error_line(e: BaseException | str) -> str:
+    """``error: <message>`` on one line (the message's whitespace runs folded)."""
+    return "error: " + " ".join(str(e).split())
+
+
 def say(message: str) -> None:
     """Print ``message`` on process 0 only (above an open tqdm bar); other processes stay quiet."""
     if jax.process_index() == 0:

@@ -19,7 +19,7 @@ Training examples longer than ``max_len`` (and empty ones) are dropped and count
 examples (``truncate=True``) keep every translation pair and every document, cutting the long
 ones to ``max_len`` and counting them in ``TokenizedExamples.truncated``: a source keeps its
 first ``max_len − 1`` pieces + EOS (the decoder's input for BLEU, see
-``corpus.source_ids``) and a target its first ``max_len`` positions (teacher forcing over a
+``prepared.source_ids``) and a target its first ``max_len`` positions (teacher forcing over a
 prefix of the reference), so every pair is scored and the scored set is the decoded set.
 """
 

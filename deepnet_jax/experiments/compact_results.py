@@ -40,6 +40,8 @@ import os
 import sys
 from typing import Any
 
+from deepnet_jax.common import console
+
 DIGITS = 9  # significant digits of a kept curve value (FLT_DECIMAL_DIG)
 # experiment → curve field → record split → the record fields kept (None: every field);
 # a curve field or split not named is dropped; a record kept without its split is of the split
@@ -143,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             text = compacted_text(path)
         except (OSError, ValueError) as e:
-            print(f"error: {e}")
+            print(console.error_line(e))
             failed = True
             continue
         with open(path) as f:

@@ -77,6 +77,7 @@ from typing import Any
 import ml_collections
 from absl import flags
 
+from deepnet_jax.common import console
 from deepnet_jax.common.tokens import FIRST_CONTENT_ID
 from deepnet_jax.experiments import common, opening, report, thousand_layers
 from deepnet_jax.experiments import depth_table_costs as depth_costs
@@ -158,8 +159,8 @@ class Recipe:
 RECIPE = Recipe(lr=2e-3, warmup=400, updates=800, batch_size=32, dropout=0.0, log_every=25)
 SMOKE_RECIPE = Recipe(lr=3e-3, warmup=2, updates=4, batch_size=8, dropout=0.0, log_every=2)
 
-_SCHEMES = ["post_ln", "pre_ln", "deepnorm", "subln"]
-_DLCL = ["dlcl_pre", "dlcl_post"]
+_SCHEMES = list(common.SCHEMES)  # the papers' scanned schemes
+_DLCL = list(schemes.names(stack="dlcl"))
 GRIDS: dict[str, dict[str, Any]] = {
     "smoke": {
         "tasks": ["reversal"],
@@ -354,7 +355,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         index, count = parse_shard(_SHARD.value)
         chosen = select(keys(args.setting, base), args.setting, _TASKS.value, _LAYERS.value)
     except ValueError as e:
-        sys.exit(f"error: {e}")
+        sys.exit(console.error_line(e))
     levels = {task: _levels(task_config(base, task)) for task in GRIDS[args.setting]["tasks"]}
     grid = GRIDS[args.setting]
     settings = {"grid": grid, "levels": levels, **_recipe(base, "recipes" not in grid)}
@@ -397,10 +398,12 @@ def merge(results: common.Results, path: str, wanted: list[dict[str, Any]]) -> i
         with open(path) as f:
             theirs = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
-        raise SystemExit(f"error: --merge={path}: {e}") from None
+        raise SystemExit(console.error_line(f"--merge={path}: {e}")) from None
     differ = results.differing(theirs)
     if differ:
-        raise SystemExit(f"error: --merge={path}: made with other settings ({', '.join(differ)})")
+        differ_text = ", ".join(differ)
+        message = f"--merge={path}: made with other settings ({differ_text})"
+        raise SystemExit(console.error_line(message))
     added = 0
     for key in wanted:
         run = common.find_run(theirs.get("runs", []), key)

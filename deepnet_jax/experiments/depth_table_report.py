@@ -10,17 +10,19 @@ from typing import Any
 
 from deepnet_jax.experiments import common, report
 from deepnet_jax.experiments.thousand_layers_report import LEVELS, ONSET_MARGIN, first_reaching
+from deepnet_jax.model import schemes
 from deepnet_jax.training import progress
 
-# one color per scheme in every panel and figure (matplotlib's tab10)
-COLORS = {
-    "post_ln": "tab:blue",
-    "pre_ln": "tab:orange",
-    "deepnorm": "tab:green",
-    "subln": "tab:red",
-    "dlcl_pre": "tab:purple",
-    "dlcl_post": "tab:brown",
-}
+# the papers' schemes: every other scheme's differences are called against these
+REFERENCE_SCHEMES = schemes.names(origin=schemes.PAPER)
+# one color per paper's scheme in every panel and figure (matplotlib's tab10)
+COLORS = dict(
+    zip(
+        REFERENCE_SCHEMES,
+        ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"),
+        strict=True,
+    )
+)
 # the other rows (the schemes since DeepNet, DyT) in the colors the papers' rows leave free,
 # drawn dashed; in the order they first appear in a panel
 OTHER_COLORS = (
@@ -248,10 +250,6 @@ def _onset_table(
                 + [", ".join("—" if o[c] is None else str(o[c]) for o in per_seed) for c in columns]
             )
     return report.markdown_table(header, rows)
-
-
-# the papers' schemes: every other scheme's differences are called against these
-REFERENCE_SCHEMES = ("post_ln", "pre_ln", "deepnorm", "subln", "dlcl_pre", "dlcl_post")
 
 
 _CALLS_LEGEND = (

@@ -16,12 +16,13 @@ from typing import Any
 from deepnet_jax.experiments import depth_table_report as table_report
 from deepnet_jax.experiments import report
 from deepnet_jax.experiments.depth_table_costs import MILESTONES
+from deepnet_jax.model import schemes
 
 Payload = dict[str, Any]
 Run = dict[str, Any]
 # the papers' rows that docs/schemes.md puts beside the since_deepnet setting's (quick's runs)
 SINCE_DEEPNET_REFERENCE = ("post_ln", "pre_ln", "deepnorm")
-DLCL = ("dlcl_pre", "dlcl_post")
+DLCL = schemes.names(stack="dlcl")
 
 
 def task_runs(

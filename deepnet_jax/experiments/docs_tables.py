@@ -1,14 +1,17 @@
-"""Every table of the docs whose figures come from a committed results file, generated from it.
+"""Every table of the docs whose figures come from a committed results file, generated from it,
+and the tables made from the code's own declarations (what a run leaves in its workdir).
 
     python -m deepnet_jax.experiments.docs_tables          # rewrite every such table
     python -m deepnet_jax.experiments.docs_tables --check  # exit 1 naming the stale ones
 
 :data:`TABLES` is the registry: each entry names a markdown file, the block of it between
 ``<!-- generated: NAME -->`` and ``<!-- end: NAME -->`` (:mod:`deepnet_jax.common.records`),
-the results files under ``docs/reproduction/`` it is made from and the function that renders
-it from their payloads. ``tests/test_docs_tables.py`` regenerates every entry and fails on any
-difference, and on a marker in README.md or docs/*.md that no entry (nor :data:`ELSEWHERE`)
-generates. An experiment that adds runs to a results file changes its tables: rerun this.
+the results files under ``docs/reproduction/`` it is made from (none for a table made from the
+code) and the function that renders it from their payloads. ``tests/test_docs_tables.py``
+regenerates every entry and fails on any difference, and on a marker in README.md or
+docs/*.md that no entry (nor :data:`ELSEWHERE`) generates. An experiment that adds runs to a
+results file changes its tables, and a new entry of ``runs.workdir.ENTRIES`` README's: rerun
+this.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from deepnet_jax.common import records
+from deepnet_jax.common import console, records
 from deepnet_jax.experiments import depth_table_views as views
 from deepnet_jax.experiments import lr_tolerance, model_update
+from deepnet_jax.runs import workdir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _RESULTS = "docs/reproduction"
@@ -44,7 +48,8 @@ MU_SINCE_DEEPNET = f"{_RESULTS}/model_update_since_deepnet.json"
 @dataclasses.dataclass(frozen=True)
 class Table:
     """A generated table: ``render(*payloads)`` of ``results`` (paths from the repository
-    root, loaded as JSON in that order) is the text of block ``name`` of ``doc``."""
+    root, loaded as JSON in that order; none: ``render()`` reads the code) is the text of block
+    ``name`` of ``doc``."""
 
     doc: str
     name: str
@@ -58,6 +63,7 @@ def _task(render: Callable[..., str], task: str) -> Callable[..., str]:
 
 _REPRODUCTION = "docs/reproduction.md"
 TABLES: tuple[Table, ...] = (
+    Table("README.md", "run-dir", (), workdir.docs_table),
     *(
         Table(_REPRODUCTION, f"depth-table-quick-{task}{suffix}", (QUICK,), _task(render, task))
         for task in ("reversal64", "reversal")
@@ -186,17 +192,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"all {len(TABLES)} generated tables match their results files")
     for table in tables:
         if args.check:
-            print(f"stale: {table.doc} block {table.name} (from {', '.join(table.results)})")
+            source = ", ".join(table.results) or table.render.__module__
+            print(f"stale: {table.doc} block {table.name} (from {source})")
             failed = True
             continue
         try:
             records.replace_block(os.path.join(ROOT, table.doc), table.name, render(table))
             print(f"wrote {table.doc} block {table.name}")
         except ValueError as e:  # its markers are not there once each
-            print(f"error: {e}")
+            print(console.error_line(e))
             failed = True
     for doc, name in unregistered():
-        print(f"error: {doc} block {name} has no generator (deepnet_jax.experiments.docs_tables)")
+        print(console.error_line(f"{doc} block {name} has no generator (experiments.docs_tables)"))
         failed = True
     return 1 if failed else 0
 

@@ -47,6 +47,7 @@ from typing import Any
 import ml_collections
 
 from deepnet_jax.experiments import common, opening, report
+from deepnet_jax.model import schemes
 
 NAME = "model_update"
 SETTINGS = {
@@ -164,7 +165,10 @@ def _series(run: dict[str, Any]) -> list[tuple[int, float]]:
 # The docs' tables of a results payload (``model_update.json``), written between their markers
 # by deepnet_jax.experiments.docs_tables.
 
-_NAMES = {"post_ln": "Post-LN", "pre_ln": "Pre-LN", "deepnorm": "DeepNorm", "subln": "Sub-LN"}
+
+def _title(row: str) -> str:
+    """A row's name in the tables: its scheme's title ("DeepNorm"), else the row itself."""
+    return schemes.get(row).title if row in schemes.SCHEMES else row
 
 
 def _after(run: dict[str, Any], step: int) -> float:
@@ -184,7 +188,7 @@ def first_update_table(payload: dict[str, Any]) -> str:
     plain, gated = s["ffns"]
     header = ["NL-NL"]
     for scheme in s["schemes"]:
-        header += [_NAMES.get(scheme, scheme), "ratio"]
+        header += [_title(scheme), "ratio"]
     rows = []
     for n in s["depths"]:
         row: list[Any] = [n]
@@ -199,7 +203,7 @@ def gated_table(payload: dict[str, Any], early: int = 10) -> str:
     """A gated setting after its updates: a row per depth, per scheme ΔF after ``early``
     updates / the largest ΔF / the validation NLL, each as ``plain, gated``."""
     s, runs = payload["settings"], _gated_runs(payload)
-    header = ["NL-NL"] + [_NAMES.get(scheme, scheme) for scheme in s["schemes"]]
+    header = ["NL-NL"] + [_title(scheme) for scheme in s["schemes"]]
     rows = []
     for n in s["depths"]:
         row: list[Any] = [n]

@@ -14,6 +14,7 @@ from absl import flags
 
 from deepnet_jax.cli import command, log_setup
 from deepnet_jax.cli import flags as cli_flags
+from deepnet_jax.common import console
 
 SETTINGS = ("smoke", "quick", "full")
 _SETTING = flags.DEFINE_string(
@@ -57,11 +58,15 @@ def parse_args(
     try:
         flags.FLAGS(["experiment", *argv])
     except flags.Error as e:
-        sys.exit("error: " + " ".join(str(e).split()))
+        sys.exit(console.error_line(e))
     if experiment is not None:
         _refuse_foreign_flags(experiment)
     if _SETTING.value not in settings:
-        sys.exit(f"error: --setting={_SETTING.value!r}; allowed values are {', '.join(settings)}")
+        sys.exit(
+            console.error_line(
+                f"--setting={_SETTING.value!r}; allowed values are {', '.join(settings)}"
+            )
+        )
     return Args(
         _SETTING.value,
         cli_flags.OUT.value or "",
@@ -97,7 +102,11 @@ def _refuse_foreign_flags(experiment: str) -> None:
         for f in flag:
             if f.present and f.name not in mine:
                 allowed = ", ".join(f"--{n}" for n in sorted(mine))
-                sys.exit(f"error: --{f.name} is not a flag of {experiment}; it takes {allowed}")
+                sys.exit(
+                    console.error_line(
+                        f"--{f.name} is not a flag of {experiment}; it takes {allowed}"
+                    )
+                )
 
 
 def usage(settings: Sequence[str] = SETTINGS, experiment: str | None = None) -> str:

@@ -10,7 +10,7 @@ resumes from the newest one instead of starting over; the trainer's resume is ex
 resumed run's curves and results are bitwise those of an uninterrupted run
 (``tests/test_experiments_resume.py``).
 
-Its cost is kept in ``<workdir>/experiment_cost.json`` (:class:`CostLedger`): one segment per
+Its cost is kept in the workdir's ``experiment_cost.json`` (:class:`CostLedger`): one segment per
 process that trained the run, each segment's CPU and wall seconds written every
 :data:`LEDGER_EVERY` seconds by a daemon thread, so a process killed without warning loses at
 most that much of its count. A run's ``cpu_seconds`` is the sum over its segments, updates
@@ -31,9 +31,9 @@ from typing import Any
 import ml_collections
 
 from deepnet_jax.runs import metrics
-from deepnet_jax.training import train
+from deepnet_jax.runs.workdir import RunDir
+from deepnet_jax.training import actions, train
 
-LEDGER = "experiment_cost.json"
 LEDGER_EVERY = 30.0  # seconds between the ledger's writes
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")
 
@@ -45,16 +45,10 @@ def workdir_name(key: dict[str, Any]) -> str:
     return ",".join(_UNSAFE.sub("_", f"{k}={v}") for k, v in key.items())
 
 
-def has_checkpoint(workdir: str) -> bool:
-    """Whether ``workdir`` holds a checkpoint a run could resume from."""
-    directory = os.path.join(workdir, "checkpoints")
-    return os.path.isdir(directory) and any(name.isdigit() for name in os.listdir(directory))
-
-
 def drop_checkpoints(workdir: str) -> None:
     """Remove a finished run's checkpoints (its metrics and cost stay): its result is in the
     results file, so nothing resumes it."""
-    shutil.rmtree(os.path.join(workdir, "checkpoints"), ignore_errors=True)
+    shutil.rmtree(RunDir(workdir).checkpoints, ignore_errors=True)
 
 
 class CostLedger:
@@ -65,7 +59,7 @@ class CostLedger:
     (``time.process_time``: all its threads), so one run per process."""
 
     def __init__(self, workdir: str, every: float = LEDGER_EVERY):
-        self.path = os.path.join(workdir, LEDGER)
+        self.path = RunDir(workdir).experiment_cost
         self.every = every
         self.earlier: list[dict[str, float]] = []
         if os.path.exists(self.path):
@@ -130,7 +124,7 @@ def train_once(
     one-line mismatch). A run stopped by a signal (SIGTERM, SIGINT) exits the process instead:
     its partial result is not one of this config (``resume``: its checkpoint is kept for the
     next start)."""
-    if not (resume and has_checkpoint(workdir)):
+    if not (resume and RunDir(workdir).has_checkpoints()):
         _empty(workdir)
     os.makedirs(workdir, exist_ok=True)
     out: dict[str, Any] = {"nonfinite_step": None}
@@ -144,7 +138,7 @@ def train_once(
                     f"again to {then})"
                 )
             out.update({k: v for k, v in result.items() if isinstance(v, (int, float, str))})
-        except train.NonFiniteError as e:
+        except actions.NonFiniteError as e:
             out["nonfinite_step"] = e.step
             out["error"] = str(e)
             out["eval_loss"] = out["eval_accuracy"] = math.nan

@@ -233,15 +233,9 @@ def _keep(entropy: float, result: dict[str, Any], workdir: str) -> None:
 def keep_curves(result: dict[str, Any], workdir: str) -> None:
     """Keep a run's metrics records (train, eval and ΔF curves) in its result, slimmed."""
     result["records"] = [
-        _slim(r) for r in metrics_records(workdir) if r["split"] in ("train", "eval")
+        _slim(r) for r in metrics.read_if_any(workdir) if r["split"] in ("train", "eval")
     ]
     result["diagnostics"] = [_slim(r) for r in result["diagnostics"]]
-
-
-def metrics_records(workdir: str) -> list[dict[str, Any]]:
-    """The run's ``metrics.jsonl`` records (none if it wrote none)."""
-    path = os.path.join(workdir, "metrics.jsonl")
-    return metrics.read(workdir) if os.path.exists(path) else []
 
 
 def _slim(record: dict[str, Any]) -> dict[str, Any]:

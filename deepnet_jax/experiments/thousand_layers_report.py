@@ -7,11 +7,13 @@ import math
 from typing import Any
 
 from deepnet_jax.experiments import report
-from deepnet_jax.model import constants
+from deepnet_jax.model.config import TransformerConfig
 
 MARGIN_NATS = 1.0  # "trained": final validation NLL this far below the unigram entropy
 ONSET_MARGIN = 0.1  # "left chance": training accuracy this far above the blind chance accuracy
 LEVELS = (0.5, 0.9)  # accuracies whose first update is also reported
+# the experiment's subject (DeepNet's 1,000 layers): its runs' onset is plotted against depth
+ONSET_SCHEME = "deepnorm"
 
 
 def first_reaching(curve: list[tuple[int, float]], level: float) -> int | None:
@@ -95,11 +97,12 @@ def _step(value: int | None) -> str:
 
 
 def _decoder_constants(scheme: str, layers: int) -> tuple[float, float]:
-    """The decoder's (α, β): DeepNorm's for ``layers`` per side, 1 and 1 for Post-LN."""
-    if scheme != "deepnorm":
-        return 1.0, 1.0
-    d = constants.deepnorm("encdec", layers, layers)["decoder"]
-    return d["alpha"], d["beta"]
+    """The decoder's (α, init gain) of an encoder-decoder of ``layers`` per side
+    (``TransformerConfig.side_constants``): DeepNorm's α and β, 1 and 1 for Post-LN."""
+    config = TransformerConfig(
+        arch="encdec", scheme=scheme, num_encoder_layers=layers, num_decoder_layers=layers
+    )
+    return config.side_constants("decoder")
 
 
 def plot(
@@ -109,7 +112,8 @@ def plot(
     updates, a curve per run; with several depths also the onset against depth. Written to
     ``<out>/<name>.png``; returns the path."""
     plt = report.pyplot()
-    depths = sorted({r["layers"] for r in runs if r["scheme"] == "deepnorm"})
+    deep = [r for r in runs if r["scheme"] == ONSET_SCHEME]
+    depths = sorted({r["layers"] for r in deep})
     panels = 4 if len(depths) > 1 else 3
     fig, axes = plt.subplots(1, panels, figsize=(4.0 * panels, 3.3))
     for run in runs:
@@ -140,7 +144,7 @@ def plot(
     axes[0].legend(fontsize=7)
     axes[1].legend(fontsize=7)
     if panels == 4:
-        _plot_onset(axes[3], [r for r in runs if r["scheme"] == "deepnorm"], chance)
+        _plot_onset(axes[3], deep, chance)
     return report.save_figure(fig, out, name)
 
 

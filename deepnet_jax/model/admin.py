@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 from flax.traverse_util import flatten_dict, unflatten_dict
 
+from deepnet_jax.model import schemes
 from deepnet_jax.model.transformer_layer import ADMIN_PROFILE
 
 
@@ -41,7 +42,7 @@ def profile(
     (``model_inputs.model_args``/``model_kwargs``); dropout draws from ``dropout_key`` as in
     training. Each ω [D] (scanned: [L, D]) is filled with its sublayer's scalar ω_i.
     """
-    if model.config.scheme != "admin":
+    if not schemes.get(model.config.scheme).profiled_init:
         raise ValueError(f"profile is Admin's init; model.scheme={model.config.scheme!r}")
     _, state = model.apply(
         variables,

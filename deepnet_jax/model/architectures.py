@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from deepnet_jax.common.tokens import PAD_ID
-from deepnet_jax.model import masks
+from deepnet_jax.model import masks, schemes
 from deepnet_jax.model.config import TransformerConfig, default_config, validate
 from deepnet_jax.model.embeddings import (
     OutputProjection,
@@ -51,9 +51,10 @@ __all__ = [
 
 
 def embedding_norm(config: TransformerConfig, x_BTD: jax.Array) -> jax.Array:
-    """Peri-LN's norm of the embedded input (``embed_layer_norm``; Kim et al. 2025), x
-    unchanged under the other schemes. Call inside the Encoder's/Decoder's compact call."""
-    if config.scheme != "peri_ln":
+    """The norm of the embedded input (``embed_layer_norm``) of a scheme that has one
+    (``schemes.Scheme.embedding_norm``: Peri-LN, Kim et al. 2025); x unchanged otherwise.
+    Call inside the Encoder's/Decoder's compact call."""
+    if not schemes.get(config.scheme).embedding_norm:
         return x_BTD
     return normalization(config, "embed_layer_norm")(x_BTD)
 

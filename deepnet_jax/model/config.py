@@ -8,7 +8,6 @@ dataclass that Flax modules take as an attribute.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import jax.numpy as jnp
 import ml_collections
@@ -17,6 +16,8 @@ from deepnet_jax.common import config_schema
 from deepnet_jax.common.config_schema import field
 from deepnet_jax.model import constants, schemes
 from deepnet_jax.model.remat import AUTO, POLICIES
+from deepnet_jax.model.schemes.base import SIDES
+from deepnet_jax.model.schemes.base import fail as _fail
 
 ARCHS = constants.ARCHS
 SCHEMES = schemes.NAMES
@@ -45,9 +46,9 @@ class TransformerConfig:
     )
     scheme: str = field(
         "deepnorm",
-        "the residual scheme (docs/schemes.md): the papers' post_ln, pre_ln, deepnorm, subln, "
-        "dlcl_pre, dlcl_post; and mix_ln, peri_ln, ln_scaling, deepscalelm, rezero, skipinit, "
-        "admin, denseformer",
+        f"the residual scheme (docs/schemes.md): the papers' "
+        f"{', '.join(schemes.names(origin=schemes.PAPER))}; and "
+        f"{', '.join(schemes.names(origin=schemes.SINCE_DEEPNET))}",
         choices=SCHEMES,
     )
     num_encoder_layers: int = field(6, "N: >= 1 when the arch has an encoder, else 0")
@@ -241,7 +242,7 @@ class TransformerConfig:
                 "it names no kernel: deepnet_jax.training.attention_auto.resolve picks one for "
                 "the devices (the trainer and the planner do) before a model is built",
             )
-        return cls(**{f.name: c[f.name] for f in dataclasses.fields(cls)})
+        return _frozen(c)
 
     @property
     def head_dim(self) -> int:
@@ -264,21 +265,24 @@ class TransformerConfig:
     def storage_dtype(self):
         return DTYPES[self.param_dtype]
 
+    @property
+    def sides(self) -> tuple[str, ...]:
+        """The sides the architecture has: ("encoder",), ("decoder",) or both."""
+        return {"encoder": SIDES[:1], "decoder": SIDES[1:], "encdec": SIDES}[self.arch]
+
+    def num_layers(self, side: str) -> int:
+        """The layers of one side, "encoder" (N) or "decoder" (M)."""
+        if side not in SIDES:
+            raise ValueError(f"side={side!r} is not one of {', '.join(SIDES)}")
+        return self.num_encoder_layers if side == "encoder" else self.num_decoder_layers
+
     def side_constants(self, side: str) -> tuple[float, float]:
-        """(α, init gain) of one side ("encoder" or "decoder") under this config's scheme: α
-        weights the residual x (DeepNorm's α, DeepScaleLM's λ; 1 otherwise), the gain is the
-        Xavier gain of v, out, fc1 and fc2 (DeepNorm's β, Sub-LN's γ; 1 otherwise)."""
-        if self.scheme == "deepscalelm":
-            return self.deepscalelm_weights(side)[0], 1.0
-        if self.scheme == "deepnorm":
-            k = constants.deepnorm(
-                self.arch, self.num_encoder_layers, self.num_decoder_layers, self.deepnorm_variant
-            )
-            return k[side]["alpha"], k[side]["beta"]
-        if self.scheme == "subln":
-            k = constants.subln(self.arch, self.num_encoder_layers, self.num_decoder_layers)
-            return 1.0, k[side]["gamma"]
-        return 1.0, 1.0
+        """(α, init gain) of one side ("encoder" or "decoder") under this config's scheme
+        (``schemes.Scheme.constants``): α weights the residual x (DeepNorm's α, DeepScaleLM's
+        λ; 1 otherwise), the gain is the Xavier gain of v, out, fc1 and fc2 (DeepNorm's β,
+        Sub-LN's γ; 1 otherwise)."""
+        k = schemes.get(self.scheme).constants(self, side)
+        return k.alpha, k.gain
 
     def deepscalelm_weights(self, side: str) -> tuple[float, float]:
         """DeepScaleLM's (λ, β) of one side (``constants.deepscalelm``)."""
@@ -291,10 +295,6 @@ class TransformerConfig:
 def default_config() -> ml_collections.ConfigDict:
     """The default model: a 6L-6L DeepNorm encoder-decoder at transformer-base width."""
     return config_schema.config_dict(TransformerConfig)
-
-
-def _fail(field_name: str, value: Any, reason: str) -> None:
-    raise ValueError(f"model.{field_name}={value!r} is invalid: {reason}")
 
 
 def validate(c: ml_collections.ConfigDict, derived_ok: bool = False) -> None:
@@ -341,19 +341,6 @@ def _validate_relations(c: ml_collections.ConfigDict) -> None:
             f"the fused [d_model, 3, heads, head_dim] kernel needs as many key/value heads as "
             f"query heads, not num_kv_heads={c.num_kv_heads}; set model.fused_qkv=False",
         )
-    if c.deepnorm_variant != "paper" and c.scheme != "deepnorm":
-        _fail(
-            "deepnorm_variant",
-            c.deepnorm_variant,
-            f"applies to scheme='deepnorm' only, not {c.scheme!r}; set it to 'paper'",
-        )
-    if c.deepnorm_variant == "glm" and c.arch == "encdec":
-        _fail(
-            "deepnorm_variant",
-            "glm",
-            "GLM-130B's constants are for one stack (arch encoder or decoder); the "
-            "encoder-decoder has only the paper's",
-        )
     if c.share_embeddings and c.arch != "encdec":
         _fail("share_embeddings", True, f"only arch='encdec' has two embeddings, not {c.arch!r}")
     if c.attention_impl not in ("reference", AUTO) and c.attention_dropout:
@@ -365,13 +352,6 @@ def _validate_relations(c: ml_collections.ConfigDict) -> None:
         )
     if c.attention_impl == "cudnn" and c.dtype == "float32":
         _fail("attention_impl", "cudnn", "cuDNN attention needs model.dtype bfloat16 or float16")
-    if c.scheme == "dlcl_post" and not c.dlcl_layer_norm:
-        _fail(
-            "dlcl_layer_norm",
-            False,
-            "the per-layer LN ablation (DLCL eq. 8, Table 6) exists "
-            "only for scheme='dlcl_pre'; eq. 9's LN is part of 'dlcl_post'",
-        )
     if c.scan_group_size and not c.scan_layers:
         _fail(
             "scan_group_size",
@@ -389,59 +369,34 @@ def _validate_relations(c: ml_collections.ConfigDict) -> None:
     _validate_scheme_fields(c)
 
 
-# Fields that belong to one scheme (or norm): (field, the scheme or norm it belongs to).
-_SCHEME_FIELDS = (
-    ("mix_ln_ratio", "scheme", "mix_ln"),
-    ("deepscalelm_k", "scheme", "deepscalelm"),
-    ("skipinit_alpha", "scheme", "skipinit"),
-    ("dyt_alpha", "norm", "dyt"),
-)
-
-
 def _validate_scheme_fields(c: ml_collections.ConfigDict) -> None:
-    """The relations of the schemes since DeepNet (docs/schemes.md) to the other fields."""
+    """A scheme's own fields (``Scheme.fields``) at their defaults under the other schemes,
+    ``dyt_alpha`` under the other norms, DyT only where the scheme allows it, then the
+    scheme's own checks (``Scheme.check``, on the frozen config)."""
+    scheme = schemes.get(c.scheme)
     defaults = config_schema.defaults(TransformerConfig)
-    for name, owner, value in _SCHEME_FIELDS:
-        if c[name] != defaults[name] and c[owner] != value:
-            _fail(name, c[name], f"applies to {owner}={value!r} only, not {c[owner]!r}")
-    if c.norm == "dyt" and not schemes.get(c.scheme).dyt_ok:
-        allowed = ", ".join(n for n, s in schemes.SCHEMES.items() if s.dyt_ok)
+    for owner in schemes.SCHEMES.values():
+        for name in owner.fields:
+            if name not in scheme.fields and c[name] != defaults[name]:
+                _fail(
+                    name,
+                    c[name],
+                    f"applies to scheme={owner.name!r} only, not {c.scheme!r}; set it to "
+                    f"{defaults[name]!r}",
+                )
+    if c.dyt_alpha != defaults["dyt_alpha"] and c.norm != "dyt":
+        _fail("dyt_alpha", c.dyt_alpha, f"applies to norm='dyt' only, not {c.norm!r}")
+    if c.norm == "dyt" and not scheme.dyt_ok:
+        allowed = ", ".join(schemes.names(dyt_ok=True))
         _fail(
             "norm",
             "dyt",
             f"Dynamic Tanh replaces the norms of pre-norm schemes ({allowed}), not "
             f"scheme={c.scheme!r}'s",
         )
-    if c.scheme == "deepscalelm":
-        _validate_deepscalelm(c)
+    scheme.check(_frozen(c))
 
 
-def _validate_deepscalelm(c: ml_collections.ConfigDict) -> None:
-    if c.activation != "relu":
-        _fail(
-            "activation",
-            c.activation,
-            "DeepScaleLM's unit-moment init is derived for ReLU FFNs (its code swaps GeLU for "
-            "ReLU); set it to 'relu'",
-        )
-    if c.init != "paper":
-        _fail("init", c.init, "scheme='deepscalelm' has its own init; set it to 'paper'")
-    if c.fused_qkv:
-        _fail("fused_qkv", True, "DeepScaleLM sets q, k and v apart; set it to False")
-    if c.positions == "sinusoidal" and c.dropout >= 0.5:
-        _fail(
-            "dropout",
-            c.dropout,
-            "DeepScaleLM gives the embedding sum variance 1 − dropout; the sinusoidal table "
-            "alone has 1/2, so dropout must be < 0.5",
-        )
-    sides = {"encoder": ("encoder",), "decoder": ("decoder",), "encdec": ("encoder", "decoder")}
-    for side in sides[c.arch]:
-        layers = c[f"num_{side}_layers"]
-        branches = constants.residual_branches(c.arch, side, layers)
-        if c.deepscalelm_k >= branches:
-            _fail(
-                "deepscalelm_k",
-                c.deepscalelm_k,
-                f"β² = k/{branches} (the {side}'s residual branches) must be < 1",
-            )
+def _frozen(c: ml_collections.ConfigDict) -> TransformerConfig:
+    """``c`` as the frozen dataclass, unchecked."""
+    return TransformerConfig(**{f.name: c[f.name] for f in dataclasses.fields(TransformerConfig)})

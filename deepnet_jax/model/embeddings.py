@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from deepnet_jax.common.tokens import PAD_ID
-from deepnet_jax.model import constants
+from deepnet_jax.model import schemes
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.model.initializers import embedding_normal, sinusoidal_table, token_embedding_init
 from deepnet_jax.model.sublayers import Dropout
@@ -17,8 +17,8 @@ class TokenEmbedding(nn.Module):
     """Token table E [vocab, d_model] (logical axes ``vocab``, ``embed``), init N(0, d^-1/2)
     (``init="torchscale"``: with the padding row zeroed, as torchscale's embeddings;
     ``"torchscale_bert"``: N(0, 0.02²), padding row zeroed unless ``tied_output``, see
-    :func:`~deepnet_jax.model.initializers.token_embedding_init`; ``scheme="deepscalelm"``:
-    the variance of ``constants.deepscalelm_embedding_variances``).
+    :func:`~deepnet_jax.model.initializers.token_embedding_init`; a scheme with its own
+    embedding init, DeepScaleLM's: the variance ``schemes.Scheme.embedding_variances`` gives).
 
     ``__call__`` maps tokens [B, T] to E[tokens]·√d_model [B, T, D] (E[tokens] without
     ``scale_embedding``); ``attend`` maps hidden states [B, T, D] to float32 logits x·Eᵀ
@@ -31,8 +31,9 @@ class TokenEmbedding(nn.Module):
     def setup(self) -> None:
         c = self.config
         init = token_embedding_init(c.d_model, c.init, PAD_ID, self.tied_output)
-        if c.scheme == "deepscalelm":  # variance v of E[tokens]·√d (or E[tokens])
-            v = constants.deepscalelm_embedding_variances(c.positions, c.dropout)[0]
+        variances = schemes.get(c.scheme).embedding_variances(c)
+        if variances is not None:  # variance v of E[tokens]·√d (or E[tokens])
+            v = variances[0]
             scale = c.d_model**-0.5 if c.scale_embedding else 1.0
             init = nn.initializers.normal(stddev=v**0.5 * scale)
         self.embedding = self.param(
@@ -105,9 +106,9 @@ class PositionEmbedding(nn.Module):
             table = sinusoidal_table(rows + offset, c.d_model)
         else:
             init = embedding_normal(c.d_model, c.init)
-            if c.scheme == "deepscalelm":
-                v = constants.deepscalelm_embedding_variances(c.positions, c.dropout)[1]
-                init = nn.initializers.normal(stddev=v**0.5)
+            variances = schemes.get(c.scheme).embedding_variances(c)
+            if variances is not None:
+                init = nn.initializers.normal(stddev=variances[1] ** 0.5)
             table = self.param(
                 "embedding",
                 nn.with_logical_partitioning(init, ("positions", "embed")),

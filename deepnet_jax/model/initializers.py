@@ -8,10 +8,11 @@ are those of the equivalent 2-D matrix [d_model, heads·head_dim].
 ``model.init="torchscale"`` reproduces torchscale 0.3.0 instead: its projections keep PyTorch's
 ``nn.Linear`` default, weight and bias both U(−g/√fan_in, g/√fan_in) once torchscale has
 multiplied them by the gain g (:func:`torchscale_uniform`), and DeepNorm's encoder-decoder
-encoder gain is 1.15·(N⁴M)^(-1/16) (:func:`torchscale_gain`). ``model.init="torchscale_bert"``
-reproduces torchscale's ``bert_init=True``: every ``nn.Linear`` and ``nn.Embedding`` weight
-N(0, 0.02²) (:data:`BERT_STD`), biases zero, padding rows zeroed, and then the same gains
-(torchscale multiplies or divides the re-drawn weights by them afterwards).
+encoder gain is 1.15·(N⁴M)^(-1/16) (:func:`torchscale_deepnorm_encoder_gain`).
+``model.init="torchscale_bert"`` reproduces torchscale's ``bert_init=True``: every ``nn.Linear``
+and ``nn.Embedding`` weight N(0, 0.02²) (:data:`BERT_STD`), biases zero, padding rows zeroed,
+and then the same gains (torchscale multiplies or divides the re-drawn weights by them
+afterwards).
 
 ``model.init="fairseq"`` reproduces fairseq's Transformer (``fairseq.modules.MultiheadAttention``
 and ``TransformerEncoderLayer``/``DecoderLayer``, the code base of DeepNet's and Magneto's
@@ -171,15 +172,10 @@ def torchscale_bert_normal(gain: float) -> Initializer:
     return jax.nn.initializers.normal(stddev=BERT_STD * gain)
 
 
-def torchscale_gain(
-    scheme: str, arch: str, side: str, num_encoder_layers: int, num_decoder_layers: int
-) -> float | None:
-    """The gain torchscale 0.3.0 gives one side where it is not the paper's, else None: DeepNorm's
-    encoder-decoder encoder, which torchscale divides by (N⁴M)^(1/16)/1.15, i.e. a gain
-    1.15·(N⁴M)^(-1/16) (the paper's β is 0.87·(N⁴M)^(-1/16))."""
-    if scheme == "deepnorm" and arch == "encdec" and side == "encoder":
-        return 1.15 * (num_encoder_layers**4 * num_decoder_layers) ** (-1 / 16)
-    return None
+def torchscale_deepnorm_encoder_gain(num_encoder_layers: int, num_decoder_layers: int) -> float:
+    """torchscale 0.3.0's gain of DeepNorm's encoder-decoder encoder: it divides the weights by
+    (N⁴M)^(1/16)/1.15, a gain 1.15·(N⁴M)^(-1/16) (the paper's β is 0.87·(N⁴M)^(-1/16))."""
+    return 1.15 * (num_encoder_layers**4 * num_decoder_layers) ** (-1 / 16)
 
 
 def sinusoidal_table(num_positions: int, d_model: int) -> jnp.ndarray:

@@ -16,7 +16,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 
-from deepnet_jax.model import admin
+from deepnet_jax.model import admin, schemes
 
 PACKING_KEYS = ("segment_ids", "positions", "src_segment_ids", "src_positions")
 
@@ -34,14 +34,15 @@ def model_kwargs(batch: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def init_variables(model: Any, arch: str, batch: Mapping[str, Any], seed: int = 0) -> dict:
-    """``model.init`` on a batch's inputs (only their shapes matter, but for Admin, whose ω is
-    profiled on the batch: :mod:`deepnet_jax.model.admin`), with parameter key ``seed`` and
-    dropout key ``seed + 1`` (the trainer's keys; abstract shapes need any seed)."""
+    """``model.init`` on a batch's inputs (only their shapes matter, but for a profiled init,
+    Admin's, whose ω is profiled on the batch: :mod:`deepnet_jax.model.admin`), with parameter
+    key ``seed`` and dropout key ``seed + 1`` (the trainer's keys; abstract shapes need any
+    seed)."""
     args = model_args(arch, batch)
     variables = model.init(
         {"params": jax.random.key(seed), "dropout": jax.random.key(seed + 1)}, *args
     )
-    if model.config.scheme == "admin":
+    if schemes.get(model.config.scheme).profiled_init:
         variables = admin.profile(
             model, variables, args, model_kwargs(batch), jax.random.key(seed + 1)
         )

@@ -64,7 +64,7 @@ class Side:
 
     @property
     def num_layers(self) -> int:
-        return num_layers(self.config, self.name)
+        return self.config.num_layers(self.name)
 
     def layer_kwargs(self) -> dict:
         """The attributes every :class:`TransformerLayer` of this side takes."""
@@ -122,10 +122,6 @@ def _layer_class(config: TransformerConfig, scanned: bool):
     )
 
 
-def num_layers(config: TransformerConfig, side: str) -> int:
-    return config.num_encoder_layers if side == "encoder" else config.num_decoder_layers
-
-
 def has_final_norm(config: TransformerConfig) -> bool:
     """Pre-norm stacks (pre_ln, subln, dlcl_pre, mix_ln, peri_ln, …) end with a norm
     (``schemes.Scheme.final_norm``)."""
@@ -133,9 +129,10 @@ def has_final_norm(config: TransformerConfig) -> bool:
 
 
 def admin_profiling(owner: nn.Module, config: TransformerConfig) -> bool:
-    """Admin's profiling pass is running (its collection mutable outside init)."""
+    """A profiled init's pass (Admin's, ``schemes.Scheme.profiled_init``) is running: its
+    collection mutable outside init."""
     return (
-        config.scheme == "admin"
+        schemes.get(config.scheme).profiled_init
         and owner.is_mutable_collection(ADMIN_PROFILE)
         and not owner.is_initializing()
     )
@@ -173,17 +170,15 @@ def apply_layers(owner: nn.Module, side: Side, inputs: StackInputs) -> jax.Array
     return x_BTD if inputs.cache is None else (x_BTD, new_cache)
 
 
-# the schemes whose layers read every earlier layer's output: their own stack kind
-_COMBINING = {"dlcl_pre": "dlcl", "dlcl_post": "dlcl", "denseformer": "denseformer"}
-
-
 def stack_kind(owner: nn.Module, side: Side, inputs: StackInputs) -> str:
     """The key of :data:`KINDS` that runs this side. Grouping only changes what the backward
     pass keeps, so init, cached decoding and the instruments' probe (forward only) take the
-    flat scan over the same parameters."""
+    flat scan over the same parameters. A combining scheme names its own
+    (``schemes.Scheme.stack``)."""
     c = side.config
-    if c.scheme in _COMBINING:
-        return _COMBINING[c.scheme]
+    own = schemes.get(c.scheme).stack
+    if own is not None:
+        return own
     forward_only = (
         inputs.cache is not None
         or owner.is_initializing()
@@ -354,16 +349,17 @@ def _dlcl(owner: nn.Module, side: Side, inputs: StackInputs) -> tuple[jax.Array,
     """
     config, L = side.config, side.num_layers
     W = _dlcl_weights(owner, config, L)
-    pre, use_ln = config.scheme == "dlcl_pre", config.dlcl_layer_norm
+    scheme = schemes.get(config.scheme)
+    history_norm = scheme.history_norm and config.dlcl_layer_norm  # eq. 8's LN_k
     layer_cls = _layer_class(config, scanned=False)
 
     def push(y: jax.Array, k: int) -> jax.Array:
-        return normalization(config, f"history_layer_norm_{k}")(y) if pre and use_ln else y
+        return normalization(config, f"history_layer_norm_{k}")(y) if history_norm else y
 
     def combine(history: list[jax.Array], row: int) -> jax.Array:
         w = W[row, : row + 1].astype(config.compute_dtype)
         x = jnp.einsum("k,kbtd->btd", w, jnp.stack(history))
-        if not pre:  # eq. 9
+        if scheme.combine_norm:  # eq. 9
             x = normalization(config, f"combine_layer_norm_{row}")(x)
         return constrain(x)
 
@@ -439,5 +435,5 @@ KINDS: dict[str, StackFn] = {  # stack_kind(...) -> the function that runs it
     "grouped": _grouped,
     "unrolled": _unrolled,
     "dlcl": _dlcl,
-    "denseformer": _denseformer,
+    "dwa": _denseformer,  # DenseFormer's depth-weighted averages
 }

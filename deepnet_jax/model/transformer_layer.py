@@ -1,25 +1,15 @@
-"""One Transformer layer under each residual/normalization scheme (SPEC.md table,
-docs/schemes.md).
+"""One Transformer layer under its residual scheme (docs/schemes.md; the schemes' forms are
+``model.schemes``).
 
 A layer is 2 sublayers (self-attention, FFN), or 3 (self-attention, cross-attention, FFN) in
-the decoder of an encoder-decoder model. Per sublayer with function G (N the config's norm):
+the decoder of an encoder-decoder model. The layer builds the sublayers' functions G (with the
+scheme's init gain, inner norm and init stds) and hands each one to the scheme
+(``Scheme.sublayer``), which joins it to the residual stream: e.g. Post-LN x ← N(x + G(x)),
+Pre-LN x ← x + G(N(x)), DeepNorm x ← N(α·x + G(x)). A combining scheme's layers are those of its
+``per_layer`` scheme (DLCL's Pre-/Post-LN, DenseFormer's Pre-LN); its cross-layer combinations
+live in ``stacks.py``.
 
-* ``post_ln``:  x ← N(x + G(x))
-* ``pre_ln``:   x ← x + G(N(x))
-* ``deepnorm``: x ← N(α·x + G(x))    (DeepNet eq. in Fig. 2a; α scales the residual x)
-* ``subln``:    x ← x + G(N(x)), G with an extra N before its output projection
-                (Magneto eq. 1–5; cross-attention has only the input N)
-* ``mix_ln``:   ``post_ln`` in the first ⌊ratio·L⌋ layers, ``pre_ln`` after (Mix-LN)
-* ``peri_ln``:  x ← x + N_out(G(N_in(x)))                  (Peri-LN)
-* ``ln_scaling``: x ← x + G(N(x)/√ℓ), ℓ the 1-based layer  (LayerNorm Scaling)
-* ``deepscalelm``: x ← λ·x + β·G(N(x)), λ² + β² = 1       (DeepScaleLM)
-* ``rezero``:   x ← x + α_l·G(x), one α_l per layer, 0 at init, no norm   (ReZero eq. 1)
-* ``skipinit``: x ← x + α·G(x), one α per sublayer, no norm               (SkipInit)
-* ``admin``:    x ← N(x ⊙ ω + G(x)), ω [D] per sublayer, profiled at init (Admin)
-
-Dropout (``config.dropout``) is applied to G's output before it is weighted and summed. DLCL
-layers are ``pre_ln`` (``dlcl_pre``) or ``post_ln`` (``dlcl_post``) layers and DenseFormer's
-``pre_ln`` layers; their cross-layer combinations live in ``stacks.py``.
+Dropout (``config.dropout``) is applied to G's output before it is weighted and summed.
 
 Admin's profiling pass (:mod:`deepnet_jax.model.admin`) runs the layers with the
 ``admin_profile`` collection mutable and x carried as ``(x, r)``: each sublayer then uses
@@ -35,11 +25,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from deepnet_jax.model import constants
+from deepnet_jax.model import schemes
 from deepnet_jax.model.attention import MultiHeadAttention
 from deepnet_jax.model.config import TransformerConfig
-from deepnet_jax.model.initializers import TORCHSCALE_INITS, torchscale_gain
-from deepnet_jax.model.schemes import residual_scheme
+from deepnet_jax.model.schemes.base import Sublayer
 from deepnet_jax.model.sublayers import (
     FeedForward,
     constrain,
@@ -49,28 +38,6 @@ from deepnet_jax.model.sublayers import (
 )
 
 ADMIN_PROFILE = "admin_profile"  # the collection Admin's profiling pass sows ω into
-SIDES = ("encoder", "decoder")
-
-
-@dataclasses.dataclass(frozen=True)
-class Residual:
-    """How one layer's sublayers join the stream, fixed per layer (traced values included).
-
-    Attributes:
-      scheme: the per-layer residual form (``schemes.residual_scheme``).
-      alpha: the residual's weight (DeepNorm's α, DeepScaleLM's λ; 1 otherwise).
-      beta: the branch's constant weight (DeepScaleLM's β; 1 otherwise).
-      post: Mix-LN: whether this layer is a Post-LN layer (a traced bool; None otherwise).
-      norm_scale: LayerNorm Scaling's 1/√ℓ (a traced scalar; None otherwise).
-      admin_ratio: Admin's running ratio r in its profiling pass (None otherwise).
-    """
-
-    scheme: str
-    alpha: float = 1.0
-    beta: float = 1.0
-    post: jax.Array | None = None
-    norm_scale: jax.Array | None = None
-    admin_ratio: jax.Array | None = None
 
 
 class TransformerLayer(nn.Module):
@@ -78,9 +45,8 @@ class TransformerLayer(nn.Module):
 
     Attributes:
       config: model hyper-parameters.
-      side: "encoder" or "decoder"; selects DeepNorm's (α, β), Sub-LN's γ or DeepScaleLM's
-        (λ, β) for that side (β of an encoder-decoder's encoder is torchscale's under the
-        torchscale inits).
+      side: "encoder" or "decoder"; selects the scheme's constants for that side (DeepNorm's
+        (α, β), Sub-LN's γ, DeepScaleLM's (λ, β); ``Scheme.constants``, ``Scheme.init_gain``).
       has_cross: add cross-attention over ``enc_out`` (decoder of an encoder-decoder).
       deterministic: disable dropout.
       carry_output: return ``(x, None)`` instead of ``x`` (the ``nn.scan`` convention).
@@ -123,13 +89,14 @@ class TransformerLayer(nn.Module):
         layer_index: int | jax.Array | None = None,
     ):
         c = self.config
-        admin_ratio = None
+        scheme = schemes.get(c.scheme).per_layer
+        ratio = None
         if isinstance(x_BTD, tuple):  # Admin's profiling pass: (x, r)
-            x_BTD, admin_ratio = x_BTD
-        residual = self._residual(layer_index, admin_ratio)
-        gain = self._gain()
-        inner = residual.scheme == "subln"
-        stds = self._deepscalelm_stds(layer_index)
+            x_BTD, ratio = x_BTD
+        ops = _LayerOps(self)
+        residual = scheme.layer_state(ops, self.side, layer_index, ratio)
+        gain = scheme.init_gain(c, self.side)
+        stds = scheme.init_stds(c, self.side, layer_index) if self.is_initializing() else None
         new_cache: dict[str, dict[str, jax.Array]] = {}
 
         def key(i: int) -> jax.Array | None:
@@ -143,189 +110,88 @@ class TransformerLayer(nn.Module):
             )
             return out
 
-        rezero = self._rezero_alpha(residual.scheme)
+        def sublayer(x, residual, name: str, g: Callable, i: int):
+            """Sublayer ``name`` (function g, dropout key i) under the scheme's residual form:
+            the new x and the residual state (Admin's ratio moves on)."""
+            sub = Sublayer(name, NORM_NAMES[name], g, _drop(self, key(i)))
+            x, residual = scheme.sublayer(ops, sub, residual, x)
+            return constrain(x), residual
+
         x_BTD = constrain(x_BTD)
         self_attn = MultiHeadAttention(
             c,
             gain,
-            inner,
+            scheme.inner_norm,
             self.deterministic,
             fuse_qkv=c.fused_qkv,
             rotary=c.positions == "rope",
             stds=stds and stds[:2],
             name="self_attn",
         )
-        x_BTD, residual = self._sublayer(
-            residual,
+        x_BTD, residual = sublayer(
             x_BTD,
-            lambda h: attend(self_attn, h, h, self_mask, 10, "self", cache_index),
+            residual,
             "self_attn",
-            key(0),
-            rezero,
+            lambda h: attend(self_attn, h, h, self_mask, 10, "self", cache_index),
+            0,
         )
         if self.has_cross:
             if enc_out_BSD is None and cache is None:
                 raise ValueError("a layer with cross-attention needs the encoder output")
-            cross_gain = gain if residual.scheme == "deepnorm" else 1.0  # Sub-LN: unscaled
             cross_attn = MultiHeadAttention(
-                c, cross_gain, False, self.deterministic, stds=stds and stds[:2], name="cross_attn"
+                c,
+                gain if scheme.cross_gain else 1.0,
+                False,
+                self.deterministic,
+                stds=stds and stds[:2],
+                name="cross_attn",
             )
-            x_BTD, residual = self._sublayer(
-                residual,
+            x_BTD, residual = sublayer(
                 x_BTD,
-                lambda h: attend(cross_attn, h, enc_out_BSD, enc_mask, 11, "cross", None),
+                residual,
                 "cross_attn",
-                key(1),
-                rezero,
+                lambda h: attend(cross_attn, h, enc_out_BSD, enc_mask, 11, "cross", None),
+                1,
             )
-        ffn = FeedForward(c, gain, inner, self.deterministic, std=stds and stds[2], name="ffn")
-        x_BTD, residual = self._sublayer(
-            residual, x_BTD, lambda h: ffn(h, key(12)), "ffn", key(2), rezero
+        ffn = FeedForward(
+            c, gain, scheme.inner_norm, self.deterministic, std=stds and stds[2], name="ffn"
         )
-        if residual.admin_ratio is not None:
-            x_BTD = (x_BTD, residual.admin_ratio)
+        x_BTD, residual = sublayer(x_BTD, residual, "ffn", lambda h: ffn(h, key(12)), 2)
+        if residual.ratio is not None:
+            x_BTD = (x_BTD, residual.ratio)
         if self.carry_output:
             return x_BTD, (new_cache if cache is not None else None)
         return x_BTD if cache is None else (x_BTD, new_cache)
 
-    def _gain(self) -> float:
-        """The Xavier gain of v, out, fc1 and fc2 on this side (torchscale's own DeepNorm
-        encoder-decoder encoder gain under the torchscale inits)."""
-        c = self.config
-        gain = c.side_constants(self.side)[1]
-        if c.init in TORCHSCALE_INITS:
-            ts_gain = torchscale_gain(
-                c.scheme, c.arch, self.side, c.num_encoder_layers, c.num_decoder_layers
-            )
-            gain = gain if ts_gain is None else ts_gain
-        return gain
 
-    def _residual(self, layer_index, admin_ratio) -> Residual:
-        c = self.config
-        scheme = residual_scheme(c.scheme)
-        needs_index = scheme in ("mix_ln", "ln_scaling")
-        if needs_index and layer_index is None:
-            raise ValueError(f"scheme={scheme!r} depends on the layer: pass layer_index")
-        if scheme == "mix_ln":
-            L = c.num_encoder_layers if self.side == "encoder" else c.num_decoder_layers
-            post = jnp.asarray(layer_index) < constants.mix_ln_post_layers(L, c.mix_ln_ratio)
-            return Residual(scheme, post=post)
-        if scheme == "ln_scaling":
-            ell = jnp.asarray(layer_index, jnp.float32) + 1.0
-            return Residual(scheme, norm_scale=jax.lax.rsqrt(ell))
-        if scheme == "deepscalelm":
-            lam, beta = c.deepscalelm_weights(self.side)
-            return Residual(scheme, alpha=lam, beta=beta)
-        if scheme == "admin" and admin_ratio is not None:
-            return Residual(scheme, admin_ratio=jnp.asarray(admin_ratio, jnp.float32))
-        return Residual(scheme, alpha=c.side_constants(self.side)[0])
-
-    def _deepscalelm_stds(self, layer_index) -> tuple | None:
-        """DeepScaleLM's init stds (σ_qk, σ_vo of this layer, σ_ffn) while initializing
-        (``constants.deepscalelm_value_stds``/``deepscalelm_ffn_std``); None otherwise."""
-        c = self.config
-        if c.scheme != "deepscalelm" or not self.is_initializing():
-            return None
-        if layer_index is None:
-            raise ValueError("scheme='deepscalelm' initializes each layer apart: pass layer_index")
-        lam, beta = c.deepscalelm_weights(self.side)
-        L = c.num_encoder_layers if self.side == "encoder" else c.num_decoder_layers
-        table = constants.deepscalelm_value_stds(L, c.d_model, c.dropout, lam**2, beta**2)
-        sigma_vo = jnp.asarray(table, jnp.float32)[layer_index]
-        ffn_std = constants.deepscalelm_ffn_std(c.d_model, c.ffn_dim, c.dropout)
-        return (c.d_model**-0.5, sigma_vo, ffn_std)
-
-    def _rezero_alpha(self, scheme: str) -> jax.Array | None:
-        """ReZero's one α of this layer, shared by its sublayers (0 at init)."""
-        if scheme != "rezero":
-            return None
-        return self.param(
-            "rezero_alpha", nn.with_logical_partitioning(nn.initializers.zeros, ()), (), jnp.float32
-        )
-
-    def _sublayer(
-        self,
-        residual: Residual,
-        x: jax.Array,
-        g: Callable[[jax.Array], jax.Array],
-        name: str,
-        dropout_key: jax.Array | None,
-        rezero: jax.Array | None,
-    ) -> tuple[jax.Array, Residual]:
-        """One sublayer ``name`` (self_attn, cross_attn or ffn) with function g under the
-        layer's residual form: the new x and the residual state (Admin's ratio moves on)."""
-        c = self.config
-        norm = NORM_NAMES[name]
-
-        def branch(h: jax.Array) -> jax.Array:
-            return dropout(g(h), c.dropout, dropout_key, self.deterministic, c.dropout_rng)
-
-        scheme = residual.scheme
-        if scheme in ("rezero", "skipinit"):
-            alpha = rezero if scheme == "rezero" else self._skipinit_alpha(name)
-            return constrain(x + alpha.astype(x.dtype) * branch(x)), residual
-        if scheme == "mix_ln":
-            ln = normalization(c, norm)
-            z = x + branch(jnp.where(residual.post, x, ln(x)))
-            record_input_norm(self, norm, jnp.where(residual.post, z, x))  # what N reads
-            return constrain(jnp.where(residual.post, ln(z), z)), residual
-        if scheme in ("post_ln", "deepnorm", "admin"):
-            return self._post_sublayer(residual, x, branch, name)
-        record_input_norm(self, norm, x)
-        h = normalization(c, norm)(x)
-        if residual.norm_scale is not None:
-            h = h * residual.norm_scale.astype(h.dtype)
-        if scheme == "peri_ln":
-            out_norm = normalization(c, f"{name}_output_layer_norm")
-            f = dropout(out_norm(g(h)), c.dropout, dropout_key, self.deterministic, c.dropout_rng)
-        else:
-            f = branch(h)
-        return constrain(_weighted(residual.alpha, x) + _weighted(residual.beta, f)), residual
-
-    def _post_sublayer(
-        self, residual: Residual, x: jax.Array, branch: Callable, name: str
-    ) -> tuple[jax.Array, Residual]:
-        """N(a·x + G(x)): a = α (DeepNorm), 1 (Post-LN) or Admin's ω [D] (its profiling
-        pass: ω = r, sown, and r moved on)."""
-        c, norm = self.config, NORM_NAMES[name]
-        f = branch(x)
-        if residual.scheme != "admin":
-            z = _weighted(residual.alpha, x) + f
-        elif residual.admin_ratio is None:
-            z = x * self._admin_omega(name).astype(x.dtype) + f
-        else:  # the profiling pass: its ω is r (the parameter, not read, is ones until set)
-            self._admin_omega(name)
-            r = residual.admin_ratio
-            self.sow(ADMIN_PROFILE, f"{name}_omega", r, reduce_fn=lambda _, v: v, init_fn=float)
-            scaled = r.astype(x.dtype) * x
-            z = scaled + f
-            r = jnp.sqrt(jnp.var(scaled.astype(jnp.float32)) + jnp.var(f.astype(jnp.float32)))
-            residual = dataclasses.replace(residual, admin_ratio=r)
-        record_input_norm(self, norm, z)
-        return constrain(normalization(c, norm)(z)), residual
-
-    def _admin_omega(self, name: str) -> jax.Array:
-        """Admin's ω [D] of sublayer ``name`` (ones until ``admin.profile`` sets it)."""
-        return self.param(
-            f"{name}_omega",
-            nn.with_logical_partitioning(nn.initializers.ones, ("norm",)),
-            (self.config.d_model,),
-            jnp.float32,
-        )
-
-    def _skipinit_alpha(self, name: str) -> jax.Array:
-        """SkipInit's α of sublayer ``name`` (``skipinit_alpha`` at init)."""
-        return self.param(
-            f"{name}_alpha",
-            nn.with_logical_partitioning(nn.initializers.constant(self.config.skipinit_alpha), ()),
-            (),
-            jnp.float32,
-        )
+def _drop(layer: TransformerLayer, key: jax.Array | None) -> Callable[[jax.Array], jax.Array]:
+    """The branch dropout of one sublayer (``config.dropout`` with ``key``)."""
+    c = layer.config
+    return lambda y: dropout(y, c.dropout, key, layer.deterministic, c.dropout_rng)
 
 
-def _weighted(weight: float, x: jax.Array) -> jax.Array:
-    """weight·x, with no multiply for a weight of 1 (the program of the unweighted schemes)."""
-    return x if weight == 1.0 else weight * x
+@dataclasses.dataclass(frozen=True)
+class _LayerOps:
+    """``schemes.base.Ops`` inside one call of ``layer``: its parameters, norms, diagnostics
+    and Admin's profiling collection."""
+
+    layer: TransformerLayer
+
+    @property
+    def config(self) -> TransformerConfig:
+        return self.layer.config
+
+    def param(self, name: str, init: Callable, shape: tuple[int, ...], axes: tuple) -> jax.Array:
+        return self.layer.param(name, nn.with_logical_partitioning(init, axes), shape, jnp.float32)
+
+    def norm(self, name: str) -> Callable[[jax.Array], jax.Array]:
+        return normalization(self.layer.config, name)
+
+    def record(self, name: str, x: jax.Array) -> None:
+        record_input_norm(self.layer, name, x)
+
+    def sow(self, name: str, value: jax.Array) -> None:
+        self.layer.sow(ADMIN_PROFILE, name, value, reduce_fn=lambda _, v: v, init_fn=float)
 
 
 # sublayer → the name of its (input or post) norm, as fairseq/torchscale name them

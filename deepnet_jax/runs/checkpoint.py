@@ -43,20 +43,26 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from deepnet_jax.common import console
+from deepnet_jax.runs.workdir import RunDir
+
 FINGERPRINT = "fingerprint"  # the item holding deepnet_jax.training.fingerprint.record(...)
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(console.UserError, RuntimeError):
     """No checkpoint of a run can be restored."""
 
 
 class Checkpointer:
     """Saves every ``every`` optimizer updates (and at the end), keeps the last ``max_to_keep``."""
 
-    def __init__(self, workdir: str, every: int, max_to_keep: int, read_only: bool = False):
+    def __init__(
+        self, workdir: str | RunDir, every: int, max_to_keep: int, read_only: bool = False
+    ):
         """``read_only``: for evaluation tools; nothing is created in the workdir."""
-        self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
-        self.best_directory = os.path.join(os.path.abspath(workdir), "best")
+        self.run_dir = RunDir(workdir)
+        self.directory = self.run_dir.checkpoints
+        self.best_directory = self.run_dir.best
         self.every = every
         self._closed = False
         self.manager = ocp.CheckpointManager(
@@ -159,7 +165,7 @@ class Checkpointer:
             damaged.append(step)
             reasons.append(reason)
             warn(
-                f"checkpoint {os.path.join(self.directory, str(step))} cannot be restored "
+                f"checkpoint {self.run_dir.checkpoint(step)} cannot be restored "
                 f"({reason}); falling back to the previous one"
             )
         if damaged:
@@ -174,14 +180,14 @@ class Checkpointer:
         if not steps:
             return
         if jax.process_index() == 0:
-            aside = os.path.join(os.path.dirname(self.directory), "corrupt_checkpoints")
+            aside = self.run_dir.corrupt_checkpoints
             os.makedirs(aside, exist_ok=True)
             for step in steps:
                 destination = os.path.join(aside, str(step))
                 n = 1
                 while os.path.exists(destination):
                     destination, n = os.path.join(aside, f"{step}.{n}"), n + 1
-                shutil.move(os.path.join(self.directory, str(step)), destination)
+                shutil.move(self.run_dir.checkpoint(step), destination)
         if jax.process_count() > 1:
             multihost_utils.sync_global_devices("deepnet_jax_checkpoints_set_aside")
         self.manager.reload()
@@ -202,7 +208,7 @@ class Checkpointer:
         """(the saved config as written, the ``fingerprint`` item or None when the checkpoint
         predates it) of checkpoint ``step``: JSON items only, no array is read."""
         items = {"config": ocp.args.JsonRestore()}
-        has_item = os.path.isdir(os.path.join(self.directory, str(step), FINGERPRINT))
+        has_item = os.path.isdir(os.path.join(self.run_dir.checkpoint(step), FINGERPRINT))
         if has_item:
             items[FINGERPRINT] = ocp.args.JsonRestore()
         restored = self.manager.restore(step, args=ocp.args.Composite(**items))
@@ -214,7 +220,7 @@ class Checkpointer:
         target = {"params": abstract_params}
         with ocp.Checkpointer(ocp.PyTreeCheckpointHandler()) as reader:
             restored = reader.restore(
-                os.path.join(self.directory, str(step), "state"),
+                os.path.join(self.run_dir.checkpoint(step), "state"),
                 args=ocp.args.PyTreeRestore(
                     item=target,
                     restore_args=ocp.checkpoint_utils.construct_restore_args(target),
@@ -268,11 +274,11 @@ class Checkpointer:
                 manager.close()
 
 
-def read_fingerprints(workdir: str) -> list[tuple[int, dict[str, Any], dict[str, Any] | None]]:
+def read_fingerprints(workdir: str | RunDir) -> list[tuple[int, dict, dict | None]]:
     """(step, config, fingerprint item or None) of each checkpoint under ``workdir``, newest
     first, read without creating anything; a step whose JSON items do not read (damaged) is
     left out."""
-    if not os.path.isdir(os.path.join(os.path.abspath(workdir), "checkpoints")):
+    if not os.path.isdir(RunDir(workdir).checkpoints):
         return []
     reader = Checkpointer(workdir, every=1, max_to_keep=1, read_only=True)
     found = []
@@ -293,11 +299,11 @@ def _first_words(error: Exception, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def save_diagnostic(workdir: str, step: int, state: dict[str, Any]) -> str:
+def save_diagnostic(workdir: str | RunDir, step: int, state: dict[str, Any]) -> str:
     """Write ``state`` (e.g. parameters that went non-finite) to
     ``<workdir>/diagnostic/<step>`` for inspection, apart from the resumable checkpoints;
     returns the folder."""
-    path = os.path.join(os.path.abspath(workdir), "diagnostic", str(step))
+    path = RunDir(workdir).diagnostic(step)
     with ocp.StandardCheckpointer() as writer:
         writer.save(path, state, force=True)
         writer.wait_until_finished()

@@ -33,9 +33,8 @@ from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.model.config import AUTO
 from deepnet_jax.runs import checkpoint
+from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.scale import sharding
-
-TOKENIZER_FILE = "tokenizer.model"
 
 
 @dataclasses.dataclass
@@ -50,6 +49,11 @@ class LoadedRun:
     mesh: jax.sharding.Mesh
     tokenizer: Tokenizer | None
     description: str
+
+    @property
+    def run_dir(self) -> RunDir:
+        """The run's workdir and the paths in it."""
+        return RunDir(self.workdir)
 
     @contextlib.contextmanager
     def context(self) -> Iterator[None]:
@@ -66,11 +70,6 @@ def positive(flag: str, value: int | None, default: int) -> int:
     if value < 1:
         raise ValueError(f"--{flag}={value} must be an integer >= 1")
     return value
-
-
-def tokenizer_path(workdir: str) -> str:
-    """Where a run keeps the SentencePiece model it trained with."""
-    return os.path.join(workdir, TOKENIZER_FILE)
 
 
 def parse_checkpoint(value: str) -> str | int:
@@ -110,10 +109,11 @@ def load_run(
         raise ValueError(f"average_last={average_last!r} must be an integer >= 1")
     if checkpoint_choice == "best" and average_last > 1:
         raise ValueError("average_last > 1 averages checkpoints/; it cannot be used with 'best'")
-    directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+    run_dir = RunDir(workdir)
+    directory = run_dir.checkpoints
     if not os.path.isdir(directory):
         raise ValueError(f"workdir={workdir!r} holds no checkpoints ({directory} is missing)")
-    ckpt = checkpoint.Checkpointer(workdir, every=1, max_to_keep=1_000_000, read_only=True)
+    ckpt = checkpoint.Checkpointer(run_dir, every=1, max_to_keep=1_000_000, read_only=True)
     try:
         steps = ckpt.all_steps()
         if not steps:
@@ -147,6 +147,6 @@ def load_run(
                 description = f"mean of checkpoints {chosen}"
     finally:
         ckpt.close()
-    path = tokenizer_path(workdir)
+    path = run_dir.tokenizer
     tokenizer = Tokenizer.load(path) if os.path.exists(path) else None
     return LoadedRun(workdir, config, model, params, mesh, tokenizer, description)

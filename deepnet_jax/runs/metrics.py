@@ -1,5 +1,6 @@
-"""Training metrics as JSON lines in ``<workdir>/metrics.jsonl`` and TensorBoard event files in
-``<workdir>/tensorboard/`` (written by process 0 only).
+"""Training metrics as JSON lines in the workdir's metrics file and TensorBoard event files in
+its ``tensorboard/`` folder (``RunDir.metrics``, ``RunDir.tensorboard``; written by process 0
+only).
 
 Each line is one record: ``{"split": "train" | "eval" | <final split>, "step": <optimizer
 updates>, ...}``. Train records carry, over the interval since the last one: ``loss``
@@ -22,27 +23,29 @@ from typing import Any
 import jax
 from tensorboardX import SummaryWriter
 
+from deepnet_jax.runs.workdir import RunDir
+
 # tensorboardX names event files by the second they were opened and truncates an existing one;
 # a per-process counter in the suffix keeps two writers opened in the same second apart.
-FILE = "metrics.jsonl"  # in the workdir
 _EVENT_FILE_IDS = itertools.count()
 FLUSH_SECS = 30  # the event-writer thread's flush period, so a live TensorBoard keeps up
 
 
 class MetricsWriter:
-    """Appends records to ``<workdir>/metrics.jsonl`` and TensorBoard scalars to
-    ``<workdir>/tensorboard/``; a resumed run appends to the same JSONL file and adds an event
+    """Appends records to the workdir's metrics file and TensorBoard scalars to its
+    ``tensorboard/`` folder; a resumed run appends to the same JSONL file and adds an event
     file beside the earlier ones (TensorBoard merges them). Does nothing on processes other than
     0. Call ``flush()`` or ``close()`` before reading the event files back."""
 
-    def __init__(self, workdir: str):
-        self.path = os.path.join(workdir, FILE)
-        self.tensorboard_dir = os.path.join(workdir, "tensorboard")
+    def __init__(self, workdir: str | RunDir):
+        self.run_dir = RunDir(workdir)
+        self.path = self.run_dir.metrics
+        self.tensorboard_dir = self.run_dir.tensorboard
         self._enabled = jax.process_index() == 0
         self._tensorboard: SummaryWriter | None = None
         self._purge_step: int | None = None
         if self._enabled:
-            os.makedirs(workdir, exist_ok=True)
+            os.makedirs(self.run_dir.root, exist_ok=True)
 
     def rewind(self, step: int, keep_final: bool = True) -> None:
         """Forget what a crashed run logged after its checkpoint at update ``step``, before a
@@ -55,7 +58,7 @@ class MetricsWriter:
             return
         kept = [
             r
-            for r in read(os.path.dirname(self.path))
+            for r in read(self.run_dir)
             if r["step"] < step or (r["step"] == step and (keep_final or r["split"] == "train"))
         ]
         with open(self.path + ".tmp", "w") as f:
@@ -109,7 +112,14 @@ def _plain(value: Any) -> Any:
     return value.tolist() if hasattr(value, "tolist") else value
 
 
-def read(workdir: str) -> list[dict[str, Any]]:
-    """All records of ``<workdir>/metrics.jsonl`` in order."""
-    with open(os.path.join(workdir, FILE)) as f:
+def read(workdir: str | RunDir) -> list[dict[str, Any]]:
+    """All records of the workdir's metrics file, in order."""
+    with open(RunDir(workdir).metrics) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def read_if_any(workdir: str | RunDir | None) -> list[dict[str, Any]]:
+    """:func:`read`, or no records without a workdir or a metrics file."""
+    if not workdir or not os.path.exists(RunDir(workdir).metrics):
+        return []
+    return read(workdir)

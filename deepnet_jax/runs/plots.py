@@ -6,13 +6,13 @@ through ``pyplot``, so importing this module changes no global backend and leaks
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from deepnet_jax.runs import metrics
+from deepnet_jax.runs.workdir import RunDir
 
 
 def _series(records: list[dict[str, Any]], name: str) -> tuple[list[int], list[float]]:
@@ -21,23 +21,24 @@ def _series(records: list[dict[str, Any]], name: str) -> tuple[list[int], list[f
     return [r["step"] for r in kept], [r[name] for r in kept]
 
 
-def plot_curves(workdir: str, path: str | None = None) -> str:
-    """Draw ``<workdir>/metrics.jsonl`` (see ``deepnet_jax.runs.metrics``) to a PNG; return its
+def plot_curves(workdir: str | RunDir, path: str | None = None) -> str:
+    """Draw the workdir's metrics (see ``deepnet_jax.runs.metrics``) to a PNG; return its
     path.
 
     Left panel, over optimizer updates: training loss (label-smoothed, as optimized), training
     NLL when recorded, and validation loss (plain NLL) of the ``eval`` records. Right panel, only
     when some ``eval`` record has ``bleu``: validation BLEU. Other splits (the final test
-    evaluation) are not drawn. ``path`` defaults to ``<workdir>/curves.png``.
+    evaluation) are not drawn. ``path`` defaults to ``RunDir.curves``.
 
     Raises ``ValueError`` when the file has no ``train`` record (``FileNotFoundError`` when there
     is no file).
     """
-    records = metrics.read(workdir)
+    run_dir = RunDir(workdir)
+    records = metrics.read(run_dir)
     train = [r for r in records if r["split"] == "train"]
     evals = [r for r in records if r["split"] == "eval"]
     if not train:
-        raise ValueError(f"{os.path.join(workdir, 'metrics.jsonl')} has no training records")
+        raise ValueError(f"{run_dir.metrics} has no training records")
     bleu_steps, bleu = _series(evals, "bleu")
     fig = Figure(figsize=(11, 4) if bleu else (6, 4))
     FigureCanvasAgg(fig)
@@ -61,6 +62,6 @@ def plot_curves(workdir: str, path: str | None = None) -> str:
         ax.set_ylabel("validation BLEU (greedy)")
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    path = path or os.path.join(workdir, "curves.png")
+    path = path or run_dir.curves
     fig.savefig(path, dpi=100, format="png")
     return path

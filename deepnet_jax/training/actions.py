@@ -20,20 +20,20 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
+from deepnet_jax.common import console
 from deepnet_jax.data import pipeline
 from deepnet_jax.decoding import options as decoding_options
 from deepnet_jax.decoding import scoring
 from deepnet_jax.runs import checkpoint
 from deepnet_jax.runs import metrics as metrics_lib
+from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.scale import sharding
 from deepnet_jax.training import diagnostics, preemption
 from deepnet_jax.training import steps as train_steps
 from deepnet_jax.training.progress import Interval, say, scored_set, source_blind_warning
 
-PROBE_DIR = "stability_probe"  # <workdir>/stability_probe: F(x; θ₀) on the probe batch
 
-
-class NonFiniteError(RuntimeError):
+class NonFiniteError(console.UserError, RuntimeError):
     """Training stopped on a non-finite loss or gradient (``nan_policy``) at micro-step
     ``step`` (1-based)."""
 
@@ -279,7 +279,7 @@ def _record(model_update: float, ln_inputs: dict, layer_grads: dict) -> dict[str
 
 
 def _save_features(workdir: str, features: jax.Array) -> None:
-    path = os.path.join(os.path.abspath(workdir), PROBE_DIR)
+    path = RunDir(workdir).stability_probe
     with ocp.StandardCheckpointer() as writer:
         writer.save(path, {"features_0": features}, force=True)
         writer.wait_until_finished()
@@ -290,7 +290,7 @@ def _load_features(
 ) -> jax.Array | None:
     """F(x; θ₀) saved by :func:`_save_features` (shaped like ``abstract``, replicated over the
     probe batch's mesh), or None when the run kept none."""
-    path = os.path.join(os.path.abspath(workdir), PROBE_DIR) if workdir else ""
+    path = RunDir(workdir).stability_probe if workdir else ""
     if not path or not os.path.isdir(path):
         return None
     mesh = batch["inputs"].sharding.mesh

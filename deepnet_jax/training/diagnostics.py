@@ -23,14 +23,13 @@
   ``diagnostics`` collection inside the scan (one entry per layer) and only computed when that
   collection is mutable, so training without the instruments costs nothing.
 
-The trainer switches them on with ``config.diagnostics.every`` > 0 and writes them to
-``metrics.jsonl`` as ``split: "diagnostics"`` records; :func:`plot` renders them.
+The trainer switches them on with ``config.diagnostics.every`` > 0 and writes them to the run's
+metrics file as ``split: "diagnostics"`` records; :func:`plot` renders them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from collections.abc import Callable
 from typing import Any
@@ -44,6 +43,7 @@ from deepnet_jax.common import tokens
 from deepnet_jax.common.config_schema import field
 from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.model.sublayers import DIAGNOSTICS, LN_INPUT_SUFFIX
+from deepnet_jax.runs.workdir import RunDir
 
 SIDES = ("encoder", "decoder")
 _UNROLLED = re.compile(r"^layers_(\d+)$")
@@ -167,7 +167,7 @@ def _stack(entries: list[tuple[Any, Any]]) -> jax.Array:
     return jnp.stack([jnp.asarray(v) for _, v in entries])
 
 
-def plot(workdir: str) -> list[str]:
+def plot(workdir: str | RunDir) -> list[str]:
     """Figures of a run's ``diagnostics`` records: ``diagnostics_model_update.png`` (ΔF over
     updates), and heat maps (layer × update) ``diagnostics_ln_inputs.png`` and
     ``diagnostics_grad_norms.png``; returns the paths written."""
@@ -179,7 +179,8 @@ def plot(workdir: str) -> list[str]:
 
     from deepnet_jax.runs import metrics
 
-    records = [r for r in metrics.read(workdir) if r["split"] == "diagnostics"]
+    run_dir = RunDir(workdir)
+    records = [r for r in metrics.read(run_dir) if r["split"] == "diagnostics"]
     if not records:
         return []
     steps = [r["step"] for r in records]
@@ -190,7 +191,7 @@ def plot(workdir: str) -> list[str]:
     ax.set_ylabel("‖F(x; θ_t) − F(x; θ_0)‖")
     ax.set_title("model update")
     fig.tight_layout()
-    paths.append(os.path.join(workdir, "diagnostics_model_update.png"))
+    paths.append(run_dir.diagnostics_figure("model_update"))
     fig.savefig(paths[-1], dpi=100)
     plt.close(fig)
     for prefix, filename in (("ln_input/", "ln_inputs"), ("grad_norm/", "grad_norms")):
@@ -218,7 +219,7 @@ def plot(workdir: str) -> list[str]:
         for ax in list(axes.flat)[len(names) :]:
             ax.axis("off")
         fig.tight_layout()
-        paths.append(os.path.join(workdir, f"diagnostics_{filename}.png"))
+        paths.append(run_dir.diagnostics_figure(filename))
         fig.savefig(paths[-1], dpi=100)
         plt.close(fig)
     return paths

@@ -33,10 +33,11 @@ from typing import Any
 
 import ml_collections
 
+from deepnet_jax.common import console
 from deepnet_jax.data import fetch
 from deepnet_jax.model.config import AUTO, DERIVED
 from deepnet_jax.runs import checkpoint
-from deepnet_jax.runs import loading as run_loading
+from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import data as train_data
 
@@ -48,7 +49,7 @@ TOKENIZER = "tokenizer"  # the tokenizer's entry in a list of differences
 INITIAL_STATE_FIELDS = ("grad_accum_steps", "nan_policy", "optimizer.name", "optimizer.grad_clip")
 
 
-class FingerprintMismatchError(ValueError):
+class FingerprintMismatchError(console.UserError, ValueError):
     """The workdir's checkpoints were written by a run this config does not continue."""
 
 
@@ -141,7 +142,7 @@ def check_config(
     from the checkpoints' (all but the derived fields and the tokenizer)."""
     if not saved:
         return
-    directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+    directory = RunDir(workdir).checkpoints
     for s in saved:
         fixed = differences(s, config, derived=False).fixed
         if fixed:
@@ -156,8 +157,8 @@ def check(
     not change, else return the lines to print (accepted changes; what could not be compared)."""
     if not saved:
         return []
-    directory = os.path.join(os.path.abspath(workdir), "checkpoints")
-    path = run_loading.tokenizer_path(workdir)
+    run_dir = RunDir(workdir)
+    directory, path = run_dir.checkpoints, run_dir.tokenizer
     in_workdir = fetch.sha256_file(path) if os.path.isfile(path) else None
     unrecorded: set[str] = set()
     for s in saved:

@@ -11,6 +11,7 @@ from typing import Any
 import jax
 
 from deepnet_jax.runs import plots
+from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.training import data as train_data
 from deepnet_jax.training import diagnostics
 from deepnet_jax.training.actions import EvalContext, Validator
@@ -26,7 +27,7 @@ def stopped(run: EvalContext, signal_name: str | None, step: int) -> dict[str, A
     line = f"stopped by {cause} after update {updates}/{c.total_steps}; "
     if run.checkpointer:
         run.checkpointer.close()  # the asynchronous saves are complete on disk
-        line += f"checkpoint {os.path.join(run.checkpointer.directory, str(step))} saved; "
+        line += f"checkpoint {run.checkpointer.run_dir.checkpoint(step)} saved; "
         line += "run the same command again to resume"
     else:
         reason = "no workdir" if not run.workdir else "checkpoint_every=0"
@@ -123,12 +124,13 @@ def finish(run: EvalContext, results: dict[str, Any]) -> None:
         say(json.dumps({k: v for k, v in results.items() if isinstance(v, (int, float))}))
     if not run.workdir or jax.process_index() != 0:
         return
-    os.makedirs(run.workdir, exist_ok=True)
-    with open(os.path.join(run.workdir, "eval.json"), "w") as f:
+    run_dir = RunDir(run.workdir)
+    os.makedirs(run_dir.root, exist_ok=True)
+    with open(run_dir.eval_results, "w") as f:
         json.dump(results, f, indent=1)
-    say(f"results: {os.path.join(run.workdir, 'eval.json')}")
+    say(f"results: {run_dir.eval_results}")
     if run.writer:
         run.writer.close()
-        say(f"curves: {plots.plot_curves(run.workdir)}")
+        say(f"curves: {plots.plot_curves(run_dir)}")
         if c.diagnostics.every and c.diagnostics.plot:
-            say(f"diagnostics: {', '.join(diagnostics.plot(run.workdir))}")
+            say(f"diagnostics: {', '.join(diagnostics.plot(run_dir))}")

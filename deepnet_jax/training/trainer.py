@@ -22,12 +22,12 @@ import numpy as np
 import optax
 from jax.experimental import multihost_utils
 
-from deepnet_jax.model import architectures
+from deepnet_jax.model import architectures, schemes
 from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.runs import checkpoint
-from deepnet_jax.runs import loading as run_loading
 from deepnet_jax.runs import metrics as metrics_lib
 from deepnet_jax.runs import workdir as workdir_lib
+from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.scale import flops, sharding
 from deepnet_jax.training import (
     attention_auto,
@@ -103,7 +103,7 @@ def build_run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> R
     start_state = batches.get_state()
     example = next(batches)  # shapes for init; the stream is rewound below
     batches.set_state(start_state)
-    if config.model.scheme == "admin" and jax.process_count() > 1:
+    if schemes.get(config.model.scheme).profiled_init and jax.process_count() > 1:
         # Admin profiles ω on this batch: every process must profile the same one
         example = multihost_utils.broadcast_one_to_all(example)
     optimizer = optimizers.make_optimizer(config)
@@ -168,7 +168,7 @@ def _checkpointer(
         train_steps.nbytes(plan.abstract["params"]),
         config.max_to_keep,
     )
-    workdir_lib.check_free_space(workdir, needed)
+    RunDir(workdir).check_free_space(needed)
     return checkpoint.Checkpointer(workdir, config.checkpoint_every, config.max_to_keep)
 
 
@@ -192,8 +192,9 @@ def initial_state(run: Run) -> tuple[TrainState, float | None]:
         k, total = run.config.grad_accum_steps, run.config.total_steps
         run.writer.rewind(start // k, keep_final=0 < start < total * k)
     if run.workdir and isinstance(run.data, train_data.CorpusData) and jax.process_index() == 0:
-        os.makedirs(run.workdir, exist_ok=True)  # the tokenizer travels with the run
-        shutil.copyfile(run.data.pipeline.tokenizer_path, run_loading.tokenizer_path(run.workdir))
+        run_dir = RunDir(run.workdir)  # the tokenizer travels with the run
+        os.makedirs(run_dir.root, exist_ok=True)
+        shutil.copyfile(run.data.pipeline.tokenizer_path, run_dir.tokenizer)
     gate = jax.jit(lambda: jnp.zeros((), jnp.int32), out_shardings=replicated(run.mesh))()
     return TrainState(params, opt_state, start, gate), best
 
@@ -272,9 +273,7 @@ def train_loop(
 
 def logged_records(workdir: str | None) -> list[dict[str, Any]]:
     """What a resumed run logged before it stopped (none without a workdir or metrics)."""
-    if not workdir or not os.path.exists(os.path.join(workdir, metrics_lib.FILE)):
-        return []
-    return metrics_lib.read(workdir)
+    return metrics_lib.read_if_any(workdir)
 
 
 def first_loss(records: list[dict[str, Any]]) -> float | None:

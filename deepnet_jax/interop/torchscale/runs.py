@@ -42,6 +42,7 @@ from deepnet_jax.interop.torchscale.configs import (
 from deepnet_jax.interop.torchscale.params import params_from_torchscale, params_to_torchscale
 from deepnet_jax.runs import checkpoint
 from deepnet_jax.runs import loading as run_loading
+from deepnet_jax.runs.workdir import CONFIG_JSON, RunDir
 from deepnet_jax.scale import sharding
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import data as train_data
@@ -58,9 +59,6 @@ RUNTIME_FIELDS = (
     "attention_impl",
     "dropout_rng",
 )
-IMPORT_RECORD = "torchscale_import.json"
-CONFIG_JSON = "config.json"
-FINETUNE_CONFIG = "finetune_config.py"
 FINETUNE_SOURCE = '''"""This run's training config ({config_json} beside this file), written by
 ``python -m deepnet_jax.cli.torchscale import``. Fine-tune (resume from step 0) with
 
@@ -125,7 +123,7 @@ def _record(source: str, read: files.Checkpoint) -> dict[str, Any]:
 def _check_workdir(workdir: str) -> None:
     if not workdir:
         raise ValueError("--workdir is required: the run directory to write")
-    directory = os.path.join(workdir, "checkpoints")
+    directory = RunDir(workdir).checkpoints
     if os.path.isdir(directory) and os.listdir(directory):
         raise ValueError(f"--workdir={workdir} already holds checkpoints; import into a new one")
 
@@ -159,25 +157,28 @@ def import_checkpoint(
     data_state = data.train_iterator().get_state()
     tokenizer = fetch.sha256_file(spm) if spm else fingerprint.tokenizer_sha256(data)
     opt_state = optimizers.make_optimizer(config).init(params)
-    writer = checkpoint.Checkpointer(workdir, every=1, max_to_keep=config.max_to_keep)
+    run_dir = RunDir(workdir)
+    writer = checkpoint.Checkpointer(run_dir, every=1, max_to_keep=config.max_to_keep)
     try:
         state = {"params": params, "opt_state": opt_state, "step": np.asarray(0, np.int64)}
         writer.save(0, state, data_state, config, fingerprint.record(tokenizer))
     finally:
         writer.close()
-    _write_json(os.path.join(workdir, CONFIG_JSON), config.to_dict())
-    with open(os.path.join(workdir, FINETUNE_CONFIG), "w") as f:
-        finetune = os.path.join(workdir, FINETUNE_CONFIG)
-        f.write(FINETUNE_SOURCE.format(config_json=CONFIG_JSON, finetune=finetune))
-    _write_json(os.path.join(workdir, IMPORT_RECORD), _record(source, read))
+    _write_json(run_dir.config_json, config.to_dict())
+    with open(run_dir.finetune_config, "w") as f:
+        source_text = FINETUNE_SOURCE.format(
+            config_json=CONFIG_JSON.name, finetune=run_dir.finetune_config
+        )
+        f.write(source_text)
+    _write_json(run_dir.torchscale_import, _record(source, read))
     if spm is not None:
-        shutil.copyfile(spm, run_loading.tokenizer_path(workdir))
+        shutil.copyfile(spm, run_dir.tokenizer)
     m = config.model
     return (
         f"imported {len(read.state_dict)} tensors of a torchscale {m.arch} ({m.scheme}, "
         f"{m.num_encoder_layers}L-{m.num_decoder_layers}L, d_model {m.d_model}) into "
-        f"{os.path.join(workdir, 'checkpoints', '0')}; fine-tune with: python train.py "
-        f"--config={os.path.join(workdir, FINETUNE_CONFIG)} --workdir={workdir}"
+        f"{run_dir.checkpoint(0)}; fine-tune with: python train.py "
+        f"--config={run_dir.finetune_config} --workdir={workdir}"
     )
 
 
@@ -221,7 +222,7 @@ def export_run(
     args = torchscale_args_from_config(model)
     state_dict = reoffset_positions(params_to_torchscale(jax.device_get(run.params), model), model)
     prefix = ""
-    record = os.path.join(workdir, IMPORT_RECORD)
+    record = RunDir(workdir).torchscale_import
     if os.path.isfile(record):
         with open(record) as f:
             imported = json.load(f)

@@ -42,7 +42,6 @@ from flax import traverse_util
 from deepnet_jax.model import architectures, schemes
 from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.model.config import AUTO
-from deepnet_jax.model.schemes import residual_scheme
 
 Path = tuple[str, ...]
 QKV = ("q_proj", "k_proj", "v_proj")
@@ -101,7 +100,7 @@ def _linear(ts: str, ours: Path, shape: tuple[int, int]) -> list[Entry]:
 
 def _layer_entries(c: ml_collections.ConfigDict, prefix: str, base: Path, cross: bool):
     D, F = c.d_model, c.ffn_dim
-    subln = residual_scheme(c.scheme) == "subln"
+    subln = schemes.get(c.scheme).per_layer.inner_norm
     out: list[Entry] = []
     attentions = [("self_attn", "self_attn")] + ([("encoder_attn", "cross_attn")] if cross else [])
     for ts, ours in attentions:
@@ -129,7 +128,7 @@ def _side_entries(c: ml_collections.ConfigDict, side: str) -> list[Entry]:
         out.append(Entry(name, (side, "embed_positions", "embedding"), "same", (rows, c.d_model)))
     for i in range(depth):
         out += _layer_entries(c, f"{prefix}layers.{i}.", (side, f"layers_{i}"), cross)
-    if residual_scheme(c.scheme) in ("pre_ln", "subln"):
+    if schemes.get(c.scheme).per_layer.final_norm:
         out += _norm(f"{prefix}layer_norm", (side, "layer_norm"), c.d_model)
     return out
 

@@ -1,6 +1,6 @@
-"""A prepared corpus: its tfds dataset prepared if missing and its SentencePiece tokenizer
-trained (or loaded) on the training split, on every process alike; and its records read in
-order."""
+"""A corpus prepared for training: its tfds dataset prepared if missing and its SentencePiece
+tokenizer trained (or loaded) on the training split, on every process alike; its records read
+in order."""
 
 from __future__ import annotations
 
@@ -32,19 +32,6 @@ class PreparedCorpus:
     tokenizer_path: str
 
 
-def open_records(options: DataOptions, split: str, builder: Any = None):
-    """Random-access ``{"source", "target"}`` / ``{"text"}`` records of ``split``."""
-    return sources.open_split(
-        options.dataset,
-        options.data_dir,
-        split,
-        source_lang=options.source_lang,
-        target_lang=options.target_lang,
-        builder=builder,
-        **options.source_kwargs(),
-    )
-
-
 def iter_records(records, chunk: int = 10_000) -> Iterator[dict[str, str]]:
     """Every record of a random-access source in order, read in slices (batched reads)."""
     for start in range(0, len(records), chunk):
@@ -63,7 +50,8 @@ def prepare_corpus(options: DataOptions, tokenizer_proto: bytes | None = None) -
     joint source+target model). ``tokenizer_proto`` (another process's trained model) is
     installed in the cache instead of training.
     """
-    builder = sources.prepare(options.dataset, options.data_dir, **options.prepare_kwargs())
+    request = options.request()
+    builder = sources.prepare(request)
     key = dataset_key(builder, options.dataset)
     if tokenizer_proto is not None:
         tokenizer = Tokenizer(tokenizer_proto)
@@ -72,11 +60,11 @@ def prepare_corpus(options: DataOptions, tokenizer_proto: bytes | None = None) -
             save(tokenizer, path)
         return PreparedCorpus(builder, key, tokenizer, path)
     fields = (
-        ("source", "target") if sources.dataset_kind(options.dataset) == "parallel" else ("text",)
+        ("source", "target") if sources.dataset_kind(request.dataset) == "parallel" else ("text",)
     )
 
     def sentences() -> Iterator[str]:
-        for record in iter_records(open_records(options, "train", builder)):
+        for record in iter_records(sources.open_split(request, "train", builder)):
             for field in fields:
                 yield record[field]
 

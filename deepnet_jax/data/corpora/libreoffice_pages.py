@@ -1,134 +1,26 @@
-"""LibreOffice help as a parallel corpus: its Debian packages and its pages.
+"""LibreOffice help's pages: read out of a help package, their text blocks, paired across
+languages, split by page.
 
-The HTML help pages ``usr/share/libreoffice/help/<lang>/**.html`` of the Debian 12 packages
-``libreoffice-help-*`` (MPL-2.0; never committed, fetched at prepare time):
-
-* :func:`fetch_libreoffice_debs` returns the paths of the ``libreoffice-help-<lang>`` ``.deb``
-  files (version :data:`LIBREOFFICE_VERSION`) and :func:`iter_libreoffice_pages` reads the
-  pages out of one without ``dpkg``;
-* :func:`help_page_blocks` reads the id-carrying text blocks of a page,
-  :func:`align_help_pages` pairs two languages by (page, block id) and
-  :func:`split_help_pairs` splits the pairs by page.
+The HTML help pages are ``usr/share/libreoffice/help/<folder>/**.html`` of the Debian 12
+packages ``libreoffice-help-*`` (:mod:`deepnet_jax.data.corpora.libreoffice_help` fetches
+them): :func:`iter_libreoffice_pages` reads the pages out of one ``.deb`` without ``dpkg``,
+:func:`help_page_blocks` reads the id-carrying text blocks of a page, :func:`align_help_pages`
+pairs two languages by (page, block id) and :func:`split_help_pairs` splits the pairs by page.
 """
 
 from __future__ import annotations
 
-import glob
 import hashlib
-import os
-import shutil
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from html.parser import HTMLParser
 
-from deepnet_jax.common import console
 from deepnet_jax.data import fetch
-from deepnet_jax.data.corpora import SPLITS
-from deepnet_jax.data.fetch import DataPreparationError
+from deepnet_jax.data.corpora.base import SPLITS
 
-LIBREOFFICE_VERSION = "4:7.4.7-1+deb12u14"
-# Language -> Debian package, and the folder of its pages under LIBREOFFICE_HELP_ROOT.
-LIBREOFFICE_PACKAGES = {
-    "en": "libreoffice-help-en-us",
-    "de": "libreoffice-help-de",
-    "fr": "libreoffice-help-fr",
-}
+# Language -> the folder of its pages under LIBREOFFICE_HELP_ROOT.
 LIBREOFFICE_HELP_DIRS = {"en": "en-US", "de": "de", "fr": "fr"}
 LIBREOFFICE_HELP_ROOT = "usr/share/libreoffice/help"
-LIBREOFFICE_URL = "https://packages.debian.org/bookworm/all/{package}/download"
-# sha256 of the .deb files this code was checked against (a mismatch is logged, not fatal).
-LIBREOFFICE_DEB_SHA256 = {
-    "en": "8faa840285734d6cfe1ed25537b48f07e74bd6412e3917bf8e5f8a653f7b3712",
-    "de": "00490b63c509ac96f7f212d6a6e40452d3e0d1f97ccf4b824dd5ec4c01e8277f",
-    "fr": "c796530d3e95af1ea4d054076682efc8aad2b569ae9513f3d4a776b2df3fd206",
-}
-
-
-def libreoffice_deb(lang: str) -> str:
-    """The file name ``apt-get download`` gives the help package of ``lang`` (``:`` -> ``%3a``)."""
-    version = LIBREOFFICE_VERSION.replace(":", "%3a")
-    return f"{_libreoffice_package(lang)}_{version}_all.deb"
-
-
-def _libreoffice_package(lang: str) -> str:
-    try:
-        return LIBREOFFICE_PACKAGES[lang]
-    except KeyError:
-        raise ValueError(
-            f"no LibreOffice help package for language {lang!r} "
-            f"(one of: {', '.join(LIBREOFFICE_PACKAGES)})"
-        ) from None
-
-
-def _libreoffice_manual_hint(langs: Sequence[str], folders: Sequence[str]) -> str:
-    debs = ", ".join(libreoffice_deb(lang) for lang in langs)
-    urls = ", ".join(LIBREOFFICE_URL.format(package=_libreoffice_package(lang)) for lang in langs)
-    return (
-        f"download {debs} (Debian 12, version {LIBREOFFICE_VERSION}; e.g. from {urls}) "
-        f"into {' or '.join(folders)} and re-run"
-    )
-
-
-def _find_libreoffice_deb(folders: Sequence[str], lang: str) -> str | None:
-    """The help ``.deb`` of ``lang`` in the first folder holding one: the pinned file name if
-    present, else the last ``<package>_*.deb`` in sorted order; None if there is none."""
-    for folder in folders:
-        exact = os.path.join(folder, libreoffice_deb(lang))
-        if os.path.isfile(exact):
-            return exact
-        debs = sorted(glob.glob(os.path.join(folder, f"{_libreoffice_package(lang)}_*.deb")))
-        if debs:
-            return debs[-1]
-    return None
-
-
-def fetch_libreoffice_debs(
-    download_dir: str, langs: Sequence[str], *, manual_dir: str | None = None
-) -> dict[str, str]:
-    """Paths ``{lang: .deb}`` of the LibreOffice help packages of ``langs``, fetching as needed.
-
-    For each language, a ``<package>_*.deb`` in ``manual_dir`` or ``download_dir`` (in that
-    order; the pinned name ``<package>_4%3a7.4.7-1+deb12u14_all.deb`` preferred) is used as it
-    is. The missing ones are fetched together with ``apt-get download <package>=<version>``
-    in ``download_dir`` (after a failure: ``apt-get update`` once, then a retry; if the pinned
-    version is still not to be had, the mirror's own version, with a warning). Each file's
-    sha256 is compared with the one this code was checked against; a mismatch (another
-    version) is logged, not fatal.
-
-    Raises:
-      DataPreparationError: ``apt-get`` is missing or fails; the one-line message names the
-        ``.deb`` files to download and the folders to put them in.
-      ValueError: a language without a help package here.
-    """
-    os.makedirs(download_dir, exist_ok=True)
-    folders = [d for d in (manual_dir, download_dir) if d]
-    found = {lang: _find_libreoffice_deb(folders, lang) for lang in langs}
-    missing = [lang for lang, path in found.items() if path is None]
-    if missing:
-        hint = _libreoffice_manual_hint(missing, folders)
-        if shutil.which("apt-get") is None:
-            raise DataPreparationError(f"apt-get not found: {hint}")
-        specs = [f"{_libreoffice_package(lang)}={LIBREOFFICE_VERSION}" for lang in missing]
-        result = fetch.apt_get_download(specs, download_dir, "LibreOffice help")
-        if result.returncode != 0:  # the mirror moved on (a Debian point release replaces it)
-            console.warn(
-                f"LibreOffice help: {LIBREOFFICE_VERSION} is not on the package mirror "
-                f"({fetch.last_line(result.stderr)}); fetching the version it has (the pairs may "
-                "differ slightly from those documented)"
-            )
-            specs = [_libreoffice_package(lang) for lang in missing]
-            result = fetch.apt_get_download(specs, download_dir, "LibreOffice help")
-        for lang in missing:
-            found[lang] = _find_libreoffice_deb([download_dir], lang)
-        if result.returncode != 0 or None in found.values():
-            raise DataPreparationError(
-                f"'{' '.join(result.args)}' failed ({fetch.last_line(result.stderr)}): {hint}"
-            )
-    paths = {lang: path for lang, path in found.items() if path}
-    for lang, path in paths.items():
-        console.say(f"LibreOffice help: using {path}")
-        fetch.check_sha256(path, LIBREOFFICE_DEB_SHA256[lang])
-    return paths
 
 
 def iter_libreoffice_pages(deb_path: str, lang: str) -> Iterator[tuple[str, str]]:
@@ -148,11 +40,13 @@ def iter_libreoffice_pages(deb_path: str, lang: str) -> Iterator[tuple[str, str]
         try:
             html = data.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise DataPreparationError(f"{deb_path}: {folder}/{page} is not UTF-8 ({e})") from None
+            raise fetch.DataPreparationError(
+                f"{deb_path}: {folder}/{page} is not UTF-8 ({e})"
+            ) from None
         count += 1
         yield page, html
     if not count:
-        raise DataPreparationError(f"{deb_path}: no ./{folder}/*.html pages in its data.tar")
+        raise fetch.DataPreparationError(f"{deb_path}: no ./{folder}/*.html pages in its data.tar")
 
 
 # Elements whose id makes them a translatable block (ids are shared by every language).

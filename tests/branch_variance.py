@@ -1,5 +1,6 @@
 """The FFN branch's output variance at initialization: the value docs/blocks.md derives for the
-plain and the gated FFN under DeepNorm's β and Sub-LN's γ.
+plain and the gated FFN under DeepNorm's β and Sub-LN's γ, which tests/test_modern_blocks.py
+checks against the model's FFN.
 
 For inputs x ∈ R^d with i.i.d. zero-mean unit-variance entries (a LayerNorm's output at init)
 and Xavier-normal kernels W [n_in, n_out] with gain g (Var W_ij = g²·2/(n_in + n_out)), biases
