@@ -96,7 +96,7 @@ def table(record: dict) -> str:
         ratio = "1" if r["fsdp_devices"] == 1 else f"{r['reduction_vs_1']:.2f}×"
         gb = [f"{r[k] / 1e9:.2f} GB" for k in ("params_bytes", "opt_state_bytes", "state_bytes")]
         lines.append(f"| {r['fsdp_devices']} | {' | '.join(gb)} | {ratio} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
 
 
 def main() -> None:
