@@ -4,6 +4,7 @@ Run from the repository root (simulates 8 CPU devices itself)::
 
     python -m benchmarks.sharding            # the 1,000-layer config (500L-500L, d 512)
     python -m benchmarks.sharding --smoke    # the default config, fewer meshes (CI runs this)
+    python -m benchmarks.sharding --out=docs/records/sharding.json --docs=docs/benchmarks.md
 
 Rows (one JSON line each):
 
@@ -13,6 +14,11 @@ Rows (one JSON line each):
   ``reduction_vs_1`` = bytes at 1 device ÷ bytes at n (target: ≥ 7× at 8).
 * ``plan`` — ``deepnet_jax.training.memory_plan`` (the compiled train step on abstract inputs) on
   a few 8-device meshes: per-device params, optimizer state, temporaries, peak and compile time.
+
+``--out`` writes the rows as a record (command, commit, machine, date); ``--docs`` writes the
+``sharding-state`` table of that file from it (``tests/test_sharding_record.py`` regenerates it
+from the committed record). The byte counts come from the shardings alone: they do not depend
+on the machine.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ import json
 
 import jax
 import numpy as np
+
+from deepnet_jax.common import records
 
 MESHES = ((1, 8, 1), (2, 4, 1), (1, 4, 2), (8, 1, 1))
 
@@ -78,20 +86,44 @@ def plan_row(smoke: bool, mesh: tuple[int, int, int]) -> dict:
     return {"row": "plan", **result, "compile_s": round(result["compile_s"], 2)}
 
 
+def table(record: dict) -> str:
+    """The per-device state table of docs/benchmarks.md from a record's ``state_bytes`` rows."""
+    lines = [
+        "| fsdp devices | params | optimizer state | state per device | 1 device ÷ n devices |",
+        "|---|---|---|---|---|",
+    ]
+    for r in (r for r in record["rows"] if r["row"] == "state_bytes"):
+        ratio = "1" if r["fsdp_devices"] == 1 else f"{r['reduction_vs_1']:.2f}×"
+        gb = [f"{r[k] / 1e9:.2f} GB" for k in ("params_bytes", "opt_state_bytes", "state_bytes")]
+        lines.append(f"| {r['fsdp_devices']} | {' | '.join(gb)} | {ratio} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="default config, two meshes")
+    parser.add_argument("--out", help="write the rows as a JSON record here")
+    parser.add_argument("--docs", help="write the sharding-state table of this file")
     args = parser.parse_args()
     jax.config.update("jax_platforms", "cpu")
     jax.config.update("jax_num_cpu_devices", 8)
     print(json.dumps({"devices": jax.device_count(), "backend": jax.default_backend()}))
-    base = None
+    record = {**records.header(), "config": "default" if args.smoke else "deepnet_1000l"}
+    rows, base = [], None
     for n in (1, 2, 4, 8):
-        row = state_row(args.smoke, n, base)
-        base = base or row["state_bytes"]
-        print(json.dumps(row), flush=True)
+        rows.append(state_row(args.smoke, n, base))
+        base = base or rows[-1]["state_bytes"]
+        print(json.dumps(rows[-1]), flush=True)
     for mesh in MESHES[:2] if args.smoke else MESHES:
-        print(json.dumps(plan_row(args.smoke, mesh)), flush=True)
+        rows.append(plan_row(args.smoke, mesh))
+        print(json.dumps(rows[-1]), flush=True)
+    record["rows"] = rows
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(record, f, indent=1)
+            f.write("\n")
+    if args.docs:
+        records.replace_block(args.docs, "sharding-state", table(record))
 
 
 if __name__ == "__main__":

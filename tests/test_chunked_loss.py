@@ -1,6 +1,6 @@
-"""The chunked output head and loss (``loss_chunk``; losses.chunked_sums) against the whole-batch
-path: the same sums and gradients, for every architecture and both output heads, and a run
-that trains with it."""
+"""The chunked output head and loss (``loss_chunk``; losses.fused_mean_loss) against the
+whole-batch path: the same sums and gradients, for every architecture and both output heads, no
+matmul recomputed, and a run that trains with it."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from deepnet_jax.data import synthetic
 from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.training import config as train_config
+from deepnet_jax.training import losses, train
 from deepnet_jax.training import steps as train_steps
-from deepnet_jax.training import train
 
 # float32 sums of up to B·T = 96 terms in another order, and the same logits: relative errors
 # of a few ulps per term (2^-24 ≈ 6e-8 each), far below 1e-5
@@ -64,3 +64,45 @@ def test_a_run_with_a_chunked_loss_trains_as_the_whole_batch_run():
     # 20 Adam updates amplify float32 reordering (an update is ≈ lr·sign(g) where |g| ≈ ε), so
     # the end of the runs is compared loosely: the same training, not the same bits
     np.testing.assert_allclose(runs[4]["eval_loss"], runs[0]["eval_loss"], rtol=1e-2)
+
+
+def _dots(fn, *args) -> int:
+    """The matmuls (dot_general) in the jaxpr of ``fn(*args)``, inner jaxprs (scans) included."""
+
+    def count(jaxpr) -> int:
+        n = 0
+        for eqn in jaxpr.eqns:
+            n += eqn.primitive.name == "dot_general"
+            for value in eqn.params.values():
+                inner = getattr(value, "jaxpr", value)
+                if hasattr(inner, "eqns"):
+                    n += count(inner)
+        return n
+
+    return count(jax.make_jaxpr(fn)(*args).jaxpr)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_fused_loss_computes_each_chunks_logits_once(tied):
+    """Differentiated, the chunked loss has as many matmuls as the whole-batch one: the head's
+    forward matmul and its two gradients per chunk, none recomputed in the backward pass."""
+    model, params, batch = _model_and_batch("decoder", tied)
+    rng = jax.random.key(0)
+    counts = {}
+    for chunk in (0, 5):
+        loss_fn = train_steps.make_loss_fn(model, "decoder", 0.1, chunk)
+        grad_fn = jax.grad(lambda p, f=loss_fn: f(p, batch, rng, True)[0])
+        counts[chunk] = _dots(grad_fn, params)
+    assert counts[5] == counts[0], counts
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_fused_loss_differentiates_the_heads_parameters_alone(tied):
+    model, params, _ = _model_and_batch("decoder", tied)
+    outputs = jnp.zeros((2, 3, model.config.d_model))
+
+    def head(p, x):
+        return model.apply({"params": p}, x, method="head")
+
+    names = losses.head_params(head, params, outputs)
+    assert names == ["embed_tokens" if tied else "output_projection"], names

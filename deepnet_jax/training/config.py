@@ -45,8 +45,9 @@ class RunFields:
     label_smoothing: float = field(0.1, "label-smoothed cross-entropy ε (0 disables)", **FRACTION)
     loss_chunk: int = field(
         0,
-        "target positions per chunk of the output head and the loss (losses.chunked_sums): the "
-        "float32 logits [B, chunk, vocab] at a time instead of [B, T, vocab]; 0: all at once",
+        "target positions per chunk of the output head and the loss (losses.fused_mean_loss, "
+        "each chunk's gradients computed beside its loss): the float32 logits [B, chunk, vocab] "
+        "at a time instead of [B, T, vocab]; 0: all at once",
         low=0,
         resumable=True,
     )

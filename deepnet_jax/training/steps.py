@@ -34,9 +34,13 @@ def make_loss_fn(
     tokens, and float32 sums ``loss_sum`` (smoothed), ``nll_sum`` (plain cross-entropy),
     ``weight`` (target tokens) and ``correct`` (argmax hits) that add up across micro-batches
     and devices exactly. ``loss_chunk`` > 0: the output head and the loss run that many target
-    positions at a time (:func:`deepnet_jax.training.losses.chunked_sums`), never the whole
-    batch's float32 logits at once.
+    positions at a time, each chunk's gradients computed beside its loss
+    (:func:`deepnet_jax.training.losses.fused_mean_loss`), never the whole batch's float32 logits
+    at once.
     """
+
+    def head(head_params: dict, x_BTD: jax.Array) -> jax.Array:
+        return model.apply({"params": head_params}, x_BTD, method="head")
 
     def loss_fn(params, batch: Batch, dropout_rng: jax.Array, deterministic: bool):
         outputs = model.apply(
@@ -49,9 +53,17 @@ def make_loss_fn(
         )
         targets, weights = batch["targets"], batch["weights"]
         if loss_chunk:
-            head = functools.partial(model.apply, {"params": params}, method="head")
-            sums = losses.chunked_sums(head, outputs, targets, weights, label_smoothing, loss_chunk)
-            return sums["loss_sum"] / jnp.maximum(sums["weight"], 1.0), sums
+            names = losses.head_params(head, params, outputs[:, :1])
+            mean, sums = losses.fused_mean_loss(
+                head,
+                {n: params[n] for n in names},
+                outputs,
+                targets,
+                weights,
+                label_smoothing,
+                loss_chunk,
+            )
+            return mean, jax.lax.stop_gradient(sums)
         logits = outputs
         loss_sum, weight = losses.cross_entropy(logits, targets, weights, label_smoothing)
         nll_sum = losses.cross_entropy(logits, targets, weights)[0] if label_smoothing else loss_sum
