@@ -32,8 +32,7 @@ import ml_collections
 from benchmarks.on_device import load_config
 from deepnet_jax.common import records
 from deepnet_jax.scale import kernels, targets
-from deepnet_jax.training import attention_auto, memory_plan, remat_auto
-from deepnet_jax.training import config as train_config
+from deepnet_jax.training import attention_auto, config_checks, memory_plan, remat_auto
 
 # the H100 measurements of docs/scaling.md ("Measured on one H100"), with their source
 _MEASURED_SOURCE = (
@@ -136,7 +135,7 @@ def _plan(
 ) -> tuple[ml_collections.ConfigDict, memory_plan.Plan]:
     """The plan the trainer would make (``remat_policy='auto'``: the fastest predicted
     candidate that fits, as ``cli.plan`` plans it) and the config it plans."""
-    if train_config.is_auto(config):
+    if config_checks.is_auto(config):
         devices = targets.compile_devices(target)
         return remat_auto.choose(config, devices, lambda line: print(line), target)
     return config, memory_plan.plan(config, target=target)

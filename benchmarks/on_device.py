@@ -37,7 +37,7 @@ from deepnet_jax import configs
 from deepnet_jax.data import synthetic
 from deepnet_jax.scale import targets
 from deepnet_jax.training import config as train_config
-from deepnet_jax.training import memory_plan, remat_auto, train
+from deepnet_jax.training import config_checks, memory_plan, remat_auto, train
 
 CONFIGS = ("default", "wmt17_ende", "magneto_lm", "bert_mlm")
 GIB = 2**30
@@ -93,7 +93,7 @@ def _run(step: memory_plan.CompiledStep, batch: dict, warmup: int, steps: int) -
 def _resolve(config: ml_collections.ConfigDict, devices: list, target: targets.Target) -> Any:
     """The config with ``remat_policy='auto'`` replaced by the candidate the planner picks on
     these devices (the trainer's choice)."""
-    if train_config.is_auto(config):
+    if config_checks.is_auto(config):
         config, _ = remat_auto.choose(config, devices, lambda line: print(line), target)
     return config
 

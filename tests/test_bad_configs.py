@@ -16,8 +16,7 @@ from test_training import small_config
 
 from deepnet_jax.cli import command
 from deepnet_jax.runs import workdir as workdir_lib
-from deepnet_jax.training import config as train_config
-from deepnet_jax.training import train
+from deepnet_jax.training import config_checks, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -184,7 +183,7 @@ def test_a_group_replaced_by_a_value():
     c = ml_collections.ConfigDict(small_config("decoder", "deepnorm").to_dict(), type_safe=False)
     c.schedule = 3
     with pytest.raises(ValueError, match=r"^schedule=3 must be a group of fields \(end_lr, "):
-        train_config.check_fields(c)
+        config_checks.check_fields(c)
 
 
 def test_batch_that_does_not_divide_over_the_devices():

@@ -16,7 +16,7 @@ from deepnet_jax.data import pipeline
 from deepnet_jax.decoding import options as decoding_options
 from deepnet_jax.model import config as model_config
 from deepnet_jax.training import config as train_config
-from deepnet_jax.training import optimizers
+from deepnet_jax.training import config_checks, optimizers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -92,7 +92,7 @@ def test_a_default_the_declaration_refuses_is_caught_here():
     for group in train_config.GROUPS.values():
         c = config_schema.config_dict(group.fields)
         config_schema.check_values(c, group.fields, "")
-    train_config.check_groups(train_config.default_config())  # each group's own check too
+    config_checks.check_groups(train_config.default_config())  # each group's own check too
 
 
 def test_each_default_is_declared_once():

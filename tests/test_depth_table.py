@@ -24,9 +24,9 @@ from deepnet_jax.experiments import (
     thousand_layers,
 )
 from deepnet_jax.experiments import depth_table_report as dtr
+from deepnet_jax.experiments import depth_table_settings as dts
 from deepnet_jax.model import architectures
-from deepnet_jax.training import config as train_config
-from deepnet_jax.training import progress
+from deepnet_jax.training import config_checks, progress
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -112,15 +112,15 @@ def test_another_commands_flag_is_refused_not_ignored():
     )
     with pytest.raises(SystemExit, match="--batch_size is not a flag of depth_table"):
         depth_table.main(["--setting=smoke", "--batch_size=4"])  # the decoding CLI's
-    text = opening.usage(depth_table.SETTINGS, "depth_table")
+    text = opening.usage(dts.SETTINGS, "depth_table")
     assert all(f"  --{name}: " in text for name in ("shard", "tasks", "layers", "merge", "out"))
     assert "--lr" not in text
     opening.parse_args([], ["quick"])  # the defaults again for later tests
 
 
 def test_tasks_and_depths_pick_part_of_a_setting_in_its_order():
-    base = depth_table.base_config("quick")
-    every = depth_table.keys("quick", base)
+    base = dts.base_config("quick")
+    every = dts.keys("quick", base)
     part = depth_table.select(every, "quick", ["reversal"], ["6", "18"])
     assert part == [k for k in every if k["task"] == "reversal" and k["layers"] in (6, 18)]
     assert len(part) == 12 * 3  # 4 scanned schemes and 2 DLCL rows at 2 depths, 3 seeds
@@ -134,22 +134,22 @@ def test_tasks_and_depths_pick_part_of_a_setting_in_its_order():
 
 
 def test_grids_hold_every_cell_the_issue_names():
-    quick = depth_table.GRIDS["quick"]
+    quick = dts.GRIDS["quick"]
     assert quick["seeds"] == [0, 1, 2] and quick["tasks"] == ["reversal64", "reversal"]
     schemes = ("post_ln", "pre_ln", "deepnorm", "subln")
     assert set(quick["cells"]) == {(s, n) for s in schemes for n in (6, 18, 50, 100)} | {
         (s, n) for s in ("dlcl_pre", "dlcl_post") for n in (6, 18)
     }
-    full = depth_table.GRIDS["full"]
+    full = dts.GRIDS["full"]
     assert set(quick["cells"]) < set(full["cells"])
     assert {n for _, n in full["cells"]} == {6, 12, 18, 50, 100, 200}
-    corpus = depth_table.GRIDS["corpus"]
+    corpus = dts.GRIDS["corpus"]
     assert set(corpus["cells"]) == {
         (s, n) for s in ("post_ln", "pre_ln", "deepnorm") for n in (6, 18)
     }
     assert corpus["seeds"] == [0, 1]
-    base = depth_table.base_config("quick")
-    keys = depth_table.keys("quick", base)
+    base = dts.base_config("quick")
+    keys = dts.keys("quick", base)
     assert len(keys) == 2 * 20 * 3 + 18  # and the 1,000-layer columns' 18 runs
     first = keys[:60]  # reversal64: the scanned schemes by depth, then DLCL's, seeds together
     assert {k["task"] for k in first} == {"reversal64"}
@@ -157,9 +157,7 @@ def test_grids_hold_every_cell_the_issue_names():
         n for n in (6, 18) for _ in range(6)
     ]
     assert [k["seed"] for k in first[:6]] == [0, 1, 2, 0, 1, 2]
-    assert {(k["lr"], k["warmup"]) for k in keys} == {
-        (depth_table.RECIPE.lr, depth_table.RECIPE.warmup)
-    }
+    assert {(k["lr"], k["warmup"]) for k in keys} == {(dts.RECIPE.lr, dts.RECIPE.warmup)}
     # the 1,000-layer columns on reversal64, last: 200L every seed, seed 0 of each scheme
     # first; 500L seed 0 of each scheme, then DeepNorm's seeds 1 and 2
     deep = [(k["scheme"], k["layers"], k["seed"]) for k in keys[120:]]
@@ -173,10 +171,10 @@ def test_grids_hold_every_cell_the_issue_names():
 
 
 def test_since_deepnet_setting_is_quicks_recipe_for_the_new_schemes_seed_by_seed():
-    base = depth_table.base_config("since_deepnet")
-    quick = depth_table.base_config("quick")
+    base = dts.base_config("since_deepnet")
+    quick = dts.base_config("quick")
     assert base.to_dict() == quick.to_dict()  # the same recipe, task and model as quick's rows
-    keys = depth_table.keys("since_deepnet", base)
+    keys = dts.keys("since_deepnet", base)
     rows = (*common.SINCE_DEEPNET, "pre_ln+dyt")  # every scheme, and Pre-LN with DyT
     assert rows == common.SINCE_DEEPNET_ROWS
     assert len(keys) == len(rows) * 2 * 3
@@ -187,13 +185,13 @@ def test_since_deepnet_setting_is_quicks_recipe_for_the_new_schemes_seed_by_seed
         ("denseformer", 6),
         ("denseformer", 18),
     ]
-    configs = [depth_table.make_config(base, k) for k in keys[:18]]
+    configs = [dts.make_config(base, k) for k in keys[:18]]
     assert [c.model.scan_layers for c in configs] == [True] * 16 + [False] * 2
     for key, c in zip(keys[:18], configs, strict=True):  # the row's scheme and norm
         assert (c.model.scheme, c.model.norm) == (
             ("pre_ln", "dyt") if key["scheme"] == "pre_ln+dyt" else (key["scheme"], "layernorm")
         )
-        architectures.build(train_config.stand_in(c).model)  # an accepted config is a model
+        architectures.build(config_checks.stand_in(c).model)  # an accepted config is a model
     for experiment in (model_update, lr_tolerance):  # the other instruments' rows
         assert experiment.SETTINGS["since_deepnet"]
     assert {k["scheme"] for k in model_update.run_keys("since_deepnet")} == set(rows)
@@ -201,15 +199,15 @@ def test_since_deepnet_setting_is_quicks_recipe_for_the_new_schemes_seed_by_seed
 
 
 def test_one_recipe_every_synthetic_run_differs_only_in_task_scheme_depth_and_seed():
-    base = depth_table.base_config("quick")
-    r = depth_table.RECIPE
+    base = dts.base_config("quick")
+    r = dts.RECIPE
     assert (base.optimizer.learning_rate, base.schedule.warmup_steps) == (r.lr, r.warmup)
     assert (base.total_steps, base.data.batch_size, base.model.dropout) == (
         r.updates,
         r.batch_size,
         r.dropout,
     )
-    configs = [depth_table.make_config(base, k) for k in depth_table.keys("quick", base)]
+    configs = [dts.make_config(base, k) for k in dts.keys("quick", base)]
     shared = ("optimizer", "schedule", "total_steps", "label_smoothing", "log_every")
     for c in configs:
         assert all(c[f] == configs[0][f] for f in shared)
@@ -224,12 +222,12 @@ def test_one_recipe_every_synthetic_run_differs_only_in_task_scheme_depth_and_se
 
 def test_corpus_setting_is_the_main_job_with_only_scheme_depth_and_seed_changed():
     main_job = common.main_job_config()
-    base = depth_table.base_config("corpus")
-    assert base.decode.eval_sentences == depth_table.CORPUS_BLEU_SENTENCES
+    base = dts.base_config("corpus")
+    assert base.decode.eval_sentences == dts.CORPUS_BLEU_SENTENCES
     assert base.checkpoint_every == 0 and base.eval_every == 0
     assert base.diagnostics.every == 100  # measurement only: the training is the main job's
-    key = depth_table.keys("corpus", base)[-1]
-    run = depth_table.make_config(base, key)
+    key = dts.keys("corpus", base)[-1]
+    run = dts.make_config(base, key)
     assert (run.model.scheme, run.model.num_encoder_layers, run.seed) == ("deepnorm", 18, 1)
     assert run.model.num_decoder_layers == 18 and run.total_steps == main_job.total_steps
     for group in ("optimizer", "schedule", "data"):
@@ -347,8 +345,8 @@ def test_two_results_objects_on_one_file_keep_both_runs(tmp_path):
 
 def test_init_setting_trains_each_reference_initialization():
     """The init grid's runs differ from the recipe only in model.init (and scheme, seed)."""
-    base = depth_table.base_config("init")
-    configs = [depth_table.make_config(base, k) for k in depth_table.keys("init", base)]
+    base = dts.base_config("init")
+    configs = [dts.make_config(base, k) for k in dts.keys("init", base)]
     assert len(configs) == 2 * 4 * 3
     assert {c.model.init for c in configs} == {"torchscale", "fairseq"}
     assert {(c.model.scheme, c.model.num_encoder_layers) for c in configs} == {
@@ -361,13 +359,13 @@ def test_modern_lm_setting_is_the_modern_config_at_its_tiny_width():
     """configs/deepnorm_lm.py's blocks, the MODERN_LM width and recipe, decoder-only runs whose
     one stack has the cell's depth; the report reads bits per character, lower being better."""
     shipped = common.shipped_config("deepnorm_lm")
-    base = depth_table.base_config("modern_lm")
-    k = depth_table.MODERN_LM
-    keys = depth_table.keys("modern_lm", base)
+    base = dts.base_config("modern_lm")
+    k = dts.MODERN_LM
+    keys = dts.keys("modern_lm", base)
     assert {(key["scheme"], key["layers"]) for key in keys} == {
         (s, n) for s in ("pre_ln", "deepnorm", "subln") for n in (6, 100)
     }
-    run = depth_table.make_config(base, keys[-1])
+    run = dts.make_config(base, keys[-1])
     m = run.model
     assert (m.arch, m.scheme, m.num_encoder_layers, m.num_decoder_layers) == (
         "decoder", "subln", 0, 100
@@ -386,26 +384,26 @@ def test_modern_lm_setting_is_the_modern_config_at_its_tiny_width():
     assert dtr.depth_label(100, {"lm": True}) == "100L"
 
 
-@pytest.mark.parametrize("setting", sorted(depth_table.GRIDS))
+@pytest.mark.parametrize("setting", sorted(dts.GRIDS))
 def test_the_recorded_recipe_is_the_one_the_runs_train_with(setting):
     """A results file records its recipe from the setting's base config; each run's config is
     made from that base by ``make_config``. They must agree on the schedule, the warm-up and
     the updates: modern_lm's record once said polynomial decay while its runs took the inverse
     square root that ``common.with_run`` sets."""
-    base = depth_table.base_config(setting)
-    recorded = depth_table._recipe(base, "recipes" not in depth_table.GRIDS[setting])
-    for key in depth_table.keys(setting, base)[:2]:
-        run = depth_table.make_config(base, key)
+    base = dts.base_config(setting)
+    recorded = depth_table._recipe(base, "recipes" not in dts.GRIDS[setting])
+    for key in dts.keys(setting, base)[:2]:
+        run = dts.make_config(base, key)
         assert run.schedule.name == recorded.get("schedule", "inverse_sqrt")
         assert run.schedule.warmup_steps == recorded.get("warmup", key["warmup"])
         assert run.optimizer.learning_rate == recorded.get("lr", key["lr"])
         assert run.total_steps == recorded["updates"]
-    note = dtr._recipe_note({"grid": depth_table.GRIDS[setting], **recorded})
+    note = dtr._recipe_note({"grid": dts.GRIDS[setting], **recorded})
     assert "(inverse square root)" in note or "constant" in note, note
 
 
 def test_a_base_schedule_a_run_would_drop_is_refused():
-    base = depth_table.base_config("smoke")
+    base = dts.base_config("smoke")
     base.schedule.name = "cosine"
     with pytest.raises(ValueError, match=r"^schedule.name='cosine': an experiment's runs take"):
         common.with_run(base, "deepnorm", 2, 1e-3, 10, 20)

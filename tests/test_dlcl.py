@@ -8,9 +8,9 @@ from conftest import init_params, random_tokens, tiny_config
 from test_blocks import ln
 
 from deepnet_jax.model import architectures
+from deepnet_jax.model.combining_stacks import dlcl_weight_init
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.model.initializers import sinusoidal_table
-from deepnet_jax.model.stacks import dlcl_weight_init
 from deepnet_jax.model.transformer_layer import TransformerLayer
 
 L = 3

@@ -1,5 +1,6 @@
 """hlo_census against XLA's own counts: loop-free matmuls equal XLA's cost analysis, scanned ones
-count every trip (XLA counts the body once), and collectives are found and sized."""
+count every trip (XLA counts the body once), and collectives are found and sized; and the HLO
+reader under it (hlo_module): result types sized, entry parameters listed, trip counts found."""
 
 import importlib.util
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from deepnet_jax.scale import hlo_census, kernels, targets
+from deepnet_jax.scale import hlo_census, hlo_module, kernels, targets
 
 
 def _matmuls(w, x):
@@ -36,8 +37,8 @@ def test_scan_bodies_count_once_per_trip(layers):
     w, x = jnp.ones((layers, 32, 32)), jnp.ones((8, 32))
     text = jax.jit(_scanned).lower(w, x).as_text(dialect="hlo")
     assert hlo_census.matmul_flops(text) == layers * 2 * 8 * 32 * 32
-    module = hlo_census.parse(text)
-    assert layers in hlo_census.execution_counts(module).values()
+    module = hlo_module.parse(text)
+    assert layers in hlo_module.execution_counts(module).values()
 
 
 def test_gradient_of_a_scan_counts_forward_and_backward_trips():
@@ -59,12 +60,12 @@ def test_collectives_of_a_sharded_sum_on_compile_only_tpus():
     moved = hlo_census.collectives(text, 4)
     assert moved["all-reduce"].count == 1 and moved["all-gather"].count == 0
     assert moved["all-reduce"].bytes == 2 * 256 * 4 * 3 // 4  # ring: 2(n-1)/n of 1 KiB
-    assert hlo_census.unknown_loops(text) == 0
+    assert hlo_module.unknown_loops(text) == 0
 
 
 def test_group_sizes_in_each_replica_group_syntax():
     def ins(rest):
-        return hlo_census.Instruction("a", "f32[8]", "all-reduce", rest)
+        return hlo_module.Instruction("a", "f32[8]", "all-reduce", rest)
 
     assert hlo_census.group_size(ins("x), replica_groups={{0,1,2,3},{4,5,6,7}}, to"), 8) == 4
     assert hlo_census.group_size(ins("x), replica_groups=[2,4]<=[8], to"), 8) == 4
@@ -74,24 +75,24 @@ def test_group_sizes_in_each_replica_group_syntax():
 
 
 def test_bytes_of_result_types():
-    assert hlo_census.nbytes("bf16[4,8]{1,0:T(8,128)(2,1)}") == 64
-    assert hlo_census.nbytes("(f32[2]{0}, s8[3]{0}, pred[5]{0})") == 8 + 3 + 5
-    assert hlo_census.nbytes("s4[3]{0}") == 2
+    assert hlo_module.nbytes("bf16[4,8]{1,0:T(8,128)(2,1)}") == 64
+    assert hlo_module.nbytes("(f32[2]{0}, s8[3]{0}, pred[5]{0})") == 8 + 3 + 5
+    assert hlo_module.nbytes("s4[3]{0}") == 2
 
 
 def test_entry_parameters_in_order():
     text = "HloModule m\n\nENTRY %main (a: f32[2], b: s8[3]) -> f32[2] {\n"
     text += "  %a = f32[2]{0} parameter(0)\n  %b = s8[3]{0} parameter(1)\n"
     text += "  ROOT %c = f32[2]{0} add(%a, %a)\n}\n"
-    assert hlo_census.entry_parameters(text) == ["f32[2]{0}", "s8[3]{0}"]
+    assert hlo_module.entry_parameters(text) == ["f32[2]{0}", "s8[3]{0}"]
 
 
 def test_tiled_layouts_pad_the_minor_dimensions():
-    assert hlo_census.padded_nbytes("f32[6,32]{1,0:T(8,128)}") == 8 * 128 * 4
-    assert hlo_census.padded_nbytes("s32[]{:T(128)}") == 128 * 4
+    assert hlo_module.padded_nbytes("f32[6,32]{1,0:T(8,128)}") == 8 * 128 * 4
+    assert hlo_module.padded_nbytes("s32[]{:T(128)}") == 128 * 4
     # minor-to-major {0,1}: the physical minor dimension is the first one
-    assert hlo_census.padded_nbytes("f32[100,3]{0,1:T(8,128)}") == 8 * 128 * 4
-    assert hlo_census.padded_nbytes("f32[16,256]{1,0}") == 16 * 256 * 4  # no tile, no padding
+    assert hlo_module.padded_nbytes("f32[100,3]{0,1:T(8,128)}") == 8 * 128 * 4
+    assert hlo_module.padded_nbytes("f32[16,256]{1,0}") == 16 * 256 * 4  # no tile, no padding
 
 
 def test_async_collectives_count_their_results_and_known_trip_counts():
@@ -126,18 +127,18 @@ ENTRY %main (a: f32[64]) -> (s32[], f32[64]) {
     moved = hlo_census.collectives(text, 8)["all-gather"]
     # XLA's annotation (3) wins over the condition's constant (5); 2 × 256 B results, 7/8 sent
     assert moved.count == 3 and moved.bytes == 3 * (2 * 256 * 7 // 8)
-    module = hlo_census.parse(text)
-    assert hlo_census.trip_count(module, "cond") == 5  # found through the fusion it calls
-    assert hlo_census.unknown_loops(text) == 0
+    module = hlo_module.parse(text)
+    assert hlo_module.trip_count(module, "cond") == 5  # found through the fusion it calls
+    assert hlo_module.unknown_loops(text) == 0
     assert (
-        hlo_census.unknown_loops(
+        hlo_module.unknown_loops(
             text.replace(', backend_config={"known_trip_count":{"n":"3"}}', "").replace(
                 "constant(5)", "parameter(1)"
             )
         )
         == 1
     )
-    assert hlo_census.tuple_elements("((f32[1], f32[2]), /*index=5*/s8[3])") == [
+    assert hlo_module.tuple_elements("((f32[1], f32[2]), /*index=5*/s8[3])") == [
         "(f32[1], f32[2])",
         "s8[3]",
     ]

@@ -40,7 +40,7 @@ def _decoder(layers: int, remat: str = "full"):
 
 def _argument_bytes_are_the_plan(plan: memory_plan.Plan) -> None:
     """arguments = params + optimizer state + batch + step, learning rate, gate (4 B each), and
-    the padding of XLA:TPU's tiled layouts (hlo_census.padded_nbytes of each parameter)."""
+    the padding of XLA:TPU's tiled layouts (hlo_module.padded_nbytes of each parameter)."""
     args = plan.memory_analysis["argument_size_in_bytes"]
     assert args == plan.params + plan.opt_state + plan.batch + 12 + plan.layout_padding
 

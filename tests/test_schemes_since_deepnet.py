@@ -16,10 +16,10 @@ from test_blocks import attention, ffn, layer_inputs, ln
 
 from deepnet_jax.interop.torchscale import state_dict
 from deepnet_jax.model import architectures, constants, schemes
+from deepnet_jax.model.combining_stacks import dwa_weight_init
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.model.initializers import sinusoidal_table
 from deepnet_jax.model.inputs import init_variables
-from deepnet_jax.model.stacks import dwa_weight_init
 from deepnet_jax.model.transformer_layer import TransformerLayer
 
 STACKS = schemes.names(origin=schemes.SINCE_DEEPNET)

@@ -16,7 +16,7 @@ from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.runs import checkpoint
 from deepnet_jax.training import config as train_config
-from deepnet_jax.training import losses, optimizers, train
+from deepnet_jax.training import config_checks, losses, optimizers, train
 from deepnet_jax.training import steps as train_steps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,7 +54,7 @@ def test_config_validates_and_builds_its_model_abstractly(name):
     if c.data.dataset == "local_parallel" and not c.data.source_dir:
         c.data.source_dir = "/path/to/iwslt14"  # the one field the user must give
     train.validate(c)
-    c = train_config.resolve(train_config.stand_in(c))  # auto: the trainer plans the policy
+    c = train_config.resolve(config_checks.stand_in(c))  # auto: the trainer plans the policy
     assert c.model.vocab_size >= c.data.vocab_size
     assert c.data.max_len <= c.model.max_len
     model = architectures.build(c.model)
@@ -288,7 +288,7 @@ def test_a_saved_config_lacking_fields_added_since_reads_as_the_code_that_saved_
             level = level[group]
         del level[name]
     upgraded = checkpoint.upgrade_saved(ml_collections.ConfigDict(old))
-    train_config.check_fields(upgraded)
+    config_checks.check_fields(upgraded)
     assert upgraded.model.fused_qkv is False and upgraded.model.attention_impl == "reference"
     assert upgraded.model.dropout_rng == "jax"
     kept = checkpoint.upgrade_saved(saved)  # fields that are there are left alone

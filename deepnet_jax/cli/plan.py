@@ -30,8 +30,7 @@ from ml_collections import config_flags
 from deepnet_jax.cli import command
 from deepnet_jax.common import records
 from deepnet_jax.scale import targets
-from deepnet_jax.training import config as train_config
-from deepnet_jax.training import memory_plan, plan_report, remat_auto, train
+from deepnet_jax.training import config_checks, memory_plan, plan_report, remat_auto, train
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file.", lock_config=True)
 _TARGET = flags.DEFINE_string(
@@ -74,7 +73,7 @@ def _plan(target: targets.Target) -> memory_plan.Plan:
     config = _CONFIG.value
     devices = _devices(target)
     train.validate(config, len(devices))
-    if train_config.is_auto(config):  # the chosen candidate's plan
+    if config_checks.is_auto(config):  # the chosen candidate's plan
         return remat_auto.choose(config, devices, print, target)[1]
     return memory_plan.plan(config, devices, target)
 

@@ -1,8 +1,9 @@
 """The model configuration: defaults, validation, and the frozen form modules consume.
 
 Users edit an ``ml_collections.ConfigDict`` (``default_config()``); ``validate`` checks every field
-before anything is traced and ``TransformerConfig.from_config`` freezes it into a hashable
-dataclass that Flax modules take as an attribute.
+before anything is traced (each against its declaration here, the relations between fields in
+:mod:`deepnet_jax.model.config_relations`) and ``TransformerConfig.from_config`` freezes it into a
+hashable dataclass that Flax modules take as an attribute.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import ml_collections
 
 from deepnet_jax.common import config_schema
 from deepnet_jax.common.config_schema import field
-from deepnet_jax.model import constants, schemes
+from deepnet_jax.model import config_relations, constants, schemes
 from deepnet_jax.model.remat import AUTO, POLICIES
 from deepnet_jax.model.schemes.base import SIDES
 from deepnet_jax.model.schemes.base import fail as _fail
@@ -299,7 +300,9 @@ def default_config() -> ml_collections.ConfigDict:
 
 def validate(c: ml_collections.ConfigDict, derived_ok: bool = False) -> None:
     """Raise one clear ``ValueError`` for the first invalid field of a model config: each
-    field against its declaration, then the relations between fields. ``derived_ok``: a
+    field against its declaration, then the relations between fields
+    (:mod:`deepnet_jax.model.config_relations`), then the scheme's own checks
+    (``Scheme.check``, on the frozen config). ``derived_ok``: a
     training config's model, whose :data:`DERIVED` fields may still be 0 (the data's value,
     filled by ``deepnet_jax.training.config.resolve``)."""
     fields = list(config_schema.specs(TransformerConfig))
@@ -311,90 +314,8 @@ def validate(c: ml_collections.ConfigDict, derived_ok: bool = False) -> None:
             "train_config.resolve(config); set it, or resolve the training config first"
         )
     config_schema.check_values(c, TransformerConfig, "model.", style="invalid", skip=unfilled)
-    _validate_relations(c)
-
-
-def _validate_relations(c: ml_collections.ConfigDict) -> None:
-    for side, arch_uses in (("encoder", ("encoder", "encdec")), ("decoder", ("decoder", "encdec"))):
-        name = f"num_{side}_layers"
-        if c.arch in arch_uses and c[name] < 1:  # the declaration checked it is an integer
-            _fail(name, c[name], "must be an integer >= 1")
-        elif c.arch not in arch_uses and c[name] != 0:
-            _fail(name, c[name], f"arch={c.arch!r} has no {side}; set it to 0")
-    if c.d_model % c.num_heads:
-        _fail("num_heads", c.num_heads, f"must divide model.d_model={c.d_model}")
-    if c.positions == "sinusoidal" and c.d_model % 2:
-        _fail("d_model", c.d_model, "must be even with positions='sinusoidal'")
-    if c.positions == "rope" and (c.d_model // c.num_heads) % 2:
-        _fail(
-            "num_heads",
-            c.num_heads,
-            f"positions='rope' rotates pairs of features: head_dim = d_model/num_heads = "
-            f"{c.d_model // c.num_heads} must be even",
-        )
-    if c.num_kv_heads and c.num_heads % c.num_kv_heads:
-        _fail("num_kv_heads", c.num_kv_heads, f"must divide model.num_heads={c.num_heads}")
-    if c.fused_qkv and c.num_kv_heads not in (0, c.num_heads):
-        _fail(
-            "fused_qkv",
-            True,
-            f"the fused [d_model, 3, heads, head_dim] kernel needs as many key/value heads as "
-            f"query heads, not num_kv_heads={c.num_kv_heads}; set model.fused_qkv=False",
-        )
-    if c.share_embeddings and c.arch != "encdec":
-        _fail("share_embeddings", True, f"only arch='encdec' has two embeddings, not {c.arch!r}")
-    if c.attention_impl not in ("reference", AUTO) and c.attention_dropout:
-        _fail(
-            "attention_impl",
-            c.attention_impl,
-            f"jax.nn.dot_product_attention has no attention dropout (attention_dropout="
-            f"{c.attention_dropout}); use 'reference' or set model.attention_dropout=0",
-        )
-    if c.attention_impl == "cudnn" and c.dtype == "float32":
-        _fail("attention_impl", "cudnn", "cuDNN attention needs model.dtype bfloat16 or float16")
-    if c.scan_group_size and not c.scan_layers:
-        _fail(
-            "scan_group_size",
-            c.scan_group_size,
-            "groups a scanned stack; model.scan_layers=False (a Python loop) has no scan to "
-            "group: set it to 0",
-        )
-    if not schemes.get(c.scheme).scannable and c.scan_layers:
-        _fail(
-            "scan_layers",
-            True,
-            f"scheme={c.scheme!r} combines all earlier layer outputs and "
-            "cannot be scanned; set model.scan_layers=False",
-        )
-    _validate_scheme_fields(c)
-
-
-def _validate_scheme_fields(c: ml_collections.ConfigDict) -> None:
-    """A scheme's own fields (``Scheme.fields``) at their defaults under the other schemes,
-    ``dyt_alpha`` under the other norms, DyT only where the scheme allows it, then the
-    scheme's own checks (``Scheme.check``, on the frozen config)."""
-    scheme = schemes.get(c.scheme)
-    defaults = config_schema.defaults(TransformerConfig)
-    for owner in schemes.SCHEMES.values():
-        for name in owner.fields:
-            if name not in scheme.fields and c[name] != defaults[name]:
-                _fail(
-                    name,
-                    c[name],
-                    f"applies to scheme={owner.name!r} only, not {c.scheme!r}; set it to "
-                    f"{defaults[name]!r}",
-                )
-    if c.dyt_alpha != defaults["dyt_alpha"] and c.norm != "dyt":
-        _fail("dyt_alpha", c.dyt_alpha, f"applies to norm='dyt' only, not {c.norm!r}")
-    if c.norm == "dyt" and not scheme.dyt_ok:
-        allowed = ", ".join(schemes.names(dyt_ok=True))
-        _fail(
-            "norm",
-            "dyt",
-            f"Dynamic Tanh replaces the norms of pre-norm schemes ({allowed}), not "
-            f"scheme={c.scheme!r}'s",
-        )
-    scheme.check(_frozen(c))
+    config_relations.check(c, config_schema.defaults(TransformerConfig))
+    schemes.get(c.scheme).check(_frozen(c))  # the scheme's own checks, on the frozen config
 
 
 def _frozen(c: ml_collections.ConfigDict) -> TransformerConfig:

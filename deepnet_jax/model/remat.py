@@ -2,8 +2,8 @@
 
 * ``model.remat_policy`` names a per-layer ``jax.checkpoint`` policy (:data:`POLICIES`): what
   each layer's rematerialized body saves for the backward pass (``none``: no remat at all).
-* ``model.scan_group_size`` k nests the scan (``deepnet_jax/model/stacks.py``): groups of k
-  layers, each rematerialized as one unit that saves nothing but its input
+* ``model.scan_group_size`` k nests the scan (``deepnet_jax/model/grouped_stack.py``): groups
+  of k layers, each rematerialized as one unit that saves nothing but its input
   (:data:`GROUP_POLICY`); -1 picks k ≈ √L (:func:`group_size`).
 * ``model.remat_policy='auto'`` (:data:`AUTO`) is resolved before a model is built by
   ``deepnet_jax.training.remat_auto``, which compiles the train step for each of

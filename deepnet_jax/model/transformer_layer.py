@@ -7,7 +7,7 @@ scheme's init gain, inner norm and init stds) and hands each one to the scheme
 (``Scheme.sublayer``), which joins it to the residual stream: e.g. Post-LN x ← N(x + G(x)),
 Pre-LN x ← x + G(N(x)), DeepNorm x ← N(α·x + G(x)). A combining scheme's layers are those of its
 ``per_layer`` scheme (DLCL's Pre-/Post-LN, DenseFormer's Pre-LN); its cross-layer combinations
-live in ``stacks.py``.
+live in ``combining_stacks.py``.
 
 Dropout (``config.dropout``) is applied to G's output before it is weighted and summed.
 

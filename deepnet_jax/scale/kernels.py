@@ -7,7 +7,7 @@ kernel is an instruction of a computation that runs in sequence — the entry, a
 or condition, a ``conditional``'s branch, a ``call`` — that launches work: a fusion (XLA:GPU's
 ``kCustom`` gemm fusions included), a custom call (cuDNN's attention, a Pallas kernel), a copy,
 a transpose, a collective or any other unfused op. Its figures, per execution, times the times
-its computation runs (``hlo_census.execution_counts``: loop bodies per trip):
+its computation runs (``hlo_module.execution_counts``: loop bodies per trip):
 
 * **FLOPs**: ``2·(result elements)·(contracted size)`` of every ``dot`` it holds (inside its
   fused computation too), and the valid taps of every ``convolution`` (XLA:TPU's form of
@@ -38,8 +38,8 @@ import dataclasses
 import re
 from collections import defaultdict
 
-from deepnet_jax.scale import hlo_census
-from deepnet_jax.scale.hlo_census import Instruction, Module
+from deepnet_jax.scale import hlo_census, hlo_module
+from deepnet_jax.scale.hlo_module import Instruction, Module
 from deepnet_jax.scale.targets import Chip
 
 CLASSES = (
@@ -111,15 +111,15 @@ class Kernel:
 def sequential_computations(module: Module) -> dict[str, int]:
     """Computations that run instruction by instruction (entry, loop bodies and conditions,
     conditional branches, calls) → executions per step."""
-    counts = hlo_census.execution_counts(module)
+    counts = hlo_module.execution_counts(module)
     found, stack = {module.entry}, [module.entry]
     while stack:
         for ins in module.computations[stack.pop()]:
             names = [n for _, n in _SEQUENTIAL.findall(ins.rest)]
             if ins.opcode == "call":
-                called = hlo_census.CALLEES.findall(ins.rest)
+                called = hlo_module.CALLEES.findall(ins.rest)
                 names += [n for key, n in called if key == "to_apply"]
-            for _, listed in hlo_census.CALLEE_LISTS.findall(ins.rest):
+            for _, listed in hlo_module.CALLEE_LISTS.findall(ins.rest):
                 if ins.opcode == "conditional":
                     names += [n.strip().lstrip("%") for n in listed.split(",") if n.strip()]
             for name in names:
@@ -152,13 +152,13 @@ def kernel_bytes(module: Module, ins: Instruction) -> int:
     """HBM bytes one execution of a kernel reads and writes (module docstring's rules)."""
     operands = _operand_names(ins)
     if ins.opcode != "fusion":
-        sizes = [hlo_census.nbytes(module.shapes.get(n, "")) for n in operands]
+        sizes = [hlo_module.nbytes(module.shapes.get(n, "")) for n in operands]
         if ins.opcode in _SLICES:
-            return 2 * hlo_census.nbytes(ins.result)
+            return 2 * hlo_module.nbytes(ins.result)
         if ins.opcode == "dynamic-update-slice":
             update = sizes[1] if len(sizes) > 1 else 0
             return 2 * update
-        return sum(sizes) + hlo_census.nbytes(ins.result)
+        return sum(sizes) + hlo_module.nbytes(ins.result)
     body = _fused(module, ins)
     params = {i.name: i for i in body if i.opcode == "parameter"}
     users: dict[str, list[Instruction]] = defaultdict(list)
@@ -178,17 +178,17 @@ def kernel_bytes(module: Module, ins: Instruction) -> int:
             buffer = origin.get(buffer, buffer)
             if buffer in params:
                 in_place.add(buffer)
-                total += 2 * hlo_census.nbytes(module.shapes.get(update, ""))
+                total += 2 * hlo_module.nbytes(module.shapes.get(update, ""))
     for name, param in params.items():
         if name in in_place:
             continue
         readers = _readers(name, users)
         if readers and all(r.opcode in _SLICES for r in readers):
-            total += sum(hlo_census.nbytes(r.result) for r in readers)
+            total += sum(hlo_module.nbytes(r.result) for r in readers)
         else:
-            total += hlo_census.nbytes(param.result)
+            total += hlo_module.nbytes(param.result)
     if not in_place:
-        total += hlo_census.nbytes(ins.result)
+        total += hlo_module.nbytes(ins.result)
     return total
 
 
@@ -265,7 +265,7 @@ def kernels(
     """Every kernel of a compiled module (per device) with its figures per step on ``chip``.
     ``model_flops``: the model's FLOPs per device; what exceeds the visible matmuls is given to
     the custom calls (their FLOPs are hidden), in proportion to their bytes."""
-    module = hlo_census.as_module(text)
+    module = hlo_module.as_module(text)
     out = []
     for comp, times in sequential_computations(module).items():
         for ins in module.computations[comp]:

@@ -19,7 +19,7 @@ _SURFACE = {  # name -> the submodule that defines it
     "GROUPS": "config",
     "default_config": "config",
     "resolve": "config",
-    "validate": "config",
+    "validate": "config_checks",
     "run": "train",
     "plan": "memory_plan",
     "Plan": "memory_plan",

@@ -3,9 +3,10 @@ allowed values and one-line comment (:mod:`deepnet_jax.common.config_schema`), a
 in one table, :data:`GROUPS` (``{prefix: Group(fields, default, check)}``).
 
 :func:`default_config` (what ``configs/*.py`` start from: the synthetic reversal task), the
-checks (:func:`validate`: unknown and missing fields, each group's values, then the relations
-across groups) and ``docs/config.md`` (``python -m deepnet_jax.training.config >
-docs/config.md``) all iterate that table.
+checks (:mod:`deepnet_jax.training.config_checks`: unknown and missing fields, each group's
+values, then the relations across groups) and ``docs/config.md`` (:func:`reference`,
+``python -m deepnet_jax.training.config > docs/config.md``) all iterate that table;
+:func:`resolve` fills the fields derived from the data.
 """
 
 from __future__ import annotations
@@ -15,24 +16,21 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-import jax
 import ml_collections
 
 from deepnet_jax.common import config_schema
 from deepnet_jax.common.config_schema import FRACTION, field
 from deepnet_jax.data import options as data_options
-from deepnet_jax.data import pipeline, registry, synthetic
 from deepnet_jax.data.options import DataOptions
 from deepnet_jax.data.sources import SPLITS
 from deepnet_jax.decoding import options as decoding_options
 from deepnet_jax.decoding.options import DecodeFields
-from deepnet_jax.model import architectures, remat
 from deepnet_jax.model import config as model_config
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.scale import distributed, sharding
 from deepnet_jax.scale.distributed import DistributedFields
 from deepnet_jax.scale.sharding import MeshFields
-from deepnet_jax.training import attention_auto, optimizers
+from deepnet_jax.training import optimizers
 from deepnet_jax.training.diagnostics import DiagnosticsFields
 
 NAN_POLICIES = ("halt", "skip")
@@ -103,7 +101,7 @@ class Group:
     its fields (:mod:`deepnet_jax.common.config_schema`), the ``ConfigDict`` of its defaults
     (``default``; None: the declared ones) and the check of its values on their own
     (``check``; None: each value against its declaration). Relations across groups are
-    :func:`validate`'s."""
+    ``config_checks.validate``'s."""
 
     fields: type
     default: Callable[[], ml_collections.ConfigDict] | None = None
@@ -167,8 +165,8 @@ def may_change_on_resume(path: str) -> bool:
 
 
 def default_config() -> ml_collections.ConfigDict:
-    """Every training field with its default (the schema :func:`validate` checks against): each
-    group's defaults (:data:`GROUPS`), then :data:`TRAINING_DEFAULTS`."""
+    """Every training field with its default (the schema ``config_checks.validate`` checks
+    against): each group's defaults (:data:`GROUPS`), then :data:`TRAINING_DEFAULTS`."""
     c = GROUPS[""].defaults()
     for name, group in GROUPS.items():
         if name:
@@ -194,12 +192,6 @@ def resolve(
     if m.max_len == 0:
         m.max_len = config.data.max_len
     return config
-
-
-def check_groups(config: ml_collections.ConfigDict) -> None:
-    """One error for the first value a group of :data:`GROUPS` refuses on its own."""
-    for name, group in GROUPS.items():
-        group.validate(config[name] if name else config, f"{name}." if name else "")
 
 
 def reference() -> str:
@@ -239,166 +231,6 @@ def reference() -> str:
             "",
         ]
     return "\n".join(parts)
-
-
-def check_fields(config: ml_collections.ConfigDict) -> None:
-    """One error for the first field of ``config`` that the schema lacks (a typo) or the first
-    schema field ``config`` lacks, naming it and the fields allowed at its level."""
-    _check_level(config, default_config(), "")
-
-
-def _check_level(config: Any, schema: ml_collections.ConfigDict, prefix: str) -> None:
-    if not isinstance(config, (ml_collections.ConfigDict, dict)):
-        raise ValueError(
-            f"{prefix.rstrip('.') or 'config'}={config!r} must be a group of fields "
-            f"({', '.join(sorted(schema.keys()))})"
-        )
-    config_schema.check_names(config, sorted(schema.keys()), prefix)
-    for name in sorted(schema.keys()):
-        if isinstance(schema[name], ml_collections.ConfigDict):
-            _check_level(config[name], schema[name], f"{prefix}{name}.")
-
-
-def validate(config: ml_collections.ConfigDict, device_count: int | None = None) -> None:
-    """One clear error for the first invalid training field, before any data is prepared or
-    anything compiled: unknown and missing fields, each group's own check (:data:`GROUPS`),
-    then the relations across groups. ``device_count``: the devices the mesh spans (default:
-    all)."""
-    check_fields(config)  # typos and missing fields first
-    check_groups(config)  # each group on its own
-    check_budget(config)  # memory_budget_gb and remat_policy='auto'
-    resolved = resolve(stand_in(config))  # fields derived from the data
-    architectures.build(resolved.model)  # the model as the run will build it
-    _check_across(resolved, jax.device_count() if device_count is None else device_count)
-    if resolved.data.dataset == registry.SYNTHETIC:
-        _check_synthetic(resolved)
-    else:
-        _check_corpus(resolved)
-
-
-def _check_cudnn_lengths(data: ml_collections.ConfigDict) -> None:
-    """cuDNN's masked attention trains only on even lengths (its flash attention with a bias:
-    "Unsupported sequence length"); the model sees each batch bucket's length."""
-    odd = attention_auto.odd_lengths(data)
-    if odd:
-        raise ValueError(
-            f"model.attention_impl='cudnn' trains on even lengths only (cuDNN's masked "
-            f"attention); the batch lengths {odd} from data.max_len={data.max_len} and "
-            f"data.bucket_boundaries={tuple(data.get('bucket_boundaries', ()) or ())} are odd"
-        )
-
-
-def _check_across(config: ml_collections.ConfigDict, device_count: int) -> None:
-    """The relations between groups that every dataset shares."""
-    if config.model.attention_impl == "cudnn":
-        _check_cudnn_lengths(config.data)
-    if config.model.attention_impl == "cudnn" and jax.default_backend() != "gpu":
-        raise ValueError(
-            f"model.attention_impl='cudnn' needs a GPU; this backend is "
-            f"{jax.default_backend()!r}: allowed here are 'reference' and 'xla'"
-        )
-    if config.data.dataset not in registry.NAMES:
-        raise ValueError(
-            f"data.dataset={config.data.dataset!r}; allowed values are {registry.NAMES}"
-        )
-    optimizers.validate(config)  # the learning rate and the schedule's relations to it
-    if config.data.max_len > config.model.max_len:
-        raise ValueError(
-            f"data.max_len={config.data.max_len} exceeds model.max_len={config.model.max_len}"
-        )
-    data, fsdp, _ = sharding.mesh_shape(config.mesh, device_count)
-    if config.data.dataset == registry.SYNTHETIC and config.data.batch_size % (data * fsdp):
-        raise ValueError(
-            f"data.batch_size={config.data.batch_size} does not divide over the {data * fsdp} "
-            "data-parallel devices (mesh.data × mesh.fsdp)"
-        )
-
-
-def _check_synthetic(config: ml_collections.ConfigDict) -> None:
-    """The synthetic task has no splits and no corpus batching."""
-    if config.final_split:
-        raise ValueError(
-            f"final_split={config.final_split!r} needs a corpus; data.dataset="
-            f"{registry.SYNTHETIC!r} is evaluated on its held-out batches (use final_split='')"
-        )
-    for name in ("max_tokens", "bucket_boundaries", "packing", "source_dir"):
-        if config.data.get(name):
-            raise ValueError(
-                f"data.{name}={config.data[name]!r} is not used by "
-                f"data.dataset={registry.SYNTHETIC!r}"
-            )
-    longest = synthetic.longest_content(config.model.arch, config.data.max_len)
-    if config.data.min_len > longest:
-        raise ValueError(
-            f"data.min_len={config.data.min_len} exceeds the {longest} content tokens that "
-            f"data.max_len={config.data.max_len} holds for model.arch={config.model.arch!r}"
-        )
-
-
-def _check_corpus(config: ml_collections.ConfigDict) -> None:
-    """A corpus's data options together, and a model vocabulary that holds the tokenizer's."""
-    options = pipeline.DataOptions.from_config(config.data, config.seed)
-    options.validate()
-    if options.min_len != DataOptions.min_len:
-        raise ValueError(
-            f"data.min_len={options.min_len} is used by data.dataset={registry.SYNTHETIC!r} "
-            f"only; a corpus keeps every example up to data.max_len (leave it at "
-            f"{DataOptions.min_len})"
-        )
-    if options.tokenizer != "char" and config.model.vocab_size < options.vocab_size:
-        raise ValueError(
-            f"model.vocab_size={config.model.vocab_size} is smaller than "
-            f"data.vocab_size={options.vocab_size} (the tokenizer's pieces)"
-        )
-
-
-def is_auto(config: ml_collections.ConfigDict) -> bool:
-    """Whether ``config`` asks for ``model.remat_policy='auto'`` (planned by the trainer:
-    :mod:`deepnet_jax.training.remat_auto`)."""
-    return _policy(config) == remat.AUTO
-
-
-def _policy(config: ml_collections.ConfigDict) -> Any:
-    model = config.get("model")
-    return (
-        model.get("remat_policy") if isinstance(model, (ml_collections.ConfigDict, dict)) else None
-    )
-
-
-def check_budget(config: ml_collections.ConfigDict) -> None:
-    """The error of a ``memory_budget_gb`` set beside a concrete policy (nothing would read
-    it)."""
-    budget = config.get("memory_budget_gb")
-    if not is_auto(config) and isinstance(budget, (int, float)) and budget > 0:
-        raise ValueError(
-            f"memory_budget_gb={budget} is read only by model.remat_policy='auto' (this "
-            f"config has {_policy(config)!r}); set it to 0 or the policy to 'auto'"
-        )
-
-
-def stand_in(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """``config`` itself, or for ``auto`` a copy with auto's first candidate policy and, for
-    ``attention_impl='auto'``, the reference attention: what validation builds (the candidates
-    differ only in the remat policy and the group size, the attention kernels in none of the
-    parameters; ``scan_group_size`` is kept, for the model's own check)."""
-    attention_auto = _attention(config) == remat.AUTO
-    if not is_auto(config) and not attention_auto:
-        return config
-    c = config.copy_and_resolve_references()
-    if is_auto(config):
-        c.model.remat_policy = remat.CANDIDATES[0][0]
-    if attention_auto:  # any kernel builds the same parameters
-        c.model.attention_impl = "reference"
-    return c
-
-
-def _attention(config: ml_collections.ConfigDict) -> Any:
-    model = config.get("model")
-    return (
-        model.get("attention_impl")
-        if isinstance(model, (ml_collections.ConfigDict, dict))
-        else None
-    )
 
 
 USAGE = """usage: python -m deepnet_jax.training.config > docs/config.md

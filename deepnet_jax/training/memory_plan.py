@@ -41,7 +41,7 @@ from deepnet_jax.data import batching, synthetic
 from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.model.config import DTYPES
-from deepnet_jax.scale import flops, hlo_census, kernels, roofline, sharding, targets
+from deepnet_jax.scale import flops, hlo_census, hlo_module, kernels, roofline, sharding, targets
 from deepnet_jax.training import actions as train_actions
 from deepnet_jax.training import attention_auto, optimizers
 from deepnet_jax.training import config as train_config
@@ -72,7 +72,7 @@ class Plan:
     params: int
     opt_state: int
     batch: int
-    layout_padding: int  # the arguments' tile padding (hlo_census.padded_nbytes; XLA:TPU)
+    layout_padding: int  # the arguments' tile padding (hlo_module.padded_nbytes; XLA:TPU)
     temporaries: int
     outputs_not_aliased: int
     peak: int
@@ -304,10 +304,10 @@ def _plan(
     shapes = {k: v.shape for k, v in step.batch.items()}
     model_flops = flops.train_flops_per_step(config.model, shapes)
     cost = compiled.cost_analysis() or {}
-    compiled_hlo = hlo_census.parse(compiled.as_text())  # parsed once for the figures below
+    compiled_hlo = hlo_module.parse(compiled.as_text())  # parsed once for the figures below
     moved = hlo_census.collectives(compiled_hlo, n)
-    parameters = hlo_census.entry_parameters(compiled_hlo)
-    padding = sum(hlo_census.padded_nbytes(t) - hlo_census.nbytes(t) for t in parameters)
+    parameters = hlo_module.entry_parameters(compiled_hlo)
+    padding = sum(hlo_module.padded_nbytes(t) - hlo_module.nbytes(t) for t in parameters)
     usable = targets.usable_bytes(target)
     hbm = max(
         float(cost.get("bytes accessed", 0.0)),
@@ -346,7 +346,7 @@ def _plan(
         decode_cache=decode_cache_bytes(config.model, next(iter(shapes.values()))[1]),
         collectives={k: dataclasses.asdict(v) for k, v in moved.items()},
         roofline=dataclasses.asdict(roof) if roof else None,
-        warnings=_warnings(not_aliased, hlo_census.unknown_loops(compiled_hlo), target),
+        warnings=_warnings(not_aliased, hlo_module.unknown_loops(compiled_hlo), target),
         predicted_step_s=predicted,
         predicted_mfu=(model_flops / n / chip.peak_flops) / predicted if predicted else None,
         kernel_classes=kernels.by_class(found) if found else None,

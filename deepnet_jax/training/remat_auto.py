@@ -34,7 +34,7 @@ import ml_collections
 
 from deepnet_jax.model import remat
 from deepnet_jax.model.remat import GIB
-from deepnet_jax.training.config import check_budget, is_auto
+from deepnet_jax.training.config_checks import check_budget, is_auto
 from deepnet_jax.training.progress import say
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def choose(
     judged_on: Target | None = None,
 ) -> tuple[ml_collections.ConfigDict, Plan]:
     """The candidate of ``config`` (``remat_policy='auto'``, already validated: see
-    ``deepnet_jax.training.config.stand_in``) to train with, and its plan: on a chip with
+    ``deepnet_jax.training.config_checks.stand_in``) to train with, and its plan: on a chip with
     figures (``target``, deviceless, or ``judged_on``, the run's own accelerators) the one with
     the least predicted step time (``scale.kernels``) among those whose planned peak fits,
     every candidate planned; elsewhere (CPU) the first that fits, cheapest first."""

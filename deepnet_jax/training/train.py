@@ -17,10 +17,9 @@ import ml_collections
 
 from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.scale import distributed, sharding
-from deepnet_jax.training import config as train_config
-from deepnet_jax.training import trainer
+from deepnet_jax.training import config_checks, trainer
 
-validate = train_config.validate  # one clear error for the first invalid training field
+validate = config_checks.validate  # one clear error for the first invalid training field
 
 
 def run(

@@ -31,6 +31,7 @@ from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.scale import flops, sharding
 from deepnet_jax.training import (
     attention_auto,
+    config_checks,
     fingerprint,
     optimizers,
     preemption,
@@ -107,9 +108,9 @@ def build_run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> R
         # Admin profiles ω on this batch: every process must profile the same one
         example = multihost_utils.broadcast_one_to_all(example)
     optimizer = optimizers.make_optimizer(config)
-    model, plan = _model_and_state(train_config.stand_in(config), example, optimizer, mesh)
+    model, plan = _model_and_state(config_checks.stand_in(config), example, optimizer, mesh)
     checkpointer = _checkpointer(config, workdir, plan)  # free space: before auto compiles
-    if train_config.is_auto(config):  # the least recomputation that fits, planned on the mesh
+    if config_checks.is_auto(config):  # the least recomputation that fits, planned on the mesh
         config = remat_auto.resolve(config, list(mesh.devices.flat))
         model, plan = _model_and_state(config, example, optimizer, mesh)
     train_step = train_steps.make_train_step(

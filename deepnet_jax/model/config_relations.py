@@ -1,0 +1,102 @@
+"""The relations between a model config's fields that no field's own declaration states: the
+layer counts against the architecture, the heads against the width and the positions, the
+attention kernels against dropout and dtype, the nested scan against the scan, and each scheme's
+own fields (and DyT's) left at their defaults where they do not apply.
+
+:func:`check` takes a model ``ConfigDict`` whose every field has passed its declaration's check
+(``deepnet_jax.model.config.validate`` calls it) and raises one ``ValueError`` for the first
+relation it breaks; the scheme's own checks (``Scheme.check``, on the frozen config) come after.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_collections
+
+from deepnet_jax.model import schemes
+from deepnet_jax.model.remat import AUTO
+from deepnet_jax.model.schemes.base import fail
+
+
+def check(c: ml_collections.ConfigDict, defaults: dict[str, Any]) -> None:
+    """One ``ValueError`` for the first relation between fields of ``c`` that fails;
+    ``defaults``: every field's declared default (a scheme's own fields must keep theirs under
+    the other schemes)."""
+    for side, arch_uses in (("encoder", ("encoder", "encdec")), ("decoder", ("decoder", "encdec"))):
+        name = f"num_{side}_layers"
+        if c.arch in arch_uses and c[name] < 1:  # the declaration checked it is an integer
+            fail(name, c[name], "must be an integer >= 1")
+        elif c.arch not in arch_uses and c[name] != 0:
+            fail(name, c[name], f"arch={c.arch!r} has no {side}; set it to 0")
+    if c.d_model % c.num_heads:
+        fail("num_heads", c.num_heads, f"must divide model.d_model={c.d_model}")
+    if c.positions == "sinusoidal" and c.d_model % 2:
+        fail("d_model", c.d_model, "must be even with positions='sinusoidal'")
+    if c.positions == "rope" and (c.d_model // c.num_heads) % 2:
+        fail(
+            "num_heads",
+            c.num_heads,
+            f"positions='rope' rotates pairs of features: head_dim = d_model/num_heads = "
+            f"{c.d_model // c.num_heads} must be even",
+        )
+    if c.num_kv_heads and c.num_heads % c.num_kv_heads:
+        fail("num_kv_heads", c.num_kv_heads, f"must divide model.num_heads={c.num_heads}")
+    if c.fused_qkv and c.num_kv_heads not in (0, c.num_heads):
+        fail(
+            "fused_qkv",
+            True,
+            f"the fused [d_model, 3, heads, head_dim] kernel needs as many key/value heads as "
+            f"query heads, not num_kv_heads={c.num_kv_heads}; set model.fused_qkv=False",
+        )
+    if c.share_embeddings and c.arch != "encdec":
+        fail("share_embeddings", True, f"only arch='encdec' has two embeddings, not {c.arch!r}")
+    if c.attention_impl not in ("reference", AUTO) and c.attention_dropout:
+        fail(
+            "attention_impl",
+            c.attention_impl,
+            f"jax.nn.dot_product_attention has no attention dropout (attention_dropout="
+            f"{c.attention_dropout}); use 'reference' or set model.attention_dropout=0",
+        )
+    if c.attention_impl == "cudnn" and c.dtype == "float32":
+        fail("attention_impl", "cudnn", "cuDNN attention needs model.dtype bfloat16 or float16")
+    if c.scan_group_size and not c.scan_layers:
+        fail(
+            "scan_group_size",
+            c.scan_group_size,
+            "groups a scanned stack; model.scan_layers=False (a Python loop) has no scan to "
+            "group: set it to 0",
+        )
+    if not schemes.get(c.scheme).scannable and c.scan_layers:
+        fail(
+            "scan_layers",
+            True,
+            f"scheme={c.scheme!r} combines all earlier layer outputs and "
+            "cannot be scanned; set model.scan_layers=False",
+        )
+    _check_scheme_fields(c, defaults)
+
+
+def _check_scheme_fields(c: ml_collections.ConfigDict, defaults: dict[str, Any]) -> None:
+    """A scheme's own fields (``Scheme.fields``) at their defaults under the other schemes,
+    ``dyt_alpha`` under the other norms, DyT only where the scheme allows it."""
+    scheme = schemes.get(c.scheme)
+    for owner in schemes.SCHEMES.values():
+        for name in owner.fields:
+            if name not in scheme.fields and c[name] != defaults[name]:
+                fail(
+                    name,
+                    c[name],
+                    f"applies to scheme={owner.name!r} only, not {c.scheme!r}; set it to "
+                    f"{defaults[name]!r}",
+                )
+    if c.dyt_alpha != defaults["dyt_alpha"] and c.norm != "dyt":
+        fail("dyt_alpha", c.dyt_alpha, f"applies to norm='dyt' only, not {c.norm!r}")
+    if c.norm == "dyt" and not scheme.dyt_ok:
+        allowed = ", ".join(schemes.names(dyt_ok=True))
+        fail(
+            "norm",
+            "dyt",
+            f"Dynamic Tanh replaces the norms of pre-norm schemes ({allowed}), not "
+            f"scheme={c.scheme!r}'s",
+        )
