@@ -21,6 +21,7 @@ from deepnet_jax.experiments import (
     lr_tolerance,
     model_update,
     opening,
+    resumable,
     thousand_layers,
 )
 from deepnet_jax.experiments import depth_table_report as dtr
@@ -96,9 +97,9 @@ def test_bad_shard_is_one_error_line():
     )
     assert out.returncode == 1
     assert out.stderr.strip().splitlines()[-1] == "error: --shard='2/2': needs 0 <= i < n"
-    assert depth_table.parse_shard("1/3") == (1, 3)
+    assert resumable.parse_shard("1/3") == (1, 3)
     with pytest.raises(ValueError, match="expected i/n"):
-        depth_table.parse_shard("1")
+        resumable.parse_shard("1")
 
 
 def test_another_commands_flag_is_refused_not_ignored():
@@ -391,7 +392,7 @@ def test_the_recorded_recipe_is_the_one_the_runs_train_with(setting):
     the updates: modern_lm's record once said polynomial decay while its runs took the inverse
     square root that ``common.with_run`` sets."""
     base = dts.base_config(setting)
-    recorded = depth_table._recipe(base, "recipes" not in dts.GRIDS[setting])
+    recorded = depth_table.run_recipe(base, "recipes" not in dts.GRIDS[setting])
     for key in dts.keys(setting, base)[:2]:
         run = dts.make_config(base, key)
         assert run.schedule.name == recorded.get("schedule", "inverse_sqrt")

@@ -78,19 +78,14 @@ import ml_collections
 from absl import flags
 
 from deepnet_jax.common import console
-from deepnet_jax.experiments import common, opening, report, thousand_layers
+from deepnet_jax.experiments import common, opening, report, resumable, thousand_layers
 from deepnet_jax.experiments import depth_table_costs as depth_costs
 from deepnet_jax.experiments import depth_table_report as table_report
 from deepnet_jax.experiments import depth_table_settings as table_settings
 from deepnet_jax.training import progress
 
 NAME = "depth_table"
-_SHARD = flags.DEFINE_string(
-    "shard",
-    "0/1",
-    "i/n: run every n-th run from the i-th, beside processes running the other "
-    "shards into the same --out (2 shards on 2 cores: about 1.3x the runs per hour)",
-)
+FLAGS_FROM = ("resumable",)  # --shard, --checkpoint_every (opening.own_flags)
 _TASKS = flags.DEFINE_list(
     "tasks",
     [],
@@ -106,14 +101,6 @@ _MERGE = flags.DEFINE_list(
     "results files of this setting written elsewhere (another machine's --out/depth_table.json): "
     "add their runs that --out's file lacks, write the table, train nothing",
 )
-_CHECKPOINT_EVERY = flags.DEFINE_integer(
-    "checkpoint_every",
-    50,
-    "checkpoint each run every this many updates, in a workdir named by the run, so that a run "
-    "stopped before its end (a signal, a crash, the machine's session ending) resumes from its "
-    "newest checkpoint when the experiment is started again; 0: a run stopped starts over",
-    lower_bound=0,
-)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -122,14 +109,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     of every run the file holds; returns the results payload."""
     args, base, out = opening.start(argv, NAME, table_settings.base_config, table_settings.SETTINGS)
     try:
-        index, count = parse_shard(_SHARD.value)
+        index, count = resumable.parse_shard(resumable.SHARD.value)
         runs = table_settings.keys(args.setting, base)
         chosen = select(runs, args.setting, _TASKS.value, _LAYERS.value)
     except ValueError as e:
         sys.exit(console.error_line(e))
     grid = table_settings.GRIDS[args.setting]
-    levels = {task: _levels(table_settings.task_config(base, task)) for task in grid["tasks"]}
-    settings = {"grid": grid, "levels": levels, **_recipe(base, "recipes" not in grid)}
+    levels = {task: task_levels(table_settings.task_config(base, task)) for task in grid["tasks"]}
+    settings = {"grid": grid, "levels": levels, **run_recipe(base, "recipes" not in grid)}
     results = common.Results(out, NAME, args.setting, settings, grid=["grid"])
     for path in _MERGE.value:
         print(f"merged {merge(results, path, chosen)} runs from {path}")
@@ -142,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             os.path.join(out, "runs"),
             judged=False,
             keep=functools.partial(_keep, levels),
-            checkpoint_every=_CHECKPOINT_EVERY.value,
+            checkpoint_every=resumable.CHECKPOINT_EVERY.value,
             cache_dir=os.path.join(out, "runs", "xla_cache", str(index)),
         )
     results.reload()  # with the runs other shards finished meanwhile
@@ -209,17 +196,6 @@ def select(
     ]
 
 
-def parse_shard(text: str) -> tuple[int, int]:
-    """``--shard=i/n`` → (i, n): this process runs every n-th run from the i-th (0 ≤ i < n)."""
-    try:
-        index, count = (int(part) for part in text.split("/"))
-    except ValueError:
-        raise ValueError(f"--shard={text!r}: expected i/n, e.g. 0/2") from None
-    if not 0 <= index < count:
-        raise ValueError(f"--shard={text!r}: needs 0 <= i < n")
-    return index, count
-
-
 def _keep(levels: dict[str, Any], result: dict[str, Any], workdir: str) -> None:
     """What a run keeps beyond its result: its curves and its verdict (``result`` holds the
     run's key)."""
@@ -229,7 +205,7 @@ def _keep(levels: dict[str, Any], result: dict[str, Any], workdir: str) -> None:
         result["eval_bits_per_char"] = result["eval_loss"] / math.log(2)
 
 
-def _levels(config: ml_collections.ConfigDict) -> dict[str, Any]:
+def task_levels(config: ml_collections.ConfigDict) -> dict[str, Any]:
     """A task's reference levels: the unigram entropy of its validation targets and, for a
     synthetic task, the best source-blind predictor's accuracy and NLL."""
     out: dict[str, Any] = {"unigram_entropy": common.unigram_entropy(config)}
@@ -255,7 +231,7 @@ def verdict(run: dict[str, Any], levels: dict[str, Any]) -> str:
     return "stuck" if judged == "trained" and blind else judged
 
 
-def _recipe(base: ml_collections.ConfigDict, with_rates: bool = True) -> dict[str, Any]:
+def run_recipe(base: ml_collections.ConfigDict, with_rates: bool = True) -> dict[str, Any]:
     """What the runs share, as the results file records it (a results file made under another
     recipe is started afresh); the learning rate and warm-up only ``with_rates`` (not for the
     ``recipe`` setting's grid, whose runs have their own)."""

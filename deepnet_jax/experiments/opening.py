@@ -78,13 +78,17 @@ def parse_args(
 def own_flags(experiment: str | None) -> list[flags.Flag]:
     """The flags ``experiment`` (a module name under deepnet_jax.experiments; None: any) reads:
     every experiment's ``--setting``, ``--out`` and ``--data_dir``, then those its own module
-    defines (as ``python -m``, absl files them under the script's path)."""
+    defines (as ``python -m``, absl files them under the script's path) and those of the
+    modules its ``FLAGS_FROM`` names (e.g. ``("resumable",)``)."""
     common = [flags.FLAGS[h.name] for h in (_SETTING, cli_flags.OUT, cli_flags.DATA_DIR)]
     if experiment is None:
         return common
     # absl files a flag under its module's name, or under the script's path for ``__main__``
     main_file = getattr(sys.modules.get("__main__"), "__file__", None) or ""
     modules = [f"{__package__}.{experiment}"]
+    # and those of the modules it names in its FLAGS_FROM (shared flags: resumable's --shard)
+    module = sys.modules.get(modules[0]) or sys.modules.get("__main__")
+    modules += [f"{__package__}.{m}" for m in getattr(module, "FLAGS_FROM", ())]
     if os.path.basename(main_file) == f"{experiment}.py":
         modules.append(main_file)
     by_module = flags.FLAGS.flags_by_module_dict()

@@ -29,13 +29,41 @@ import time
 from typing import Any
 
 import ml_collections
+from absl import flags
 
 from deepnet_jax.runs import metrics
 from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.training import actions, train
 
 LEDGER_EVERY = 30.0  # seconds between the ledger's writes
+# the flags of every experiment that runs a long grid (an experiment names this module in its
+# FLAGS_FROM: deepnet_jax.experiments.opening.own_flags)
+SHARD = flags.DEFINE_string(
+    "shard",
+    "0/1",
+    "i/n: run every n-th run from the i-th, beside processes running the other "
+    "shards into the same --out (2 shards on 2 cores: about 1.3x the runs per hour)",
+)
+CHECKPOINT_EVERY = flags.DEFINE_integer(
+    "checkpoint_every",
+    50,
+    "checkpoint each run every this many updates, in a workdir named by the run, so that a run "
+    "stopped before its end (a signal, a crash, the machine's session ending) resumes from its "
+    "newest checkpoint when the experiment is started again; 0: a run stopped starts over",
+    lower_bound=0,
+)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``--shard=i/n`` → (i, n): this process runs every n-th run from the i-th (0 ≤ i < n)."""
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard={text!r}: expected i/n, e.g. 0/2") from None
+    if not 0 <= index < count:
+        raise ValueError(f"--shard={text!r}: needs 0 <= i < n")
+    return index, count
 
 
 def workdir_name(key: dict[str, Any]) -> str:

@@ -1,0 +1,289 @@
+"""Does the learning rate found on a shallow model hold on a deep one? A learning-rate sweep per
+scheme and depth, and where each sweep's optimum lies.
+
+Each row (a scheme, or a scheme with a parameterization: :data:`ROWS`) trains at every depth of
+the setting a sweep of peak learning rates a factor 2 apart around the task's recipe rate, one
+seed, under the depth table's recipes (:mod:`depth_table_settings`: the same model, data,
+warm-up, batch and updates for every rate and depth):
+
+* ``reversal64``: the depth table's tiny 64-128-2 encoder-decoder on the 64-symbol reversal task
+  (:data:`~depth_table_settings.RECIPE`: 800 updates, warm-up 400; rates 5e-4 … 8e-3);
+* ``shakespeare``: its modern decoder language model on character-level Shakespeare
+  (:data:`~depth_table_settings.MODERN_LM`: 600 updates, warm-up 100; rates 2.5e-4 … 4e-3).
+
+A cell's **optimum** is the rate of its lowest final validation NLL (a diverged run ranks
+last). While the optimum lies on the sweep's edge and the edge's neighbour did not diverge,
+the sweep extends by one rate past it (at most :data:`EXTEND` on each side); then a second seed
+trains at the optimum, whose two NLLs give the optimum's seed spread. The runs go depth by
+depth, shallowest first, so a stopped experiment has whole depths.
+
+=========  ==============================  =========================  ========  =====
+setting    rows × depths (N in NL-NL)      tasks                      rates     seeds
+=========  ==============================  =========================  ========  =====
+smoke      pre_ln, deepnorm × 1, 2          reversal (16-32-2, 4 upd.) 2 (+ 0)   1 (+1)
+quick      :data:`ROWS` × 6, 18, 50, 100     reversal64, shakespeare    5 (+ 2)   1 (+1)
+=========  ==============================  =========================  ========  =====
+
+``--reuse=FILE`` takes the runs of a depth-table results file (``depth_table.json`` of its
+``quick`` or ``modern_lm`` setting) whose configs are this experiment's (the same recipe, task,
+scheme, depth, seed and rate: the depth table trains its cells at the recipe's rate), each
+marked with the file it came from; they are not trained again.
+
+Run: ``python -m deepnet_jax.experiments.lr_transfer --setting=quick --out=DIR``; writes
+``lr_transfer.json``, ``lr_transfer.md`` (the optimum per row and depth with its seed spread,
+and the NLL at every rate) and ``lr_transfer.png`` (NLL against rate, a line per depth, a
+panel per row and task; and the optimum against depth). ``--shard=i/n`` splits the runs among
+processes sharing one ``--out``; a run stopped mid-way resumes from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import zlib
+from typing import Any
+
+import ml_collections
+from absl import flags
+
+from deepnet_jax.common import console
+from deepnet_jax.experiments import common, depth_table, opening, report, resumable
+from deepnet_jax.experiments import depth_table_settings as table_settings
+from deepnet_jax.experiments import lr_transfer_report as transfer_report
+
+NAME = "lr_transfer"
+FLAGS_FROM = ("resumable",)  # --shard, --checkpoint_every (opening.own_flags)
+SETTINGS = ("smoke", "quick")
+EXTEND = 2  # rates a sweep may add past each edge of its grid while its optimum sits there
+
+# a row: its scheme and the model fields it sets beside it
+ROWS: dict[str, dict[str, Any]] = {
+    "pre_ln": {"scheme": "pre_ln"},
+    "deepnorm": {"scheme": "deepnorm"},
+}
+# per setting: the tasks with the centre of their rate grid (the recipe's rate), the grid's
+# exponents k (rate = centre · 2^k), the rows, the depths and the seeds (the second trains at
+# each cell's optimum)
+GRIDS: dict[str, dict[str, Any]] = {
+    "smoke": {
+        "tasks": {"reversal": table_settings.SMOKE_RECIPE.lr},
+        "exponents": [0, 1],
+        "rows": ["pre_ln", "deepnorm"],
+        "depths": [1, 2],
+        "seeds": [0, 1],
+        "extend": 0,  # the follow-ups: the second seeds only
+    },
+    "quick": {
+        "tasks": {
+            "reversal64": table_settings.RECIPE.lr,
+            "shakespeare": table_settings.MODERN_LM["lr"],
+        },
+        "exponents": [-2, -1, 0, 1, 2],
+        "rows": list(ROWS),
+        "depths": [6, 18, 50, 100],
+        "seeds": [0, 1],
+        "extend": EXTEND,
+    },
+}
+_REUSE = flags.DEFINE_list(
+    "reuse",
+    [],
+    "depth-table results files (depth_table.json) whose runs with this experiment's configs "
+    "are taken instead of trained",
+)
+_NOT_REUSED = ("scheme", "warmup", "records", "diagnostics")  # the key's, and the curves
+_ROWS = flags.DEFINE_list("rows", [], "train only these rows (default: the setting's)")
+
+
+def rates(grid: dict[str, Any], task: str) -> list[float]:
+    """The sweep's rates on ``task``: its centre · 2^k for the grid's exponents."""
+    return [grid["tasks"][task] * 2.0**k for k in grid["exponents"]]
+
+
+def sweep_keys(grid: dict[str, Any], depth: int) -> list[dict[str, Any]]:
+    """The first seed's runs at ``depth``: every task, row and rate of the grid."""
+    return [
+        {"task": task, "row": row, "layers": depth, "seed": grid["seeds"][0], "lr": lr}
+        for task in grid["tasks"]
+        for row in grid["rows"]
+        for lr in rates(grid, task)
+    ]
+
+
+def followup(grid: dict[str, Any], cell: dict[str, Any], runs: list[dict[str, Any]]):
+    """The next run of one cell (``cell``: task, row, layers) once its first-seed sweep is in
+    ``runs``: a rate past the edge its optimum sits on (while that edge has not been
+    extended :data:`EXTEND` times and its run did not diverge at the previous rate), else the
+    second seed at the optimum; None when the cell is done or its sweep is not finished."""
+    seed0, seed1 = grid["seeds"][0], grid["seeds"][1]
+    mine = [r for r in runs if all(r[k] == v for k, v in cell.items()) and r["seed"] == seed0]
+    done = {r["lr"] for r in mine}
+    if not set(rates(grid, cell["task"])) <= done:
+        return None
+    best = transfer_report.optimum_of(mine, seed0)
+    if best is None:
+        return None
+    centre, reach = grid["tasks"][cell["task"]], grid["extend"]
+    low = centre * 2.0 ** (min(grid["exponents"]) - reach)
+    high = centre * 2.0 ** (max(grid["exponents"]) + reach)
+    if best["lr"] == max(done) and best["lr"] < high:
+        return {**cell, "seed": seed0, "lr": best["lr"] * 2}
+    if best["lr"] == min(done) and best["lr"] > low:
+        return {**cell, "seed": seed0, "lr": best["lr"] / 2}
+    key = {**cell, "seed": seed1, "lr": best["lr"]}
+    return None if any(all(r[k] == v for k, v in key.items()) for r in runs) else key
+
+
+def followups(grid: dict[str, Any], runs: list[dict[str, Any]], depths: list[int]):
+    """Every cell's :func:`followup` at ``depths``, in the grid's order."""
+    cells = [
+        {"task": task, "row": row, "layers": depth}
+        for depth in depths
+        for task in grid["tasks"]
+        for row in grid["rows"]
+    ]
+    return [k for k in (followup(grid, cell, runs) for cell in cells) if k is not None]
+
+
+def mine(keys: list[dict[str, Any]], index: int, count: int) -> list[dict[str, Any]]:
+    """This shard's share of ``keys``, by a hash of each key: every shard computes the same
+    share of a run whatever else its list holds (the follow-ups depend on what is finished)."""
+    return [k for k in keys if zlib.crc32(json.dumps(k, sort_keys=True).encode()) % count == index]
+
+
+def base_config(setting: str) -> ml_collections.ConfigDict:
+    """The depth table's synthetic base (its recipe; smoke: its smoke model and recipe)."""
+    return table_settings.base_config("smoke" if setting == "smoke" else "quick")
+
+
+def task_bases(base: ml_collections.ConfigDict, grid: dict[str, Any], data_dir: str):
+    """Each task's base config: the synthetic tasks' ``base``, Shakespeare the depth table's
+    modern decoder (:func:`~depth_table_settings.modern_lm_config`)."""
+    out = {}
+    for task in grid["tasks"]:
+        c = table_settings.modern_lm_config() if task == "shakespeare" else base
+        if data_dir:
+            c.data.data_dir = data_dir
+        out[task] = table_settings.task_config(c, task)
+    return out
+
+
+def make_config(bases: dict[str, Any], key: dict[str, Any]) -> ml_collections.ConfigDict:
+    """One run's config: the depth table's (:func:`~depth_table_settings.make_config`) for the
+    row's scheme at the key's rate, with the row's model fields set."""
+    base = bases[key["task"]]
+    row = ROWS[key["row"]]
+    table_key = {**key, "scheme": row["scheme"], "warmup": base.schedule.warmup_steps}
+    c = table_settings.make_config(base, table_key)
+    for name, value in row.items():
+        if name != "scheme":
+            c.model[name] = value
+    return c
+
+
+def reuse(results: common.Results, path: str, bases: dict[str, Any], grid: dict[str, Any]) -> int:
+    """Add the runs of the depth-table results file ``path`` whose configs are this
+    experiment's (a plain scheme's row, the grid's task, depth, seed and rate, and the task's
+    recipe), each marked ``"reused_from"``; returns how many were added."""
+    try:
+        with open(path) as f:
+            theirs = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise SystemExit(console.error_line(f"--reuse={path}: {e}")) from None
+    added = 0
+    for run in theirs.get("runs", []):
+        task, row = run.get("task"), run.get("scheme")
+        if task not in bases or ROWS.get(row) != {"scheme": row} or "init" in run:
+            continue
+        if depth_table.run_recipe(bases[task]) | {"lr": run["lr"]} != _their_recipe(theirs, run):
+            continue
+        key = {"task": task, "row": row, "layers": run["layers"], "seed": run["seed"]}
+        key["lr"] = run["lr"]
+        wanted = run["layers"] in grid["depths"] and run["seed"] in grid["seeds"]
+        if wanted and run["lr"] in rates(grid, task) and results.find(key) is None:
+            kept = {k: v for k, v in run.items() if k not in _NOT_REUSED}
+            results.add(key, kept | {"reused_from": f"{path} ({theirs['setting']})"})
+            added += 1
+    return added
+
+
+def _their_recipe(payload: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """A depth-table run's recipe as :func:`depth_table.run_recipe` writes it (its rate and
+    warm-up the run's)."""
+    s = payload["settings"]
+    recipe = {k: s[k] for k in ("updates", "batch", "dropout", "log_every") if k in s}
+    recipe |= {"lr": run["lr"], "warmup": run["warmup"]}
+    return recipe | ({"schedule": s["schedule"]} if "schedule" in s else {})
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Train this shard's runs of the setting not yet in ``<out>/lr_transfer.json`` (depth by
+    depth: the sweep, then its follow-ups), then write the table and figure of every run the
+    file holds; returns the results payload."""
+    args, base, out = opening.start(argv, NAME, base_config, SETTINGS)
+    grid = dict(GRIDS[args.setting])
+    try:
+        index, count = resumable.parse_shard(resumable.SHARD.value)
+        grid["rows"] = _chosen_rows(grid["rows"], _ROWS.value)
+    except ValueError as e:
+        sys.exit(console.error_line(e))
+    bases = task_bases(base, grid, args.data_dir)
+    levels = {task: depth_table.task_levels(c) for task, c in bases.items()}
+    recipes = {task: depth_table.run_recipe(c, with_rates=False) for task, c in bases.items()}
+    settings = {"grid": GRIDS[args.setting], "levels": levels, "recipes": recipes}
+    results = common.Results(out, NAME, args.setting, settings, grid=["grid"])
+    for path in _REUSE.value:
+        print(f"reused {reuse(results, path, bases, grid)} runs from {path}")
+    train = functools.partial(_train, results, bases, levels, out, index)
+    for depth in grid["depths"]:
+        train(sweep_keys(grid, depth)[index::count])
+        while train(mine(followups(grid, results.runs, [depth]), index, count)):
+            pass
+    while train(mine(followups(grid, results.runs, grid["depths"]), index, count)):
+        pass  # the cells whose sweeps other shards finished meanwhile
+    results.reload()
+    table = transfer_report.table(results.runs, settings)
+    paths = [results.path, report.write_table(out, NAME, table)]
+    paths.append(transfer_report.plot(results.runs, settings, out, NAME))
+    print(table)
+    print("wrote " + ", ".join(paths))
+    return results.payload
+
+
+def _chosen_rows(rows: list[str], chosen: list[str]) -> list[str]:
+    wrong = [r for r in chosen if r not in rows]
+    if wrong:
+        raise ValueError(f"--rows={','.join(chosen)}: the setting's rows are {', '.join(rows)}")
+    return [r for r in rows if not chosen or r in chosen]
+
+
+def _train(results, bases, levels, out: str, index: int, keys: list[dict[str, Any]]) -> int:
+    """Train ``keys`` not yet in ``results`` (checkpointed, resumable); returns how many were
+    new."""
+    results.reload()
+    new = [k for k in keys if results.find(k) is None]
+    if new:
+        common.run_grid(
+            results,
+            new,
+            functools.partial(make_config, bases),
+            None,
+            os.path.join(out, "runs"),
+            judged=False,
+            keep=functools.partial(_keep, levels),
+            checkpoint_every=resumable.CHECKPOINT_EVERY.value,
+            cache_dir=os.path.join(out, "runs", "xla_cache", str(index)),
+        )
+        results.reload()
+    return len(new)
+
+
+def _keep(levels: dict[str, Any], result: dict[str, Any], workdir: str) -> None:
+    """A run's verdict by the depth table's rules (:func:`depth_table.verdict`)."""
+    result["verdict"] = depth_table.verdict(result, levels[result["task"]])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,148 @@
+"""The learning-rate transfer experiment: its sweep and follow-ups, its reuse of the depth
+table's runs, its report, and the smoke setting end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+import pytest
+
+from deepnet_jax.experiments import depth_table_settings as dts
+from deepnet_jax.experiments import lr_transfer
+from deepnet_jax.experiments import lr_transfer_report as ltr
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+GRID = lr_transfer.GRIDS["quick"]
+CELL = {"task": "reversal64", "row": "pre_ln", "layers": 18}
+
+
+def _runs(nll_by_lr: dict[float, float | None], seed: int = 0) -> list[dict]:
+    """First-seed runs of CELL; an NLL of None is a diverged run."""
+    return [
+        {**CELL, "seed": seed, "lr": lr, "eval_loss": v if v is not None else float("inf")}
+        | {"verdict": "diverged" if v is None else "trained"}
+        for lr, v in nll_by_lr.items()
+    ]
+
+
+def test_quick_rates_are_five_a_factor_two_apart_around_each_recipe():
+    assert lr_transfer.rates(GRID, "reversal64") == [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
+    assert lr_transfer.rates(GRID, "shakespeare") == [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3]
+    assert GRID["depths"] == [6, 18, 50, 100]
+    keys = lr_transfer.sweep_keys(GRID, 50)
+    assert len(keys) == 2 * len(GRID["rows"]) * 5
+    assert {k["layers"] for k in keys} == {50} and {k["seed"] for k in keys} == {0}
+
+
+def test_followup_waits_for_the_sweep_then_takes_the_second_seed_at_an_interior_optimum():
+    rates = lr_transfer.rates(GRID, "reversal64")
+    partial = _runs({lr: 1.0 for lr in rates[:-1]})
+    assert lr_transfer.followup(GRID, CELL, partial) is None
+    runs = _runs(dict(zip(rates, [0.9, 0.7, 0.5, 0.6, None], strict=True)))
+    assert lr_transfer.followup(GRID, CELL, runs) == {**CELL, "seed": 1, "lr": 2e-3}
+    done = [*runs, {**CELL, "seed": 1, "lr": 2e-3, "eval_loss": 0.52, "verdict": "trained"}]
+    assert lr_transfer.followup(GRID, CELL, done) is None
+
+
+def test_followup_extends_an_edge_optimum_at_most_extend_rates():
+    rates = lr_transfer.rates(GRID, "reversal64")
+    runs = _runs(dict(zip(rates, [0.9, 0.8, 0.7, 0.6, 0.5], strict=True)))
+    assert lr_transfer.followup(GRID, CELL, runs)["lr"] == 1.6e-2
+    runs += _runs({1.6e-2: 0.4})
+    assert lr_transfer.followup(GRID, CELL, runs)["lr"] == 3.2e-2
+    runs += _runs({3.2e-2: 0.3})  # still the edge, but EXTEND rates past the grid: stop
+    assert lr_transfer.followup(GRID, CELL, runs) == {**CELL, "seed": 1, "lr": 3.2e-2}
+    low = _runs(dict(zip(rates, [0.5, 0.6, 0.7, 0.8, None], strict=True)))
+    assert lr_transfer.followup(GRID, CELL, low)["lr"] == 2.5e-4
+    assert lr_transfer.followup(GRID, CELL, _runs(dict.fromkeys(rates))) is None  # all diverged
+
+
+def test_shards_split_every_key_once_whatever_their_lists_hold():
+    keys = lr_transfer.sweep_keys(GRID, 6) + lr_transfer.sweep_keys(GRID, 18)
+    shares = [lr_transfer.mine(keys, i, 2) for i in range(2)]
+    assert sorted(map(json.dumps, shares[0] + shares[1])) == sorted(map(json.dumps, keys))
+    assert all(shares) and lr_transfer.mine(keys[:3], 0, 2) == [
+        k for k in shares[0] if k in keys[:3]
+    ]
+
+
+def test_a_plain_rows_config_is_the_depth_tables_so_its_runs_can_be_reused():
+    base = lr_transfer.base_config("quick")
+    bases = lr_transfer.task_bases(base, GRID, "")
+    for task, lr in (("reversal64", 4e-3), ("shakespeare", 5e-4)):
+        key = {"task": task, "row": "deepnorm", "layers": 18, "seed": 1, "lr": lr}
+        table_base = dts.modern_lm_config() if task == "shakespeare" else dts.base_config("quick")
+        warmup = table_base.schedule.warmup_steps
+        theirs = dts.make_config(table_base, {**key, "scheme": "deepnorm", "warmup": warmup})
+        assert lr_transfer.make_config(bases, key).to_dict() == theirs.to_dict()
+
+
+def test_reuse_takes_the_depth_tables_runs_at_the_recipe_rate_and_refuses_other_recipes(tmp_path):
+    base = lr_transfer.base_config("quick")
+    bases = {"reversal64": lr_transfer.task_bases(base, GRID, "")["reversal64"]}
+    grid = {**GRID, "tasks": {"reversal64": GRID["tasks"]["reversal64"]}}
+    payload = json.loads((ROOT / "docs/reproduction/depth_table_quick.json").read_text())
+    settings = {"grid": grid, "levels": {}, "recipes": {}}
+    results = lr_transfer.common.Results(str(tmp_path), "lr_transfer", "quick", settings)
+    path = str(ROOT / "docs/reproduction/depth_table_quick.json")
+    added = lr_transfer.reuse(results, path, bases, grid)
+    expected = [
+        r
+        for r in payload["runs"]
+        if r["task"] == "reversal64"
+        and r["scheme"] in ("pre_ln", "deepnorm")
+        and r["layers"] in grid["depths"]
+        and r["seed"] in (0, 1)
+    ]
+    assert added == len(expected) == len(results.runs) > 0
+    run = results.runs[0]
+    assert run["lr"] == 2e-3 and run["reused_from"].endswith("(quick)")
+    assert "records" not in run and "scheme" not in run
+    other = {**payload, "settings": {**payload["settings"], "warmup": 50}}
+    other["runs"] = [{**r, "warmup": 50} for r in payload["runs"]]
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    fresh = lr_transfer.common.Results(str(tmp_path / "b"), "lr_transfer", "quick", settings)
+    assert lr_transfer.reuse(fresh, str(tmp_path / "other.json"), bases, grid) == 0
+
+
+def test_the_report_marks_unresolved_and_edge_optima_and_the_shift():
+    rates = lr_transfer.rates(GRID, "reversal64")
+    runs = _runs(dict(zip(rates, [0.9, 0.51, 0.5, 0.6, None], strict=True)))
+    runs.append({**CELL, "seed": 1, "lr": 2e-3, "eval_loss": 0.52, "verdict": "trained"})
+    assert ltr.optimum_cell(runs, [0, 1]) == "2e-3 (0.500, 0.520) ≈"  # 1e-3's 0.51 within
+    edge = _runs(dict(zip(rates, [0.4, 0.5, 0.6, 0.7, 0.8], strict=True)))
+    assert ltr.optimum_cell(edge, [0, 1]) == "5e-4 (0.400) edge"
+    assert ltr.optimum_cell(_runs(dict.fromkeys(rates)), [0, 1]) == "all diverged"
+    assert ltr.optimum_cell([], [0, 1]) == ltr.NO_RUN
+    assert ltr.shift_text([2e-3, None, 5e-4]) == "×1/4"
+    assert ltr.shift_text([1e-3, 2e-3]) == "×2" and ltr.shift_text([1e-3, 1e-3]) == "none"
+    assert ltr.shift_text([1e-3]) == ltr.NO_RUN
+
+
+def test_smoke_runs_its_sweeps_follow_ups_and_report_then_resumes_without_training(tmp_path):
+    out = str(tmp_path)
+    argv = ["--setting=smoke", f"--out={out}", "--rows=pre_ln"]
+    payload = lr_transfer.main(argv)
+    runs = payload["runs"]
+    grid = lr_transfer.GRIDS["smoke"]
+    for n in grid["depths"]:
+        cell = {"task": "reversal", "row": "pre_ln", "layers": n}
+        mine = [r for r in runs if all(r[k] == v for k, v in cell.items())]
+        assert lr_transfer.followup(grid, cell, mine) is None  # every cell finished
+        assert {r["seed"] for r in mine} == {0, 1}
+        assert all(r["verdict"] in ("trained", "stuck", "diverged") for r in mine)
+    text = (tmp_path / "lr_transfer.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| pre_ln | "))
+    assert ltr.NO_RUN not in row.split("|")[2:4]  # both depths' optima
+    assert os.path.getsize(tmp_path / "lr_transfer.png") > 0
+    again = lr_transfer.main(argv)
+    assert again["runs"] == json.loads((tmp_path / "lr_transfer.json").read_text())["runs"]
+    assert len(again["runs"]) == len(runs)
+
+
+def test_a_row_the_setting_lacks_is_one_error_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        lr_transfer.main(["--setting=smoke", "--out=/tmp/unused", "--rows=post_ln"])
+    assert "--rows=post_ln" in str(e.value) and "pre_ln, deepnorm" in str(e.value)
