@@ -3,6 +3,7 @@ table's runs, its report, and the smoke setting end to end."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pathlib
@@ -28,8 +29,8 @@ def _runs(nll_by_lr: dict[float, float | None], seed: int = 0) -> list[dict]:
 
 
 def test_quick_rates_are_five_a_factor_two_apart_around_each_recipe():
-    assert lr_transfer.rates(GRID, "reversal64") == [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
-    assert lr_transfer.rates(GRID, "shakespeare") == [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3]
+    assert ltr.rates(GRID, "reversal64") == [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
+    assert ltr.rates(GRID, "shakespeare") == [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3]
     assert GRID["depths"] == [6, 18, 50, 100]
     keys = lr_transfer.sweep_keys(GRID, 50)
     assert len(keys) == 2 * len(GRID["rows"]) * 5
@@ -37,7 +38,7 @@ def test_quick_rates_are_five_a_factor_two_apart_around_each_recipe():
 
 
 def test_followup_waits_for_the_sweep_then_takes_the_second_seed_at_an_interior_optimum():
-    rates = lr_transfer.rates(GRID, "reversal64")
+    rates = ltr.rates(GRID, "reversal64")
     partial = _runs({lr: 1.0 for lr in rates[:-1]})
     assert lr_transfer.followup(GRID, CELL, partial) is None
     runs = _runs(dict(zip(rates, [0.9, 0.7, 0.5, 0.6, None], strict=True)))
@@ -47,7 +48,7 @@ def test_followup_waits_for_the_sweep_then_takes_the_second_seed_at_an_interior_
 
 
 def test_followup_extends_an_edge_optimum_at_most_extend_rates():
-    rates = lr_transfer.rates(GRID, "reversal64")
+    rates = ltr.rates(GRID, "reversal64")
     runs = _runs(dict(zip(rates, [0.9, 0.8, 0.7, 0.6, 0.5], strict=True)))
     assert lr_transfer.followup(GRID, CELL, runs)["lr"] == 1.6e-2
     runs += _runs({1.6e-2: 0.4})
@@ -108,19 +109,24 @@ def test_reuse_takes_the_depth_tables_runs_at_the_recipe_rate_and_refuses_other_
 
 
 def test_the_report_marks_unresolved_and_edge_optima_and_the_shift():
-    rates = lr_transfer.rates(GRID, "reversal64")
+    rates = ltr.rates(GRID, "reversal64")
     runs = _runs(dict(zip(rates, [0.9, 0.51, 0.5, 0.6, None], strict=True)))
     runs.append({**CELL, "seed": 1, "lr": 2e-3, "eval_loss": 0.52, "verdict": "trained"})
-    assert ltr.optimum_cell(runs, [0, 1]) == "2e-3 (0.500, 0.520) ≈"  # 1e-3's 0.51 within
+    cell = functools.partial(ltr.optimum_cell, grid=GRID, task="reversal64")
+    assert cell(runs) == "2e-3 (0.500, 0.520) ≈"  # 1e-3's 0.51 within the seeds' spread
     edge = _runs(dict(zip(rates, [0.4, 0.5, 0.6, 0.7, 0.8], strict=True)))
-    assert ltr.optimum_cell(edge, [0, 1]) == "5e-4 (0.400) edge"
-    assert ltr.optimum_cell(_runs(dict.fromkeys(rates)), [0, 1]) == "all diverged"
-    assert ltr.optimum_cell([], [0, 1]) == ltr.NO_RUN
+    assert cell(edge) == "5e-4 (0.400) edge"
+    assert cell(_runs(dict.fromkeys(rates))) == "all diverged"
+    assert cell(edge[:2]) == "2 of 5 rates" and cell([]) == ltr.NO_RUN
+    shallow = [{**r, "layers": 6} for r in edge[:2]]  # a sweep under way at 6L
+    table = ltr.optimum_table(shallow + runs, GRID, "reversal64")
+    assert "| pre_ln | 2 of 5 rates | 2e-3 (0.500, 0.520) ≈ | — | — | — |" in table
     assert ltr.shift_text([2e-3, None, 5e-4]) == "×1/4"
     assert ltr.shift_text([1e-3, 2e-3]) == "×2" and ltr.shift_text([1e-3, 1e-3]) == "none"
     assert ltr.shift_text([1e-3]) == ltr.NO_RUN
 
 
+@pytest.mark.slow  # 35 s; the logic above runs in the default suite
 def test_smoke_runs_its_sweeps_follow_ups_and_report_then_resumes_without_training(tmp_path):
     out = str(tmp_path)
     argv = ["--setting=smoke", f"--out={out}", "--rows=pre_ln"]

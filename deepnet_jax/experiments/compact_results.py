@@ -17,7 +17,8 @@ the splits and fields that a reader takes; every other curve is dropped:
   all but the corpus runs' chrF, which nothing shows).
 * ``model_update``: each diagnostics record's update and ΔF (:mod:`model_update`'s tables and
   figure), not its per-layer LayerNorm inputs and gradient norms (29 KB a run).
-* ``lr_tolerance``: no curve (its tables and figure read the final validation NLL).
+* ``lr_tolerance`` and ``lr_transfer``: no curve (their tables and figures read the final
+  validation NLL).
 
 An experiment not named there (``thousand_layers``, whose report plots every curve) keeps its
 curves whole. Kept curve values are written to :data:`DIGITS` significant digits, float32's
@@ -53,6 +54,7 @@ CURVES: dict[str, dict[str, dict[str, tuple[str, ...] | None]]] = {
     },
     "model_update": {"diagnostics": {"diagnostics": ("step", "model_update")}},
     "lr_tolerance": {},
+    "lr_transfer": {},
 }
 _CURVE_FIELDS = ("records", "diagnostics")
 

@@ -30,6 +30,7 @@ from typing import Any
 from deepnet_jax.common import console, records
 from deepnet_jax.experiments import depth_table_views as views
 from deepnet_jax.experiments import lr_tolerance, model_update
+from deepnet_jax.experiments import lr_transfer_report as transfer
 from deepnet_jax.runs import workdir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -43,6 +44,7 @@ LR_SINCE_DEEPNET = f"{_RESULTS}/lr_tolerance_since_deepnet.json"
 GATED = f"{_RESULTS}/model_update_gated.json"
 GATED_FIRST = f"{_RESULTS}/model_update_gated_first.json"
 MU_SINCE_DEEPNET = f"{_RESULTS}/model_update_since_deepnet.json"
+LR_TRANSFER = f"{_RESULTS}/lr_transfer_quick.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +76,10 @@ TABLES: tuple[Table, ...] = (
         )
     ),
     Table(_REPRODUCTION, "depth-table-quick-costs", (QUICK,), views.cpu_costs),
+    *(
+        Table(_REPRODUCTION, f"lr-transfer-{t}", (LR_TRANSFER,), _task(transfer.docs_table, t))
+        for t in ("reversal64", "shakespeare")
+    ),
     Table(_REPRODUCTION, "depth-table-corpus", (CORPUS,), views.corpus_runs),
     Table(_REPRODUCTION, "depth-table-init", (INIT, QUICK), views.init_cells),
     Table(

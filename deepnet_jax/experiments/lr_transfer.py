@@ -95,11 +95,12 @@ _REUSE = flags.DEFINE_list(
 )
 _NOT_REUSED = ("scheme", "warmup", "records", "diagnostics")  # the key's, and the curves
 _ROWS = flags.DEFINE_list("rows", [], "train only these rows (default: the setting's)")
-
-
-def rates(grid: dict[str, Any], task: str) -> list[float]:
-    """The sweep's rates on ``task``: its centre · 2^k for the grid's exponents."""
-    return [grid["tasks"][task] * 2.0**k for k in grid["exponents"]]
+_REPORT = flags.DEFINE_bool(
+    "report",
+    False,
+    "train nothing: write the table and figure of the runs --out's results file holds (a "
+    "copy of a running experiment's file, for the docs)",
+)
 
 
 def sweep_keys(grid: dict[str, Any], depth: int) -> list[dict[str, Any]]:
@@ -108,7 +109,7 @@ def sweep_keys(grid: dict[str, Any], depth: int) -> list[dict[str, Any]]:
         {"task": task, "row": row, "layers": depth, "seed": grid["seeds"][0], "lr": lr}
         for task in grid["tasks"]
         for row in grid["rows"]
-        for lr in rates(grid, task)
+        for lr in transfer_report.rates(grid, task)
     ]
 
 
@@ -120,7 +121,7 @@ def followup(grid: dict[str, Any], cell: dict[str, Any], runs: list[dict[str, An
     seed0, seed1 = grid["seeds"][0], grid["seeds"][1]
     mine = [r for r in runs if all(r[k] == v for k, v in cell.items()) and r["seed"] == seed0]
     done = {r["lr"] for r in mine}
-    if not set(rates(grid, cell["task"])) <= done:
+    if not set(transfer_report.rates(grid, cell["task"])) <= done:
         return None
     best = transfer_report.optimum_of(mine, seed0)
     if best is None:
@@ -202,7 +203,7 @@ def reuse(results: common.Results, path: str, bases: dict[str, Any], grid: dict[
         key = {"task": task, "row": row, "layers": run["layers"], "seed": run["seed"]}
         key["lr"] = run["lr"]
         wanted = run["layers"] in grid["depths"] and run["seed"] in grid["seeds"]
-        if wanted and run["lr"] in rates(grid, task) and results.find(key) is None:
+        if wanted and run["lr"] in transfer_report.rates(grid, task) and results.find(key) is None:
             kept = {k: v for k, v in run.items() if k not in _NOT_REUSED}
             results.add(key, kept | {"reused_from": f"{path} ({theirs['setting']})"})
             added += 1
@@ -236,13 +237,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results = common.Results(out, NAME, args.setting, settings, grid=["grid"])
     for path in _REUSE.value:
         print(f"reused {reuse(results, path, bases, grid)} runs from {path}")
-    train = functools.partial(_train, results, bases, levels, out, index)
-    for depth in grid["depths"]:
-        train(sweep_keys(grid, depth)[index::count])
-        while train(mine(followups(grid, results.runs, [depth]), index, count)):
-            pass
-    while train(mine(followups(grid, results.runs, grid["depths"]), index, count)):
-        pass  # the cells whose sweeps other shards finished meanwhile
+    if not _REPORT.value:
+        train = functools.partial(_train, results, bases, levels, out, index)
+        train_all(grid, results, train, index, count)
     results.reload()
     table = transfer_report.table(results.runs, settings)
     paths = [results.path, report.write_table(out, NAME, table)]
@@ -250,6 +247,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(table)
     print("wrote " + ", ".join(paths))
     return results.payload
+
+
+def train_all(grid: dict[str, Any], results: common.Results, train, index: int, count: int):
+    """This shard's runs, depth by depth: the sweep, then its follow-ups until none is left;
+    then the follow-ups of cells whose sweeps other shards finished meanwhile.
+    ``train(keys)`` trains those not yet in ``results`` and returns how many it trained."""
+    for depth in grid["depths"]:
+        train(sweep_keys(grid, depth)[index::count])
+        while train(mine(followups(grid, results.runs, [depth]), index, count)):
+            pass
+    while train(mine(followups(grid, results.runs, grid["depths"]), index, count)):
+        pass
 
 
 def _chosen_rows(rows: list[str], chosen: list[str]) -> list[str]:

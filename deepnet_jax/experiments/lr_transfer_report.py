@@ -19,6 +19,17 @@ from deepnet_jax.experiments.lr_tolerance import lr_text
 NO_RUN = "—"
 
 
+def rates(grid: dict[str, Any], task: str) -> list[float]:
+    """The sweep's rates on ``task``: its centre · 2^k for the grid's exponents."""
+    return [grid["tasks"][task] * 2.0**k for k in grid["exponents"]]
+
+
+def swept(mine: list[dict[str, Any]], grid: dict[str, Any], task: str) -> bool:
+    """Whether the first seed ran every rate of the sweep in ``mine`` (one cell's runs)."""
+    done = {r["lr"] for r in mine if r["seed"] == grid["seeds"][0]}
+    return set(rates(grid, task)) <= done
+
+
 def cell_runs(runs: list[dict[str, Any]], task: str, row: str, depth: int) -> list[dict]:
     return [r for r in runs if (r["task"], r["row"], r["layers"]) == (task, row, depth)]
 
@@ -33,19 +44,24 @@ def optimum_of(mine: list[dict[str, Any]], seed: int) -> dict[str, Any] | None:
     return min(kept, key=lambda r: (r["eval_loss"], r["lr"])) if kept else None
 
 
-def optimum_cell(mine: list[dict[str, Any]], seeds: list[int]) -> str:
+def optimum_cell(mine: list[dict[str, Any]], grid: dict[str, Any], task: str) -> str:
     """One depth's optimum as the table writes it: ``2e-3 (0.477, 0.480)``, with ``≈`` where a
     neighbouring rate's first-seed NLL lies within the optimum's seed spread (the optimum
-    is not resolved from it) and ``edge`` where it is the sweep's smallest or largest rate."""
+    is not resolved from it) and ``edge`` where it is the sweep's smallest or largest rate;
+    ``2 of 5 rates`` while the sweep is not finished."""
+    seeds = grid["seeds"]
+    if not swept(mine, grid, task):
+        n = len({r["lr"] for r in mine if r["seed"] == seeds[0]} & set(rates(grid, task)))
+        return f"{n} of {len(rates(grid, task))} rates" if n else NO_RUN
     best = optimum_of(mine, seeds[0])
     if best is None:
-        return NO_RUN if not mine else "all diverged"
+        return "all diverged"
     at = [r for r in mine if r["lr"] == best["lr"]]
     nlls = [r["eval_loss"] for r in sorted(at, key=lambda r: r["seed"])]
     text = f"{lr_text(best['lr'])} ({', '.join(f'{v:.3f}' for v in nlls)})"
     first = [r for r in mine if r["seed"] == seeds[0]]
-    swept = sorted({r["lr"] for r in first})
-    if best["lr"] in (swept[0], swept[-1]):
+    ran = sorted({r["lr"] for r in first})
+    if best["lr"] in (ran[0], ran[-1]):
         text += " edge"
     if len(nlls) > 1:
         top = max(nlls)
@@ -66,15 +82,21 @@ def shift_text(optima: list[float | None]) -> str:
 
 
 def optimum_table(runs: list[dict[str, Any]], grid: dict[str, Any], task: str) -> str:
-    depths, seeds = grid["depths"], grid["seeds"]
+    depths, seed = grid["depths"], grid["seeds"][0]
     header = ["row", *(f"{n}L" for n in depths), "optimum moved"]
     rows = []
     for row in grid["rows"]:
         cells = [cell_runs(runs, task, row, n) for n in depths]
-        optima = [optimum_of(c, seeds[0]) for c in cells]
+        optima = [optimum_of(c, seed) if swept(c, grid, task) else None for c in cells]
         moved = shift_text([o["lr"] if o else None for o in optima])
-        rows.append([row, *(optimum_cell(c, seeds) for c in cells), moved])
+        rows.append([row, *(optimum_cell(c, grid, task) for c in cells), moved])
     return report.markdown_table(header, rows)
+
+
+def docs_table(payload: dict[str, Any], task: str) -> str:
+    """docs/reproduction.md's table of a results payload (``lr_transfer.json``; written between
+    its markers by :mod:`deepnet_jax.experiments.docs_tables`): :func:`optimum_table`."""
+    return optimum_table(payload["runs"], payload["settings"]["grid"], task)
 
 
 def sweep_table(runs: list[dict[str, Any]], grid: dict[str, Any], task: str) -> str:
@@ -105,7 +127,8 @@ def table(runs: list[dict[str, Any]], settings: dict[str, Any]) -> str:
     parts = []
     for task in grid["tasks"]:
         unit = "validation NLL (nats per character)" if task == "shakespeare" else "validation NLL"
-        parts.append(f"**{task}**: optimum rate per depth ({unit} of seeds {grid['seeds']})\n")
+        seeds = " and ".join(map(str, grid["seeds"]))
+        parts.append(f"**{task}**: optimum rate per depth ({unit} of seeds {seeds} at it)\n")
         parts.append(optimum_table(runs, grid, task))
         parts.append(f"\n{task}: first seed's {unit} at each rate (× diverged)\n")
         parts.append(sweep_table(runs, grid, task))
