@@ -24,6 +24,7 @@ from deepnet_jax.experiments import (
     resumable,
     thousand_layers,
 )
+from deepnet_jax.experiments import depth_table_plot as dtp
 from deepnet_jax.experiments import depth_table_report as dtr
 from deepnet_jax.experiments import depth_table_settings as dts
 from deepnet_jax.model import architectures
@@ -415,10 +416,10 @@ def test_a_base_schedule_a_run_would_drop_is_refused():
 def test_every_row_of_a_figure_has_its_own_color():
     """The papers' rows beside the since_deepnet rows (docs/schemes.md's figure): no two rows
     share a color, and only the papers' rows are drawn solid."""
-    rows = [*dtr.COLORS, *common.SINCE_DEEPNET_ROWS]
-    styles = [dtr._style(row, rows) for row in rows]
+    rows = [*dtp.COLORS, *common.SINCE_DEEPNET_ROWS]
+    styles = [dtp.style(row, rows) for row in rows]
     assert len({s["color"] for s in styles}) == len(rows)
-    assert [s.get("linestyle", "-") == "-" for s in styles] == [r in dtr.COLORS for r in rows]
+    assert [s.get("linestyle", "-") == "-" for s in styles] == [r in dtp.COLORS for r in rows]
 
 
 def test_a_device_added_after_the_run_is_reported_as_not_recorded():

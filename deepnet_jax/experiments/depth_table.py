@@ -80,6 +80,7 @@ from absl import flags
 from deepnet_jax.common import console
 from deepnet_jax.experiments import common, opening, report, resumable, thousand_layers
 from deepnet_jax.experiments import depth_table_costs as depth_costs
+from deepnet_jax.experiments import depth_table_plot as table_plot
 from deepnet_jax.experiments import depth_table_report as table_report
 from deepnet_jax.experiments import depth_table_settings as table_settings
 from deepnet_jax.training import progress
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     paths = [
         results.path,
         report.write_table(out, NAME, table),
-        table_report.plot(results.runs, settings, out, NAME),
+        table_plot.plot(results.runs, settings, out, NAME),
     ]
     onsets = depth_costs.onset_plot(results.runs, settings, out, f"{NAME}_onsets")
     paths += [onsets] if onsets else []

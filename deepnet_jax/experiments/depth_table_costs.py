@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from deepnet_jax.experiments import depth_table_plot as table_plot
 from deepnet_jax.experiments import depth_table_report as table_report
 from deepnet_jax.experiments import report
 from deepnet_jax.experiments.thousand_layers_report import LEVELS
@@ -93,7 +94,7 @@ def onset_plot(
         for ax, milestone in zip(row, MILESTONES, strict=True):
             for scheme in schemes:
                 points = onsets_by_depth(mine, settings["levels"][task], scheme, milestone)
-                _draw(ax, points, budget, scheme, table_report._style(scheme, schemes))
+                _draw(ax, points, budget, scheme, table_plot.style(scheme, schemes))
             ax.set_xscale("log")
             depths = sorted({r["layers"] for r in mine})
             ax.set_xticks(depths, [str(n) for n in depths])

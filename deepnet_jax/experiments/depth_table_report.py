@@ -1,6 +1,6 @@
 """The depth table's report: each cell's seeds aggregated (verdicts, the final metric's mean and
 min–max spread, onsets), the differences between schemes that exceed the seed spread, the
-markdown tables and the Figure-6-like figure."""
+markdown tables (the Figure-6-like figure: :mod:`depth_table_plot`)."""
 
 from __future__ import annotations
 
@@ -15,28 +15,6 @@ from deepnet_jax.training import progress
 
 # the papers' schemes: every other scheme's differences are called against these
 REFERENCE_SCHEMES = schemes.names(origin=schemes.PAPER)
-# one color per paper's scheme in every panel and figure (matplotlib's tab10)
-COLORS = dict(
-    zip(
-        REFERENCE_SCHEMES,
-        ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"),
-        strict=True,
-    )
-)
-# the other rows (the schemes since DeepNet, DyT) in the colors the papers' rows leave free,
-# drawn dashed; in the order they first appear in a panel
-OTHER_COLORS = (
-    "tab:pink",
-    "tab:gray",
-    "tab:olive",
-    "tab:cyan",
-    "black",
-    "gold",
-    "navy",
-    "lime",
-    "teal",
-    "salmon",
-)
 # the final metric of a run on each kind of task: (run field, label, higher is better)
 METRICS = {
     "synthetic": ("eval_accuracy", "validation accuracy", True),
@@ -287,78 +265,3 @@ def _calls(
                 called.append(f"{a} {rel} {b}")
         lines.append(f"- {depth_label(n, levels)}: " + "; ".join(called))
     return _CALLS_LEGEND + "\n\n" + "\n".join(lines) + "\n"
-
-
-def plot(runs: Sequence[dict[str, Any]], settings: dict[str, Any], out: str, name: str) -> str:
-    """The final metric against depth (log scale), a panel per task (and recipe), a line per scheme
-    through the seeds' mean, bars from their min to max, a cross above the axis where a seed
-    diverged. Written to ``<out>/<name>.png``; returns the path."""
-    plt = report.pyplot()
-    shown = panels(runs, settings)
-    fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown), 3.4), squeeze=False)
-    for ax, (title, task, mine) in zip(axes[0], shown, strict=True):
-        levels = settings["levels"][task]
-        field, label, _ = metric(levels)
-        _plot_task(ax, cells(mine), task, field)
-        if "chance" in levels:
-            chance = levels["chance"]["accuracy"]
-            ax.axhline(chance, color="gray", linestyle=":", label="source-blind best")
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("layers" if levels.get("lm") else "layers per side (N in NL-NL)")
-        ax.set_ylabel(label)
-        if len({s for (t, s, _) in cells(mine) if t == task}) > len(COLORS):  # beside the axes
-            ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
-        else:
-            ax.legend(fontsize=7)
-    return report.save_figure(fig, out, name)
-
-
-def _style(scheme: str, schemes: list[str]) -> dict[str, Any]:
-    """A row's line: the papers' rows solid in :data:`COLORS`, the others dashed, each in its
-    own color from :data:`OTHER_COLORS` (by its place among ``schemes``' other rows)."""
-    if scheme in COLORS:
-        return {"color": COLORS[scheme], "marker": "o"}
-    others = [s for s in schemes if s not in COLORS]
-    color = OTHER_COLORS[others.index(scheme) % len(OTHER_COLORS)]
-    return {"color": color, "marker": "s", "linestyle": "--"}
-
-
-def _plot_task(ax: Any, grouped: dict, task: str, field: str) -> None:
-    schemes = list(dict.fromkeys(s for (t, s, _) in grouped if t == task))
-    depths = sorted({n for (t, _, n) in grouped if t == task})
-    top = (
-        max(
-            [
-                v
-                for (t, _, _), rs in grouped.items()
-                if t == task
-                for v in values(rs, field)
-                if not math.isnan(v)
-            ]
-            or [1.0]
-        )
-        * 1.05
-    )
-    for scheme in schemes:
-        points = []
-        for n in depths:
-            if (task, scheme, n) not in grouped:
-                continue
-            vs = values(grouped[(task, scheme, n)], field)
-            finite = [v for v in vs if not math.isnan(v)]
-            if finite:
-                points.append((n, sum(finite) / len(finite), min(finite), max(finite)))
-            if len(finite) < len(vs):
-                ax.plot([n], [top], marker="x", markersize=9, color="black")
-        if not points:
-            continue
-        xs, means, lows, highs = zip(*points, strict=True)
-        errors = [
-            [m - lo for m, lo in zip(means, lows, strict=True)],
-            [hi - m for m, hi in zip(means, highs, strict=True)],
-        ]
-        ax.errorbar(xs, means, yerr=errors, capsize=3, label=scheme, **_style(scheme, schemes))
-    ax.set_xscale("log")
-    ax.set_xticks(depths)
-    ax.set_xticklabels([str(n) for n in depths])
-    ax.set_xticks([], minor=True)  # the log axis's own minor labels (2×10¹ …) overlap them
