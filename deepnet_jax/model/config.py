@@ -15,7 +15,7 @@ import ml_collections
 
 from deepnet_jax.common import config_schema
 from deepnet_jax.common.config_schema import field
-from deepnet_jax.model import config_relations, constants, schemes
+from deepnet_jax.model import config_relations, constants, parameterization, schemes
 from deepnet_jax.model.remat import AUTO, POLICIES
 from deepnet_jax.model.schemes.base import SIDES
 from deepnet_jax.model.schemes.base import fail as _fail
@@ -217,6 +217,26 @@ class TransformerConfig:
         "(fairseq's Transformer: q/k/v Xavier-uniform gain 1/sqrt(2), out Xavier-uniform, "
         "FFN PyTorch's default; the scheme's gain on the weights)",
         choices=INITS,
+    )
+    parameterization: str = field(
+        "standard",
+        "how multipliers, init and AdamW scale with depth and width (docs/schemes.md, "
+        "'Parameterization'): standard (none scale) or completep (Dey et al. 2025, Table 1 at "
+        "α = 1: residual branches × (L/L_base)^-1, logits × N_base/d_model, its init, and per "
+        "parameter group AdamW η, ε and λ; pre-norm schemes)",
+        choices=parameterization.PARAMETERIZATIONS,
+    )
+    completep_base_layers: int = field(
+        2, "completep only: L_base, the base model's layers per stack (the authors' 2)", low=1
+    )
+    completep_base_width: int = field(
+        256, "completep only: N_base, the base model's d_model (the authors' 256)", low=1
+    )
+    completep_init_std: float = field(
+        0.02,
+        "completep only: σ_base; embeddings and head N(0, σ²), hidden weights N(0, σ²·N_base/N)",
+        low=0,
+        low_open=True,
     )
     dropout_rng: str = field(
         "hash",

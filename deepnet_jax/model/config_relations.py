@@ -14,7 +14,7 @@ from typing import Any
 
 import ml_collections
 
-from deepnet_jax.model import schemes
+from deepnet_jax.model import parameterization, schemes
 from deepnet_jax.model.remat import AUTO
 from deepnet_jax.model.schemes.base import fail
 
@@ -75,6 +75,7 @@ def check(c: ml_collections.ConfigDict, defaults: dict[str, Any]) -> None:
             "cannot be scanned; set model.scan_layers=False",
         )
     _check_scheme_fields(c, defaults)
+    _check_parameterization(c, defaults)
 
 
 def _check_scheme_fields(c: ml_collections.ConfigDict, defaults: dict[str, Any]) -> None:
@@ -99,4 +100,49 @@ def _check_scheme_fields(c: ml_collections.ConfigDict, defaults: dict[str, Any])
             "dyt",
             f"Dynamic Tanh replaces the norms of pre-norm schemes ({allowed}), not "
             f"scheme={c.scheme!r}'s",
+        )
+
+
+def _check_parameterization(c: ml_collections.ConfigDict, defaults: dict[str, Any]) -> None:
+    """CompleteP's fields at their defaults under ``standard``; under ``completep`` a scheme it
+    applies to (``Scheme.completep_ok``), its own init and no width-dependent embedding scale."""
+    if not parameterization.completep(c):
+        for name in parameterization.FIELDS:
+            if c[name] != defaults[name]:
+                fail(
+                    name,
+                    c[name],
+                    f"applies to parameterization='completep' only, not {c.parameterization!r}; "
+                    f"set it to {defaults[name]!r}",
+                )
+        return
+    scheme = schemes.get(c.scheme)
+    if not scheme.completep_ok:
+        why = (
+            "its residual form is not the pre-norm x + β·G(N(x))"
+            if scheme.family != "pre"
+            else "Table 1 has no rule for its combination weights"
+            if not scheme.scannable
+            else "it has an init of its own, which CompleteP's would replace"
+        )
+        fail(
+            "parameterization",
+            c.parameterization,
+            f"CompleteP (Dey et al. 2025, Table 1) is for pre-norm Transformers and "
+            f"scheme={c.scheme!r} is not one it applies to ({why}); it applies to "
+            f"{', '.join(schemes.names(completep_ok=True))}",
+        )
+    if c.init != defaults["init"]:
+        fail(
+            "init",
+            c.init,
+            f"parameterization='completep' draws every weight from its own rule "
+            f"(model.completep_init_std); leave it at {defaults['init']!r}",
+        )
+    if c.scale_embedding:
+        fail(
+            "scale_embedding",
+            True,
+            "√d_model is a width-dependent embedding multiplier that CompleteP's Table 1 does "
+            "not have (its embeddings are N(0, completep_init_std²), unscaled); set it to False",
         )

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from deepnet_jax.common.tokens import PAD_ID
-from deepnet_jax.model import schemes
+from deepnet_jax.model import parameterization, schemes
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.model.initializers import embedding_normal, sinusoidal_table, token_embedding_init
 from deepnet_jax.model.sublayers import Dropout
@@ -20,9 +20,11 @@ class TokenEmbedding(nn.Module):
     :func:`~deepnet_jax.model.initializers.token_embedding_init`; a scheme with its own
     embedding init, DeepScaleLM's: the variance ``schemes.Scheme.embedding_variances`` gives).
 
+    Under ``parameterization="completep"`` E ~ N(0, σ_base²) (CompleteP's "Embed Init. Var.").
+
     ``__call__`` maps tokens [B, T] to E[tokens]·√d_model [B, T, D] (E[tokens] without
     ``scale_embedding``); ``attend`` maps hidden states [B, T, D] to float32 logits x·Eᵀ
-    [B, T, vocab] for a tied output projection.
+    [B, T, vocab] for a tied output projection (× m_N^(-1) under CompleteP).
     """
 
     config: TransformerConfig
@@ -36,6 +38,8 @@ class TokenEmbedding(nn.Module):
             v = variances[0]
             scale = c.d_model**-0.5 if c.scale_embedding else 1.0
             init = nn.initializers.normal(stddev=v**0.5 * scale)
+        if parameterization.completep(c):  # N(0, σ_base²) (scale_embedding is off)
+            init = nn.initializers.normal(stddev=parameterization.embedding_std(c))
         self.embedding = self.param(
             "embedding",
             nn.with_logical_partitioning(init, ("vocab", "embed")),
@@ -52,35 +56,48 @@ class TokenEmbedding(nn.Module):
 
     def attend(self, x_BTD: jax.Array) -> jax.Array:
         c = self.config
-        return jnp.einsum(
+        logits = jnp.einsum(
             "btd,vd->btv",
             x_BTD.astype(c.compute_dtype),
             self.embedding.astype(c.compute_dtype),
             preferred_element_type=jnp.float32,
         )
+        return scaled_logits(c, logits)
+
+
+def scaled_logits(config: TransformerConfig, logits: jax.Array) -> jax.Array:
+    """The output logits times ``parameterization.output_multiplier``: CompleteP's x_L·Wᵀ·m_N^(-1)
+    (Table 1, "Unembed Fwd."); under ``standard`` the logits themselves."""
+    m = parameterization.output_multiplier(config)
+    return logits if m == 1.0 else logits * jnp.float32(m)
 
 
 class OutputProjection(nn.Module):
     """Untied vocabulary projection: x [B, T, D] → float32 x·W [B, T, vocab], W ~ N(0, d^-1/2)
-    (N(0, 0.02²) under ``init="torchscale_bert"``)."""
+    (N(0, 0.02²) under ``init="torchscale_bert"``; under CompleteP N(0, σ_base²) and the
+    logits × m_N^(-1), :func:`scaled_logits`)."""
 
     config: TransformerConfig
 
     @nn.compact
     def __call__(self, x_BTD: jax.Array) -> jax.Array:
         c = self.config
+        init = embedding_normal(c.d_model, c.init)
+        if parameterization.completep(c):
+            init = nn.initializers.normal(stddev=parameterization.embedding_std(c))
         kernel = self.param(
             "kernel",
-            nn.with_logical_partitioning(embedding_normal(c.d_model, c.init), ("embed", "vocab")),
+            nn.with_logical_partitioning(init, ("embed", "vocab")),
             (c.d_model, c.vocab_size),
             c.storage_dtype,
         )
-        return jnp.einsum(
+        logits = jnp.einsum(
             "btd,dv->btv",
             x_BTD.astype(c.compute_dtype),
             kernel.astype(c.compute_dtype),
             preferred_element_type=jnp.float32,
         )
+        return scaled_logits(c, logits)
 
 
 class PositionEmbedding(nn.Module):
@@ -109,6 +126,8 @@ class PositionEmbedding(nn.Module):
             variances = schemes.get(c.scheme).embedding_variances(c)
             if variances is not None:
                 init = nn.initializers.normal(stddev=variances[1] ** 0.5)
+            if parameterization.completep(c):  # an embedding table: N(0, σ_base²)
+                init = nn.initializers.normal(stddev=parameterization.embedding_std(c))
             table = self.param(
                 "embedding",
                 nn.with_logical_partitioning(init, ("positions", "embed")),

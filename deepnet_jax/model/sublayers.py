@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
+from deepnet_jax.model import parameterization
 from deepnet_jax.model.config import DROPOUT_RNGS, TransformerConfig
 from deepnet_jax.model.initializers import (
     Initializer,
@@ -219,7 +220,9 @@ class Projection(nn.Module):
     (:func:`~deepnet_jax.model.initializers.torchscale_uniform`, per slice); under
     ``"torchscale_bert"`` the kernel is N(0, (0.02·gain)²) per slice, the bias zero; under
     ``"fairseq"`` by ``role`` ("attn_in" for q/k/v, "attn_out", "linear" for the FFN; see
-    :func:`~deepnet_jax.model.initializers.fairseq_initializers`).
+    :func:`~deepnet_jax.model.initializers.fairseq_initializers`). Under
+    ``config.parameterization="completep"`` the kernel is N(0, (gain·σ_base)²/m_N) per slice
+    (CompleteP's hidden init, ``parameterization.hidden_std``), the bias zero.
     ``tag`` names the output for ``checkpoint_name``-based remat policies.
     """
 
@@ -270,6 +273,13 @@ class Projection(nn.Module):
                 return (jax.random.normal(key, shape, jnp.float32) * std).astype(dtype)
 
             return normal, nn.initializers.zeros
+        if parameterization.completep(self.config):
+            gains = (self.gain,) if self.slice_gains is None else self.slice_gains
+            inits = [
+                nn.initializers.normal(parameterization.hidden_std(self.config, g)) for g in gains
+            ]
+            kernel = inits[0] if self.slice_gains is None else stacked_slices(inits, n_in)
+            return kernel, nn.initializers.zeros
         if self.config.init == "fairseq":
             gains = (self.gain,) if self.slice_gains is None else self.slice_gains
             return fairseq_initializers(self.role, gains, n_in, n_out, math.prod(self.in_shape))

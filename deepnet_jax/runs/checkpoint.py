@@ -334,6 +334,10 @@ ADDED_FIELDS: dict[str, Any] = {
     "model.deepscalelm_k": 2.0,
     "model.skipinit_alpha": 0.0,
     "loss_chunk": 0,
+    "model.parameterization": "standard",
+    "model.completep_base_layers": 2,
+    "model.completep_base_width": 256,
+    "model.completep_init_std": 0.02,
 }
 
 

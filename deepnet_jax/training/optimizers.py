@@ -14,6 +14,8 @@ import numpy as np
 import optax
 
 from deepnet_jax.common.config_schema import FRACTION, field
+from deepnet_jax.model import parameterization as model_parameterization
+from deepnet_jax.training import parameterization
 
 SCHEDULES = ("inverse_sqrt", "polynomial", "linear", "cosine", "constant")
 OPTIMIZERS = ("adamw",)
@@ -127,15 +129,23 @@ def scale_by_learning_rate_argument() -> optax.GradientTransformationExtraArgs:
 
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformationExtraArgs:
     """Clipping + AdamW (decoupled weight decay scaled by the learning rate, as
-    ``optax.adamw``) whose ``update`` takes the update's ``learning_rate`` as a keyword
-    argument (:func:`learning_rates`); with ``grad_accum_steps`` = k > 1, wrapped in
+    ``optax.adamw``; under ``model.parameterization="completep"`` with each parameter group's
+    learning rate, ε and weight decay, :func:`.parameterization.grouped_adamw`) whose
+    ``update`` takes the update's ``learning_rate`` as a keyword argument
+    (:func:`learning_rates`); with ``grad_accum_steps`` = k > 1, wrapped in
     ``optax.MultiSteps``: k calls (micro-batches) make one update with their mean gradient;
     with ``nan_policy="skip"``, in ``optax.apply_if_finite``."""
     o = config.optimizer
+    if model_parameterization.completep(config.model):  # per parameter group (CompleteP)
+        adamw = [parameterization.grouped_adamw(config)]
+    else:  # one group: the chain every run saved before the field existed has
+        adamw = [
+            optax.scale_by_adam(b1=o.b1, b2=o.b2, eps=o.eps),
+            optax.add_decayed_weights(o.weight_decay),
+        ]
     optimizer = optax.chain(
         optax.clip_by_global_norm(o.grad_clip) if o.grad_clip else optax.identity(),
-        optax.scale_by_adam(b1=o.b1, b2=o.b2, eps=o.eps),
-        optax.add_decayed_weights(o.weight_decay),
+        *adamw,
         scale_by_learning_rate_argument(),
     )
     if config.grad_accum_steps > 1:

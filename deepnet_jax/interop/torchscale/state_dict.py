@@ -165,6 +165,7 @@ _TORCHSCALE_HAS = (
     ("positions", ("sinusoidal", "learned"), "rotary positions (its relative positions: xPos)"),
     ("activation", ("relu", "gelu"), "gated FFNs in its Encoder/Decoder"),
     ("deepnorm_variant", "paper", "GLM-130B's DeepNorm constants"),
+    ("parameterization", "standard", "CompleteP's multipliers (its layers weigh branches by 1)"),
 )
 
 

@@ -27,6 +27,8 @@ from typing import Any, ClassVar, NoReturn, Protocol
 
 import jax
 
+from deepnet_jax.model import parameterization
+
 PAPER = "paper"  # DeepNet's and Magneto's tables: Post-LN, Pre-LN, DeepNorm, Sub-LN, DLCL
 SINCE_DEEPNET = "since_deepnet"  # the stability schemes since DeepNet (docs/schemes.md)
 ORIGINS = (PAPER, SINCE_DEEPNET)
@@ -171,6 +173,23 @@ class Scheme:
         return self.stack is None
 
     @property
+    def own_init(self) -> bool:
+        """Part of its init is its own (it overrides :meth:`init_stds` or
+        :meth:`embedding_variances`: DeepScaleLM's unit-moment init)."""
+        cls = type(self)
+        return (
+            cls.init_stds is not Scheme.init_stds
+            or cls.embedding_variances is not Scheme.embedding_variances
+        )
+
+    @property
+    def completep_ok(self) -> bool:
+        """``model.parameterization="completep"`` applies (CompleteP's Table 1 is for pre-norm
+        Transformers): the pre-norm residual form x ← α·x + β·G(N(x)) in a stack of layers
+        alone, and no init of its own for CompleteP's to replace."""
+        return self.family == "pre" and self.scannable and not self.own_init
+
+    @property
     def per_layer(self) -> Scheme:
         """The scheme of each of its layers (itself; a combining scheme's Pre- or Post-LN)."""
         return self
@@ -178,6 +197,14 @@ class Scheme:
     def constants(self, config: Any, side: str) -> SideConstants:
         """One side's α, branch weight and init gain under ``config`` (a TransformerConfig)."""
         return SideConstants()
+
+    def weights(self, config: Any, side: str) -> SideConstants:
+        """:meth:`constants` under ``config``'s parameterization: the branch weight β times
+        ``parameterization.branch_multiplier`` (CompleteP's m_L^(-α); under ``standard`` 1, and
+        the constants unchanged)."""
+        k = self.constants(config, side)
+        m = parameterization.branch_multiplier(config, side)
+        return k if m == 1.0 else dataclasses.replace(k, branch=k.branch * m)
 
     def init_gain(self, config: Any, side: str) -> float:
         """The Xavier gain of v, out, fc1 and fc2 on ``side`` (``model.init`` may change it)."""
@@ -198,8 +225,9 @@ class Scheme:
     def layer_state(
         self, ops: Ops, side: str, layer_index: Any, ratio: jax.Array | None
     ) -> Residual:
-        """The layer's residual state, before its sublayers: this side's constant weights."""
-        k = self.constants(ops.config, side)
+        """The layer's residual state, before its sublayers: this side's constant weights
+        (:meth:`weights`)."""
+        k = self.weights(ops.config, side)
         return Residual(alpha=k.alpha, beta=k.branch)
 
     def sublayer(

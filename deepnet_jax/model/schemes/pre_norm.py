@@ -84,7 +84,8 @@ class LNScaling(PreNorm):
         self, ops: Ops, side: str, layer_index: Any, ratio: jax.Array | None
     ) -> Residual:
         ell = jnp.asarray(need_index(self.name, layer_index), jnp.float32) + 1.0
-        return Residual(norm_scale=jax.lax.rsqrt(ell))
+        beta = self.weights(ops.config, side).branch  # CompleteP's m_L^(-α), else 1
+        return Residual(beta=beta, norm_scale=jax.lax.rsqrt(ell))
 
     def branch_input(self, h: jax.Array, state: Residual) -> jax.Array:
         return h * state.norm_scale.astype(h.dtype)
