@@ -13,6 +13,7 @@ import pytest
 from deepnet_jax.experiments import depth_table_settings as dts
 from deepnet_jax.experiments import lr_transfer
 from deepnet_jax.experiments import lr_transfer_report as ltr
+from deepnet_jax.training import config_checks
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GRID = lr_transfer.GRIDS["quick"]
@@ -152,3 +153,14 @@ def test_a_row_the_setting_lacks_is_one_error_line(capsys):
     with pytest.raises(SystemExit) as e:
         lr_transfer.main(["--setting=smoke", "--out=/tmp/unused", "--rows=post_ln"])
     assert "--rows=post_ln" in str(e.value) and "pre_ln, deepnorm" in str(e.value)
+
+
+@pytest.mark.parametrize("row", list(lr_transfer.ROWS))
+def test_every_quick_rows_config_is_valid_at_every_depth_and_task(row):
+    bases = lr_transfer.task_bases(lr_transfer.base_config("quick"), GRID, "")
+    for task in GRID["tasks"]:
+        for n in GRID["depths"]:
+            key = {"task": task, "row": row, "layers": n, "seed": 0, "lr": 1e-3}
+            config = lr_transfer.make_config(bases, key)
+            config_checks.validate(config)
+            assert config.model.scheme == lr_transfer.ROWS[row]["scheme"]
