@@ -36,6 +36,8 @@ OTHER_COLORS = (
     "lime",
     "teal",
     "salmon",
+    "maroon",
+    "darkviolet",
 )
 # the final metric of a run on each kind of task: (run field, label, higher is better)
 METRICS = {

@@ -334,6 +334,10 @@ ADDED_FIELDS: dict[str, Any] = {
     "model.deepscalelm_k": 2.0,
     "model.skipinit_alpha": 0.0,
     "loss_chunk": 0,
+    "model.hc_rate": 4,
+    "model.hc_dynamic": True,
+    "model.mhc_sinkhorn_iters": 20,
+    "model.mhc_variant": "paper",
 }
 
 
