@@ -15,12 +15,15 @@ from conftest import init_params, random_tokens, tiny_config
 from flax.traverse_util import flatten_dict, unflatten_dict
 from test_blocks import attention, ffn, layer_inputs, ln
 from test_schemes_since_deepnet import args_of, embedded, hidden_states
+from test_training import small_config
 
 from deepnet_jax.model import architectures, constants, layout
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.model.schemes import hyper
 from deepnet_jax.model.schemes.base import Residual, Sublayer
 from deepnet_jax.model.transformer_layer import LayerOps, TransformerLayer
+from deepnet_jax.scale import targets
+from deepnet_jax.training import memory_plan
 
 # (scheme, overrides) of each variant; n = 3 streams, so that n is none of the other sizes
 VARIANTS = {
@@ -29,13 +32,18 @@ VARIANTS = {
     "mhc": ("mhc", dict(hc_rate=3)),
     "mhc_deepseek_v4": ("mhc", dict(hc_rate=3, mhc_variant="deepseek_v4")),
 }
+# n = 1 (allowed): one stream, HC's connection a scalar triple, mHC's H_res the scalar 1
+ONE_STREAM = {
+    "hc_n1": ("hyper_connections", dict(hc_rate=1)),
+    "mhc_n1": ("mhc", dict(hc_rate=1)),
+}
 EPS_V4 = constants.MHC_DEEPSEEK_V4_EPS
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "mhc", "deepseek_v4.npz")
 B, T, S = 2, 5, 6
 
 
 def config(variant, arch="encdec", **overrides):
-    scheme, own = VARIANTS[variant]
+    scheme, own = {**VARIANTS, **ONE_STREAM}[variant]
     return tiny_config(arch, scheme, **own, **overrides)
 
 
@@ -219,7 +227,7 @@ def _without_streams(params):
     return unflatten_dict(keep)
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", [*VARIANTS, *ONE_STREAM])
 def test_starts_as_pre_ln(variant):
     """HC's init (eq. 14: B = 1, A_m = e_{k mod n}, A_r = I, W = 0) keeps the n streams equal
     to Pre-LN's x, whose sum n·x the final norm takes back to Pre-LN's output (up to its ε).
@@ -417,6 +425,20 @@ def test_where_the_paper_differs_from_deepseek_v4():
     assert np.abs(np.asarray(update_v) - np.asarray(update_p)).max() < shift * streams
     np.testing.assert_allclose(np.asarray(head_p), f["hidden_streams"].sum(-2), rtol=1e-6)
     assert np.abs(np.asarray(head_v) - np.asarray(head_p)).max() > 0.1
+
+
+def test_the_planner_sees_the_streams():
+    """The AOT planner compiles the real train step, so the scan's carry of n streams shows in
+    its temporaries: with full remat the backward pass keeps each layer's [B, T, n, D] input,
+    (n − 1)·L·B·T·D·4 bytes more at n than at 1 stream (float32)."""
+    plans = {}
+    for n in (1, 4):
+        c = small_config("decoder", "hyper_connections")
+        c.model.num_decoder_layers, c.model.hc_rate = 8, n
+        plans[n] = memory_plan.plan(c, target=targets.parse("cpu:1"))
+    (rows, length), D = plans[4].batch_shape, c.model.d_model
+    added = plans[4].temporaries - plans[1].temporaries
+    assert added >= 3 * 8 * rows * length * D * 4
 
 
 BAD = [
