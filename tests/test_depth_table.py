@@ -179,17 +179,18 @@ def test_since_deepnet_setting_is_quicks_recipe_for_the_new_schemes_seed_by_seed
     keys = dts.keys("since_deepnet", base)
     rows = (*common.SINCE_DEEPNET, "pre_ln+dyt")  # every scheme, and Pre-LN with DyT
     assert rows == common.SINCE_DEEPNET_ROWS
-    assert len(keys) == len(rows) * 2 * 3
+    per_seed = len(rows) * 2
+    assert len(keys) == per_seed * 3
     assert {k["scheme"] for k in keys} == set(rows)
-    assert [k["seed"] for k in keys] == [s for s in (0, 1, 2) for _ in range(18)]
+    assert [k["seed"] for k in keys] == [s for s in (0, 1, 2) for _ in range(per_seed)]
     # within a seed: the scanned schemes by depth, then DenseFormer's unrolled stacks
-    assert [(k["scheme"], k["layers"]) for k in keys[16:18]] == [
+    assert [(k["scheme"], k["layers"]) for k in keys[per_seed - 2 : per_seed]] == [
         ("denseformer", 6),
         ("denseformer", 18),
     ]
-    configs = [dts.make_config(base, k) for k in keys[:18]]
-    assert [c.model.scan_layers for c in configs] == [True] * 16 + [False] * 2
-    for key, c in zip(keys[:18], configs, strict=True):  # the row's scheme and norm
+    configs = [dts.make_config(base, k) for k in keys[:per_seed]]
+    assert [c.model.scan_layers for c in configs] == [True] * (per_seed - 2) + [False] * 2
+    for key, c in zip(keys[:per_seed], configs, strict=True):  # the row's scheme and norm
         assert (c.model.scheme, c.model.norm) == (
             ("pre_ln", "dyt") if key["scheme"] == "pre_ln+dyt" else (key["scheme"], "layernorm")
         )

@@ -58,6 +58,8 @@ FAST = {
     ("decoder", "pre_ln"),
     ("decoder", "mix_ln"),
     ("encoder", "ln_scaling"),
+    ("encdec", "hyper_connections"),  # the n streams: a carry [B, T, n, D]
+    ("decoder", "mhc"),
 }
 
 

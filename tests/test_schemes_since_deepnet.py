@@ -20,10 +20,14 @@ from deepnet_jax.model.combining_stacks import dwa_weight_init
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.model.initializers import sinusoidal_table
 from deepnet_jax.model.inputs import init_variables
+from deepnet_jax.model.schemes.hyper import Stream
 from deepnet_jax.model.transformer_layer import TransformerLayer
 
 STACKS = schemes.names(origin=schemes.SINCE_DEEPNET)
-NEW = schemes.names(origin=schemes.SINCE_DEEPNET, scannable=True)  # one layer body each
+# the schemes of one residual stream, whose equations this file's NumPy layer transcribes (the
+# stream schemes, Hyper-Connections and mHC, have theirs in test_hyper_connections.py)
+ONE_STREAM = tuple(s for s in STACKS if not isinstance(schemes.get(s), Stream))
+NEW = tuple(s for s in ONE_STREAM if schemes.get(s).scannable)  # one layer body each
 ARCHS = ("encoder", "decoder", "encdec")
 EXTRA = {"mix_ln": dict(mix_ln_ratio=0.5)}  # ⌊0.5·3⌋ = 1 encoder and ⌊0.5·2⌋ = 1 decoder Post-LN
 
@@ -74,8 +78,8 @@ def reference_layer(p, x, cfg, side, index, self_mask, enc=None, enc_mask=None):
 
 
 def randomize(params, rng):
-    """Non-trivial norm, ReZero/SkipInit/Admin/DyT/DWA parameters, so the test sees where each
-    sits (and ReZero's α = 0 does not hide the branch)."""
+    """Non-trivial norm, ReZero/SkipInit/Admin/DyT/DWA parameters and dynamic Hyper-Connections'
+    W, so the test sees where each sits (and ReZero's α = 0 does not hide the branch)."""
     flat = flatten_dict(params)
     for k, v in flat.items():
         name = "/".join(k)
@@ -85,6 +89,8 @@ def randomize(params, rng):
             flat[k] = v + rng.uniform(0.3, 1.2, v.shape).astype(np.float32)
         elif k[-1] == "dwa_weights":
             flat[k] = v + rng.normal(0, 0.5, v.shape).astype(np.float32)
+        elif k[-1].endswith("_hc_alpha_fn") or k[-1].endswith("_hc_beta_fn"):  # 0 at init:
+            flat[k] = v + rng.normal(0, 0.3, v.shape).astype(np.float32)  # its s, N_hc inert
     return unflatten_dict(flat)
 
 
@@ -170,7 +176,7 @@ def hidden_states(model, params, args):
     "arch",  # the encoder-decoder holds both sides' layers; the single stacks under -m slow
     [pytest.param(a, marks=() if a == "encdec" else pytest.mark.slow) for a in ARCHS],
 )
-@pytest.mark.parametrize("scheme", (*STACKS, "dyt"))
+@pytest.mark.parametrize("scheme", (*ONE_STREAM, "dyt"))
 def test_model_matches_formula(scheme, arch):
     """The whole model in each architecture: embeddings, every layer at its index, the
     stack's extras and final norm against the NumPy stack (``dyt``: Pre-LN with DyT)."""

@@ -38,6 +38,8 @@ OTHER_COLORS = (
     "lime",
     "teal",
     "salmon",
+    "maroon",
+    "darkviolet",
 )
 
 

@@ -19,6 +19,7 @@ from deepnet_jax.model import config_relations, constants, parameterization, sch
 from deepnet_jax.model.remat import AUTO, POLICIES
 from deepnet_jax.model.schemes.base import SIDES
 from deepnet_jax.model.schemes.base import fail as _fail
+from deepnet_jax.model.schemes.hyper import MHC_VARIANTS
 
 ARCHS = constants.ARCHS
 SCHEMES = schemes.NAMES
@@ -158,6 +159,29 @@ class TransformerConfig:
         "skipinit only: the initial α of x ← x + α·F(x) on every branch (De & Smith 2020: 0, "
         "or a small constant <= 1/√(branches))",
         low=0,
+    )
+    hc_rate: int = field(
+        constants.HC_RATE,
+        "hyper_connections, mhc only: n, the residual streams (Zhu et al. 2025's best and Xie et "
+        "al.'s: 4; 1 is allowed)",
+        low=1,
+    )
+    hc_dynamic: bool = field(
+        True,
+        "hyper_connections only: dynamic (DHC: the weights also predicted from the streams, "
+        "eq. 10–13) or static (SHC: learned matrices only)",
+    )
+    mhc_sinkhorn_iters: int = field(
+        constants.MHC_SINKHORN_ITERS,
+        "mhc only: Sinkhorn-Knopp iterations t_max of H_res (Xie et al. 2025: 20)",
+        low=1,
+    )
+    mhc_variant: str = field(
+        "paper",
+        "mhc only: paper (eq. 7–9, the streams summed at the end) or deepseek_v4 (Hugging "
+        "Face's DeepSeek-V4: ε = 1e-6 in H_pre and Sinkhorn-Knopp, its HyperHead's learned sum; "
+        "docs/schemes.md)",
+        choices=MHC_VARIANTS,
     )
     scan_layers: bool = field(True, "nn.scan over depth (False: a Python loop, for comparison)")
     scan_group_size: int = field(

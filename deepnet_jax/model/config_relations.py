@@ -85,10 +85,13 @@ def _check_scheme_fields(c: ml_collections.ConfigDict, defaults: dict[str, Any])
     for owner in schemes.SCHEMES.values():
         for name in owner.fields:
             if name not in scheme.fields and c[name] != defaults[name]:
+                owners = " or ".join(
+                    repr(s.name) for s in schemes.SCHEMES.values() if name in s.fields
+                )
                 fail(
                     name,
                     c[name],
-                    f"applies to scheme={owner.name!r} only, not {c.scheme!r}; set it to "
+                    f"applies to scheme={owners} only, not {c.scheme!r}; set it to "
                     f"{defaults[name]!r}",
                 )
     if c.dyt_alpha != defaults["dyt_alpha"] and c.norm != "dyt":

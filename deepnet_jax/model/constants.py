@@ -192,3 +192,17 @@ def deepscalelm_embedding_variances(positions: str, dropout: float) -> tuple[flo
     if positions == "sinusoidal":
         return total - 0.5, 0.5
     return total, 0.0
+
+
+# Hyper-Connections (Zhu et al., ICLR 2025): the expansion rate of their best runs (DHC×4), and
+# the initial learnable scales s_α, s_β of the dynamic weights (Appendix J, Algorithm 2:
+# ``torch.ones(1) * 0.01``).
+HC_RATE = 4
+HC_SCALE_INIT = 0.01
+# mHC (Xie et al. 2025): the gating factors' init α (Table 5: "Gating Factor Init α 0.01") and
+# Sinkhorn-Knopp's iterations t_max (Section 4.2 and Table 5: 20).
+MHC_ALPHA_INIT = 0.01
+MHC_SINKHORN_ITERS = 20
+# Hugging Face's DeepSeek-V4 (transformers 5.24.0, ``DeepseekV4Config.hc_eps``): the ε it adds
+# to H_pre, to the softmax that starts Sinkhorn-Knopp and to each normalization's denominator.
+MHC_DEEPSEEK_V4_EPS = 1e-6

@@ -38,7 +38,7 @@ from deepnet_jax.model.stack_common import (
     stack_caches,
 )
 from deepnet_jax.model.sublayers import DIAGNOSTICS, constrain, normalization
-from deepnet_jax.model.transformer_layer import ADMIN_PROFILE
+from deepnet_jax.model.transformer_layer import ADMIN_PROFILE, LayerOps
 
 
 def has_final_norm(config: TransformerConfig) -> bool:
@@ -63,15 +63,19 @@ def apply_layers(owner: nn.Module, side: Side, inputs: StackInputs) -> jax.Array
 
     Returns x [B, T, D], or with a decoding ``inputs.cache`` ``(x, new_cache)``: a scanned
     stack scans over the cache's layer axis together with the parameters, so one layer body is
-    compiled. ``inputs.keys`` is filled here (:func:`layer_dropout_keys`).
+    compiled. ``inputs.keys`` is filled here (:func:`layer_dropout_keys`). A stream scheme's
+    layers carry its n streams (``Scheme.expand`` before them, ``Scheme.collapse`` after).
     """
+    scheme = schemes.get(side.config.scheme)
     keys = layer_dropout_keys(owner, side.config, side.num_layers, side.deterministic)
     profiling = admin_profiling(owner, side.config)
-    x0 = (inputs.x, jnp.ones((), jnp.float32)) if profiling else inputs.x  # Admin: r₀ = 1
+    x0 = scheme.expand(side.config, inputs.x)
+    x0 = (x0, jnp.ones((), jnp.float32)) if profiling else x0  # Admin: r₀ = 1
     inputs = dataclasses.replace(inputs, keys=keys, x=x0)
     x_BTD, new_cache = KINDS[stack_kind(owner, side, inputs)](owner, side, inputs)
     if profiling:
         x_BTD = x_BTD[0]
+    x_BTD = scheme.collapse(LayerOps(owner), x_BTD)
     if has_final_norm(side.config):
         x_BTD = normalization(side.config, "layer_norm")(x_BTD)
     x_BTD = constrain(x_BTD)

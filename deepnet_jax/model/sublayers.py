@@ -32,6 +32,9 @@ from deepnet_jax.model.initializers import (
 
 # Activation layout at sublayer boundaries: [batch, length, embed].
 ACTIVATION_AXES = ("batch", "length", "embed")
+# A stream scheme's residual (Hyper-Connections, mHC): [batch, length, stream, embed], the few
+# streams unsharded.
+STREAM_AXES = ("batch", "length", None, "embed")
 
 
 DIAGNOSTICS = "diagnostics"  # the flax collection the stability instruments sow into
@@ -369,6 +372,9 @@ class FeedForward(nn.Module):
         )(h_BTF)
 
 
-def constrain(x: jax.Array, axes: Sequence[str] = ACTIVATION_AXES) -> jax.Array:
-    """Sharding constraint by logical axis names (a no-op outside a mesh with rules)."""
+def constrain(x: jax.Array, axes: Sequence[str | None] | None = None) -> jax.Array:
+    """Sharding constraint by logical axis names (a no-op outside a mesh with rules); by default
+    :data:`ACTIVATION_AXES`, or :data:`STREAM_AXES` for a residual of streams [B, T, n, D]."""
+    if axes is None:
+        axes = STREAM_AXES if x.ndim == len(STREAM_AXES) else ACTIVATION_AXES
     return nn.with_logical_constraint(x, tuple(axes))

@@ -41,7 +41,8 @@ ADMIN_PROFILE = "admin_profile"  # the collection Admin's profiling pass sows ω
 
 
 class TransformerLayer(nn.Module):
-    """One encoder or decoder layer: x [B, T, D] → [B, T, D].
+    """One encoder or decoder layer: x [B, T, D] → [B, T, D] (a stream scheme's n streams
+    [B, T, n, D] → [B, T, n, D]).
 
     Attributes:
       config: model hyper-parameters.
@@ -93,7 +94,7 @@ class TransformerLayer(nn.Module):
         ratio = None
         if isinstance(x_BTD, tuple):  # Admin's profiling pass: (x, r)
             x_BTD, ratio = x_BTD
-        ops = _LayerOps(self)
+        ops = LayerOps(self)
         residual = scheme.layer_state(ops, self.side, layer_index, ratio)
         gain = scheme.init_gain(c, self.side)
         stds = scheme.init_stds(c, self.side, layer_index) if self.is_initializing() else None
@@ -171,11 +172,12 @@ def _drop(layer: TransformerLayer, key: jax.Array | None) -> Callable[[jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
-class _LayerOps:
-    """``schemes.base.Ops`` inside one call of ``layer``: its parameters, norms, diagnostics
-    and Admin's profiling collection."""
+class LayerOps:
+    """``schemes.base.Ops`` inside one call of ``layer`` (or of any module with a ``config``
+    whose compact call is running, e.g. the Encoder for ``Scheme.collapse``): its parameters,
+    norms, diagnostics and Admin's profiling collection."""
 
-    layer: TransformerLayer
+    layer: nn.Module
 
     @property
     def config(self) -> TransformerConfig:

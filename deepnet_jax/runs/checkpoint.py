@@ -338,6 +338,10 @@ ADDED_FIELDS: dict[str, Any] = {
     "model.completep_base_layers": 2,
     "model.completep_base_width": 256,
     "model.completep_init_std": 0.02,
+    "model.hc_rate": 4,
+    "model.hc_dynamic": True,
+    "model.mhc_sinkhorn_iters": 20,
+    "model.mhc_variant": "paper",
 }
 
 

@@ -1,8 +1,9 @@
 """The residual schemes, one object each (:class:`~.base.Scheme`), by ``model.scheme`` name.
 
 One module per family: :mod:`.post_norm` (Post-LN, DeepNorm, Admin), :mod:`.pre_norm` (Pre-LN,
-Sub-LN, Peri-LN, LayerNorm Scaling, DeepScaleLM, Mix-LN), :mod:`.gated` (ReZero, SkipInit) and
-:mod:`.combining` (DLCL pre/post, DenseFormer); :mod:`.base` holds what a scheme is. Callers
+Sub-LN, Peri-LN, LayerNorm Scaling, DeepScaleLM, Mix-LN), :mod:`.gated` (ReZero, SkipInit),
+:mod:`.combining` (DLCL pre/post, DenseFormer) and :mod:`.hyper` (Hyper-Connections, mHC: n
+residual streams); :mod:`.base` holds what a scheme is. Callers
 ask the object (``schemes.get(config.scheme)``) for a property or a hook, never compare names;
 lists of schemes come from :func:`names` (``names(origin="paper")``: the papers' schemes).
 
@@ -12,7 +13,7 @@ its constants in ``model/constants.py``, its entry in :data:`SCHEMES`, and a Num
 
 from __future__ import annotations
 
-from deepnet_jax.model.schemes import combining, gated, post_norm, pre_norm
+from deepnet_jax.model.schemes import combining, gated, hyper, post_norm, pre_norm
 from deepnet_jax.model.schemes.base import (
     FAMILIES,
     ORIGINS,
@@ -58,6 +59,8 @@ SCHEMES: dict[str, Scheme] = {
         gated.SKIPINIT,
         post_norm.ADMIN,
         combining.DENSEFORMER,
+        hyper.HYPER_CONNECTIONS,
+        hyper.MHC_SCHEME,
     )
 }
 

@@ -12,7 +12,10 @@ scheme's *residual form* (N: the config's norm, α the residual's weight, β the
 * ``mixed``: Post-LN layers, then Pre-LN layers (Mix-LN), ending with a norm.
 
 A combining scheme (DLCL, DenseFormer) has the layers of one of these and its own stack, which
-feeds each layer a combination of every earlier layer's output.
+feeds each layer a combination of every earlier layer's output. A stream scheme
+(Hyper-Connections, mHC) carries n residual streams [B, T, n, D] through the same stacks: it
+widens the embedded input before the first layer (:meth:`Scheme.expand`) and joins the
+streams after the last (:meth:`Scheme.collapse`).
 
 Everything a scheme holds is plain Python, fixed when the model is traced, so a scanned stack
 traces one layer body. Its hooks build traced values (a layer's state, a sublayer's update)
@@ -62,6 +65,8 @@ class Residual:
       norm_scale: LayerNorm Scaling's 1/√ℓ (a traced scalar).
       gate: ReZero's α of this layer, shared by its sublayers.
       ratio: Admin's running ratio r in its profiling pass; carried out of the layer with x.
+      index: Hyper-Connections' k, the 0-based count of sublayers before this one in the
+        stack (an int or a traced scalar); moves on by one with each sublayer.
     """
 
     alpha: float = 1.0
@@ -70,6 +75,7 @@ class Residual:
     norm_scale: jax.Array | None = None
     gate: jax.Array | None = None
     ratio: jax.Array | None = None
+    index: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,3 +241,13 @@ class Scheme:
     ) -> tuple[jax.Array, Residual]:
         """One sublayer's update of x [B, T, D] under its residual form, and the state after."""
         raise NotImplementedError(f"scheme {self.name!r} has no residual form")
+
+    def expand(self, config: Any, x_BTD: jax.Array) -> jax.Array:
+        """What the first layer reads of the embedded input x [B, T, D]: x itself (a stream
+        scheme: its n copies [B, T, n, D])."""
+        return x_BTD
+
+    def collapse(self, ops: Ops, x: jax.Array) -> jax.Array:
+        """The stack's output [B, T, D] from the last layer's (before the final norm): itself
+        (a stream scheme joins its streams); ``ops`` makes parameters of the Encoder/Decoder."""
+        return x

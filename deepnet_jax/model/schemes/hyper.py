@@ -1,0 +1,209 @@
+"""The stream schemes: the residual is n streams x [B, T, n, D] instead of one, and each sublayer
+G (self-attention, cross-attention, FFN: one "layer" T of the papers, each with its own
+connection) reads a learned mix of the streams through the config's norm (Pre-LN inside the
+branch) and writes its output back into every stream with learned weights. The embedded input is
+copied into the n streams before the first layer (:meth:`Stream.expand`); after the last the
+streams are joined (:meth:`Stream.collapse`) and the stack's final norm follows. The streams are
+the scan's carry, so a scanned stack still traces one layer body.
+
+* Hyper-Connections (Zhu et al., ICLR 2025, arXiv 2409.19606), ``hyper_connections``, with
+  H = (h_1 … h_n)ᵀ [n, D] at one position and k the sublayer's index in its stack:
+  h_0ᵀ = A_mᵀH, Ĥ = Bᵀ·G(N(h_0)) + A_rᵀH (eq. 2–5); static (SHC) A_m [n, 1], A_r [n, n], B [1, n]
+  learned, or dynamic (DHC, eq. 10–13): H̄ = N_hc(H) per stream, B(H) = s_β∘tanh(H̄W_β)ᵀ + B,
+  A_m(H) = s_α∘tanh(H̄W_m) + A_m, A_r(H) = s_α∘tanh(H̄W_r) + A_r. Init (eq. 14): B = 1, A_m =
+  e_{k mod n}, A_r = I, W = 0, s_α = s_β = 0.01 (Appendix J), so the network starts as Pre-LN.
+  The streams are summed at the end (Algorithm 1, line 11).
+* mHC (Xie et al. 2025, arXiv 2512.24880), ``mhc``: x_{l+1} = H_res·x_l + H_postᵀ·G(N(H_pre·x_l))
+  (eq. 3) with x̃′ = RMSNorm(vec(x_l)) [nD], H̃ = α∘(x̃′φ) + b (eq. 7), H_pre = σ(H̃_pre),
+  H_post = 2σ(H̃_post), H_res = Sinkhorn-Knopp(H̃_res) (eq. 8–9, :func:`sinkhorn`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from deepnet_jax.model import constants
+from deepnet_jax.model.schemes.base import (
+    SINCE_DEEPNET,
+    Ops,
+    Residual,
+    Scheme,
+    Sublayer,
+    need_index,
+)
+
+MHC_VARIANTS = ("paper", "deepseek_v4")
+_FLOAT = jnp.float32
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Stream(Scheme):
+    """A scheme whose residual is ``model.hc_rate`` = n streams: copied in, summed out."""
+
+    family: ClassVar[str] = "pre"  # the norm on the branch input, a final norm
+
+    def expand(self, config: Any, x_BTD: jax.Array) -> jax.Array:
+        """H⁰ = (x … x)ᵀ: the embedded input [B, T, D] copied into n streams [B, T, n, D]."""
+        B, T, D = x_BTD.shape
+        return jnp.broadcast_to(x_BTD[:, :, None, :], (B, T, config.hc_rate, D))
+
+    def collapse(self, ops: Ops, x: jax.Array) -> jax.Array:
+        """h^L = the sum of the streams (HC's Algorithm 1, line 11): [B, T, n, D] → [B, T, D]."""
+        return jnp.sum(x, axis=-2)
+
+
+def _static_alpha(k: Any, n: int):
+    """HC eq. 14's (A_m A_r) = (e_{k mod n} I) [n, n+1] for the k-th sublayer (k may be traced:
+    the scanned stack's layer index)."""
+
+    def init(key: jax.Array, shape: tuple[int, ...], dtype=_FLOAT) -> jax.Array:
+        a_m = jax.nn.one_hot(jnp.asarray(k) % n, n, dtype=dtype)[:, None]
+        return jnp.concatenate([a_m, jnp.eye(n, dtype=dtype)], axis=1)
+
+    return init
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HyperConnections(Stream):
+    """Zhu et al.'s static or dynamic hyper-connections (``model.hc_dynamic``); the parameters of
+    sublayer ``s`` are ``{s}_hc_alpha`` (A_m A_r) [n, n+1], ``{s}_hc_beta`` (B) [n] and, dynamic,
+    ``{s}_hc_norm``, ``{s}_hc_alpha_fn`` (W_m W_r) [D, n+1], ``{s}_hc_beta_fn`` (W_β) [D] and the
+    scalars ``{s}_hc_alpha_scale`` (s_α), ``{s}_hc_beta_scale`` (s_β)."""
+
+    def layer_state(
+        self, ops: Ops, side: str, layer_index: Any, ratio: jax.Array | None
+    ) -> Residual:
+        per_layer = constants.residual_branches(ops.config.arch, side, 1)
+        return Residual(index=need_index(self.name, layer_index) * per_layer)
+
+    def sublayer(
+        self, ops: Ops, sub: Sublayer, state: Residual, x: jax.Array
+    ) -> tuple[jax.Array, Residual]:
+        """H [B, T, n, D] → Bᵀ·dropout(G(N(h_0))) + A_rᵀH with h_0ᵀ = A_mᵀH (eq. 2–5)."""
+        alpha, beta = self.connection(ops, sub.name, x, state.index)
+        mix = jnp.einsum("...ij,...id->...jd", alpha.astype(x.dtype), x)  # (A_m A_r)ᵀH
+        h0 = mix[..., 0, :]
+        ops.record(sub.norm, h0)
+        f = sub.branch(ops.norm(sub.norm)(h0))
+        x = beta.astype(x.dtype)[..., None] * f[..., None, :] + mix[..., 1:, :]
+        return x, dataclasses.replace(state, index=state.index + 1)
+
+    def connection(self, ops: Ops, name: str, x: jax.Array, k: Any) -> tuple[jax.Array, jax.Array]:
+        """(A_m A_r) [.., n, n+1] and B [.., n] of sublayer ``name`` (the k-th of its stack):
+        the static matrices [n, n+1], [n], or with ``hc_dynamic`` eq. 11–13 per position
+        [B, T, n, n+1], [B, T, n]; float32."""
+        n, D = x.shape[-2:]
+        alpha = ops.param(f"{name}_hc_alpha", _static_alpha(k, n), (n, n + 1), (None, None))
+        beta = ops.param(f"{name}_hc_beta", jax.nn.initializers.ones, (n,), (None,))
+        if not ops.config.hc_dynamic:
+            return alpha, beta
+        zeros, scale = jax.nn.initializers.zeros, constants.HC_SCALE_INIT
+        w_alpha = ops.param(f"{name}_hc_alpha_fn", zeros, (D, n + 1), ("embed", None))
+        w_beta = ops.param(f"{name}_hc_beta_fn", zeros, (D,), ("embed",))
+        s_alpha = ops.param(f"{name}_hc_alpha_scale", jax.nn.initializers.constant(scale), (), ())
+        s_beta = ops.param(f"{name}_hc_beta_scale", jax.nn.initializers.constant(scale), (), ())
+        h = ops.norm(f"{name}_hc_norm")(x).astype(_FLOAT)  # eq. 10: H̄ = norm(H), per stream
+        alpha = s_alpha * jnp.tanh(h @ w_alpha) + alpha
+        beta = s_beta * jnp.tanh(h @ w_beta) + beta
+        return alpha, beta
+
+
+def sinkhorn(logits: jax.Array, iters: int, eps: float = 0.0) -> jax.Array:
+    """Sinkhorn-Knopp (mHC eq. 9) over the last two axes [.., n, n]: M⁽⁰⁾ = exp(H̃),
+    M⁽ᵗ⁾ = T_r(T_c(M⁽ᵗ⁻¹⁾)) for t = 1 … ``iters``, T_c dividing each column by its sum and T_r
+    each row. The first T_c of exp is a softmax over the column (the same numbers, computed
+    stably). ``eps`` > 0 is DeepSeek-V4's (Hugging Face's ``DeepseekV4HyperConnection``):
+    M ← softmax + ε after the first T_c and every sum + ε; eps = 0 is the paper's."""
+    m = jax.nn.softmax(logits, axis=-2) + eps
+    m = m / (jnp.sum(m, axis=-1, keepdims=True) + eps)
+
+    def step(_, m: jax.Array) -> jax.Array:
+        m = m / (jnp.sum(m, axis=-2, keepdims=True) + eps)
+        return m / (jnp.sum(m, axis=-1, keepdims=True) + eps)
+
+    return jax.lax.fori_loop(0, iters - 1, step, m)
+
+
+def _fan_in_normal(key: jax.Array, shape: tuple[int, ...], dtype=_FLOAT) -> jax.Array:
+    """φ [n, D, width] ~ N(0, 1/(nD)): unit-variance logits from the RMS-normed x̃′."""
+    return jax.random.normal(key, shape, dtype) * (shape[0] * shape[1]) ** -0.5
+
+
+def _projected(ops: Ops, prefix: str, x: jax.Array, sizes: tuple[int, ...]) -> list[jax.Array]:
+    """mHC eq. 7 for parameters ``{prefix}_phi`` (φ [n, D, Σ sizes], flattened stream-major as
+    vec(x)), ``{prefix}_bias`` (b [Σ sizes], 0 at init) and ``{prefix}_alpha`` (one α per
+    part, 0.01 at init): α∘(RMSNorm(vec(x))·φ) + b, split into ``sizes`` parts [B, T, size].
+    The RMSNorm has no weight (the paper folds it into φ: Section 4.3.1); ε = layernorm_eps."""
+    n, D = x.shape[-2:]
+    width = sum(sizes)
+    phi = ops.param(f"{prefix}_phi", _fan_in_normal, (n, D, width), (None, "embed", None))
+    bias = ops.param(f"{prefix}_bias", jax.nn.initializers.zeros, (width,), (None,))
+    init = jax.nn.initializers.constant(constants.MHC_ALPHA_INIT)
+    alpha = ops.param(f"{prefix}_alpha", init, (len(sizes),), (None,))
+    flat = x.astype(_FLOAT).reshape(*x.shape[:-2], n * D)
+    flat = flat * jax.lax.rsqrt(jnp.mean(flat * flat, -1, keepdims=True) + ops.config.layernorm_eps)
+    z = flat @ phi.reshape(n * D, width)
+    z = z * alpha[np.repeat(np.arange(len(sizes)), sizes)] + bias
+    return jnp.split(z, list(itertools.accumulate(sizes))[:-1], axis=-1)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MHC(Stream):
+    """Xie et al.'s manifold-constrained hyper-connections; sublayer ``s``'s parameters are
+    ``{s}_mhc_phi`` [n, D, 2n + n²] (φ_pre, φ_post, φ_res), ``{s}_mhc_bias`` [2n + n²] and
+    ``{s}_mhc_alpha`` [3] (α_pre, α_post, α_res); H̃_res = mat(·) row-major, H_res[i, j] the
+    weight of stream j in the new stream i. ``model.mhc_variant="deepseek_v4"`` is Hugging
+    Face's DeepSeek-V4 instead: H_pre = σ(·) + ε, :func:`sinkhorn` with ε, and the streams
+    joined by its HyperHead (:meth:`collapse`)."""
+
+    def eps(self, config: Any) -> float:
+        """0 (the paper), or DeepSeek-V4's ε (``constants.MHC_DEEPSEEK_V4_EPS``)."""
+        return constants.MHC_DEEPSEEK_V4_EPS if config.mhc_variant == "deepseek_v4" else 0.0
+
+    def mappings(self, ops: Ops, name: str, x: jax.Array) -> tuple[jax.Array, ...]:
+        """(H_pre [B, T, n], H_post [B, T, n], H_res [B, T, n, n]) of sublayer ``name`` from
+        its input streams x [B, T, n, D] (eq. 7–9), float32."""
+        c, n = ops.config, x.shape[-2]
+        pre, post, res = _projected(ops, f"{name}_mhc", x, (n, n, n * n))
+        res = sinkhorn(res.reshape(*res.shape[:-1], n, n), c.mhc_sinkhorn_iters, self.eps(c))
+        return jax.nn.sigmoid(pre) + self.eps(c), 2.0 * jax.nn.sigmoid(post), res
+
+    def sublayer(
+        self, ops: Ops, sub: Sublayer, state: Residual, x: jax.Array
+    ) -> tuple[jax.Array, Residual]:
+        """x [B, T, n, D] → H_res·x + H_postᵀ·dropout(G(N(H_pre·x))) (eq. 3)."""
+        pre, post, res = (m.astype(x.dtype) for m in self.mappings(ops, sub.name, x))
+        h0 = jnp.einsum("...i,...id->...d", pre, x)
+        ops.record(sub.norm, h0)
+        f = sub.branch(ops.norm(sub.norm)(h0))
+        return jnp.einsum("...ij,...jd->...id", res, x) + post[..., None] * f[..., None, :], state
+
+    def collapse(self, ops: Ops, x: jax.Array) -> jax.Array:
+        """The paper's: the sum of the streams (HC's). DeepSeek-V4's HyperHead: Σ_i w_i·x_i with
+        w = σ(α·(RMSNorm(vec(x))·φ) + b) + ε (``mhc_head_phi`` [n, D, n], ``mhc_head_bias`` [n],
+        ``mhc_head_alpha`` [1]; initialized as a sublayer's)."""
+        if ops.config.mhc_variant == "paper":
+            return super().collapse(ops, x)
+        (w,) = _projected(ops, "mhc_head", x, (x.shape[-2],))
+        w = jax.nn.sigmoid(w) + self.eps(ops.config)
+        return jnp.einsum("...i,...id->...d", w.astype(x.dtype), x)
+
+
+HYPER_CONNECTIONS = HyperConnections(
+    name="hyper_connections",
+    title="Hyper-Connections",
+    origin=SINCE_DEEPNET,
+    fields=("hc_rate", "hc_dynamic"),
+)
+MHC_SCHEME = MHC(
+    name="mhc",
+    title="mHC",
+    origin=SINCE_DEEPNET,
+    fields=("hc_rate", "mhc_sinkhorn_iters", "mhc_variant"),
+)
