@@ -58,21 +58,26 @@ FLAGS_FROM = ("resumable",)  # --shard, --checkpoint_every (opening.own_flags)
 SETTINGS = ("smoke", "quick")
 EXTEND = 2  # rates a sweep may add past each edge of its grid while its optimum sits there
 
-# a row: its scheme and the model fields it sets beside it
-ROWS: dict[str, dict[str, Any]] = {
-    "pre_ln": {"scheme": "pre_ln"},
-    "deepnorm": {"scheme": "deepnorm"},
-    # CompleteP (model/parameterization.py) with its base at the sweep's shallowest depth and
-    # the tasks' width (d 64): at 6 layers its multipliers are 1, so what transfers is the rate
-    # tuned there; it scales no embedding by √d (its embedding rule is its own)
-    "pre_ln+completep": {
-        "scheme": "pre_ln",
-        "parameterization": "completep",
-        "completep_base_layers": 6,
-        "completep_base_width": 64,
-        "scale_embedding": False,
-    },
-}
+# a row: its name, and its scheme with the model fields it sets beside it
+ROWS: dict[str, dict[str, Any]] = dict(
+    [
+        *((scheme, {"scheme": scheme}) for scheme in ("pre_ln", "deepnorm")),
+        # CompleteP (model/parameterization.py) with its base at the sweep's shallowest depth
+        # and the tasks' width (d 64): at 6 layers its multipliers are 1, so what transfers is
+        # the rate tuned there; it scales no embedding by √d (its embedding rule is its own)
+        (
+            "pre_ln+completep",
+            {
+                "scheme": "pre_ln",
+                "parameterization": "completep",
+                "completep_base_layers": 6,
+                "completep_base_width": 64,
+                "scale_embedding": False,
+            },
+        ),
+        ("mhc", {"scheme": "mhc"}),  # its paper's defaults: 4 streams, 20 Sinkhorn iterations
+    ]
+)
 # per setting: the tasks with the centre of their rate grid (the recipe's rate), the grid's
 # exponents k (rate = centre · 2^k), the rows, the depths and the seeds (the second trains at
 # each cell's optimum)
