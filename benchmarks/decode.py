@@ -46,8 +46,8 @@ from deepnet_jax.configs import default as default_config
 from deepnet_jax.decoding import search
 from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
-from deepnet_jax.runs import loading as run_loading
 from deepnet_jax.training import config as train_config
+from deepnet_jax.training import loading as run_loading
 
 
 def _model_config(smoke: bool):
@@ -174,7 +174,7 @@ def beam_row(config, workdir: str | None, sentences: int, batch: int) -> dict:
         from deepnet_jax.data import pipeline
 
         data = pipeline.DataPipeline(
-            pipeline.DataOptions.from_config(run.config.data, run.config.seed),
+            run.config.data,
             "encdec",
             tokenizer_path=run.run_dir.tokenizer,
         )

@@ -38,6 +38,7 @@ from deepnet_jax.training import actions as train_actions
 from deepnet_jax.training import data as train_data
 from deepnet_jax.training import optimizers
 from deepnet_jax.training import steps as train_steps
+from deepnet_jax.training.run_config import RunConfig
 
 
 def _tokens(batch: dict[str, np.ndarray]) -> int:
@@ -69,6 +70,7 @@ def _config(dataset: str, data_dir: str, **data_overrides):
 
 
 def measure(config, batches: int, steps: int) -> dict:
+    config = RunConfig.from_config(config)  # the data fields it leaves out: their defaults
     data = train_data.CorpusData(config)
     it = data.train_iterator()
     first = next(it)

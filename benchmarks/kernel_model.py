@@ -27,12 +27,11 @@ import json
 import sys
 from typing import Any
 
-import ml_collections
-
 from benchmarks.on_device import load_config
 from deepnet_jax.common import records
 from deepnet_jax.scale import kernels, targets
 from deepnet_jax.training import attention_auto, config_checks, memory_plan, remat_auto
+from deepnet_jax.training.run_config import RunConfig
 
 # the H100 measurements of docs/scaling.md ("Measured on one H100"), with their source
 _MEASURED_SOURCE = (
@@ -100,7 +99,7 @@ CASES: list[dict[str, Any]] = [
 
 def plan_case(case: dict[str, Any]) -> dict[str, Any]:
     """One case's plan on its target's compile-only devices: the kernel model's figures."""
-    config = load_config(case["name"], case["set"])
+    config = RunConfig.from_config(load_config(case["name"], case["set"]))
     target = targets.parse(case["target"])
     head = {"config": case["name"], "target": case["target"], "set": case["set"]}
     try:
@@ -130,9 +129,7 @@ def plan_case(case: dict[str, Any]) -> dict[str, Any]:
     } | _measured(case)
 
 
-def _plan(
-    config: ml_collections.ConfigDict, target: targets.Target
-) -> tuple[ml_collections.ConfigDict, memory_plan.Plan]:
+def _plan(config: RunConfig, target: targets.Target) -> tuple[RunConfig, memory_plan.Plan]:
     """The plan the trainer would make (``remat_policy='auto'``: the fastest predicted
     candidate that fits, as ``cli.plan`` plans it) and the config it plans."""
     if config_checks.is_auto(config):

@@ -27,7 +27,6 @@ import json
 import subprocess
 import sys
 import time
-from typing import Any
 
 import jax
 import ml_collections
@@ -36,8 +35,8 @@ import numpy as np
 from deepnet_jax import configs
 from deepnet_jax.data import synthetic
 from deepnet_jax.scale import targets
-from deepnet_jax.training import config as train_config
 from deepnet_jax.training import config_checks, memory_plan, remat_auto, train
+from deepnet_jax.training.run_config import RunConfig
 
 CONFIGS = ("default", "wmt17_ende", "magneto_lm", "bert_mlm")
 GIB = 2**30
@@ -90,7 +89,7 @@ def _run(step: memory_plan.CompiledStep, batch: dict, warmup: int, steps: int) -
     return {"step_s": seconds, "first_loss": losses[0], "last_loss": losses[-1]}
 
 
-def _resolve(config: ml_collections.ConfigDict, devices: list, target: targets.Target) -> Any:
+def _resolve(config: RunConfig, devices: list, target: targets.Target) -> RunConfig:
     """The config with ``remat_policy='auto'`` replaced by the candidate the planner picks on
     these devices (the trainer's choice)."""
     if config_checks.is_auto(config):
@@ -112,7 +111,7 @@ def measure(
     devices = jax.devices()
     config = load_config(name, overrides)
     train.validate(config, len(devices))
-    config = train_config.resolve(_resolve(config, devices, target))
+    config = _resolve(RunConfig.from_config(config), devices, target).resolved()
     step = memory_plan.compile_step(config, devices, target)
     plan = step.plan
     ran = {}
@@ -131,7 +130,7 @@ def measure(
         "device_kind": devices[0].device_kind,
         "jax": jax.__version__,
         "remat_policy": config.model.remat_policy,
-        "scan_group_size": config.model.get("scan_group_size", 0),
+        "scan_group_size": config.model.scan_group_size,
         "num_params": plan.num_params,
         "batch_shape": [rows, length],
         "compile_s": plan.compile_s,
@@ -154,7 +153,7 @@ def measure(
     return result
 
 
-def _deviceless(config: ml_collections.ConfigDict, target: targets.Target) -> dict:
+def _deviceless(config: RunConfig, target: targets.Target) -> dict:
     """The same step planned on the target's compile-only devices (or the error, one line)."""
     try:
         plan = memory_plan.plan(config, target=target)

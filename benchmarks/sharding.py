@@ -53,8 +53,9 @@ def state_row(smoke: bool, n: int, base: float | None) -> dict:
     from deepnet_jax.model import inputs as model_inputs
     from deepnet_jax.scale import sharding
     from deepnet_jax.training import memory_plan, optimizers
+    from deepnet_jax.training.run_config import RunConfig
 
-    c = _config(smoke, (1, n, 1))
+    c = RunConfig.from_config(_config(smoke, (1, n, 1)))
     model = architectures.build(c.model)
     mesh = sharding.make_mesh(c.mesh, jax.devices()[:n])
     arch = c.model.arch

@@ -44,7 +44,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from benchmarks.host_memory import malloc_env, minor_page_faults
@@ -55,6 +54,7 @@ from deepnet_jax.training import actions as train_actions
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import optimizers, train
 from deepnet_jax.training import steps as train_steps
+from deepnet_jax.training.run_config import RunConfig
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "baseline": {},
@@ -96,8 +96,8 @@ def parse_overrides(text: str) -> dict[str, Any]:
     return out
 
 
-def config(size: dict[str, int], overrides: dict[str, Any]) -> ml_collections.ConfigDict:
-    """The training config of one variant (the benchmark's model with ``overrides``)."""
+def config(size: dict[str, int], overrides: dict[str, Any]) -> RunConfig:
+    """The training config of one variant (the benchmark's model with ``overrides``), typed."""
     c = train_config.default_config()
     m = c.model
     m.attention_impl = "reference"  # what attention_impl="auto" picks on a CPU (attention_auto)
@@ -113,7 +113,7 @@ def config(size: dict[str, int], overrides: dict[str, Any]) -> ml_collections.Co
     c.data.dataset, c.data.max_len = "synthetic_reversal", 128
     c.optimizer.learning_rate = 1e-3
     train.validate(c)
-    return c
+    return RunConfig.from_config(c)
 
 
 def full_batch(rows: int, length: int, vocab: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -130,7 +130,7 @@ def full_batch(rows: int, length: int, vocab: int, seed: int = 0) -> dict[str, n
 class Variant:
     """One compiled train step with its own parameters and optimizer state."""
 
-    def __init__(self, name: str, c: ml_collections.ConfigDict, batch: dict[str, np.ndarray]):
+    def __init__(self, name: str, c: RunConfig, batch: dict[str, np.ndarray]):
         self.name = name
         model = architectures.build(c.model)
         self.params = model_inputs.init_params(model, "decoder", batch, c.seed)

@@ -110,8 +110,10 @@ def make_batches(setup: Setup, row: Row) -> list[dict[str, np.ndarray]]:
 
 
 def run_config(setup: Setup, row: Row) -> Any:
-    """The training config (``train_config.default_config()``) of one row on our side."""
+    """The training config (``train_config.default_config()``) of one row on our side, typed
+    (``RunConfig``)."""
     from deepnet_jax.training import config as train_config
+    from deepnet_jax.training.run_config import RunConfig
 
     c = train_config.default_config()
     m = c.model
@@ -136,7 +138,7 @@ def run_config(setup: Setup, row: Row) -> Any:
     c.grad_accum_steps = 1
     c.seed = setup.seed
     c.data.batch_size, c.data.max_len = setup.batch_size, setup.seq_len  # what auto plans for
-    return c
+    return RunConfig.from_config(c)
 
 
 class OursTrainer:

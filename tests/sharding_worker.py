@@ -33,6 +33,7 @@ from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.runs import metrics
 from deepnet_jax.scale import distributed, sharding
 from deepnet_jax.training import train, trainer
+from deepnet_jax.training.run_config import RunConfig
 
 ARCHS = ("encdec", "decoder", "encoder")
 
@@ -62,7 +63,7 @@ def losses(workdir: str) -> list[float]:
 
 def param_bytes(arch: str) -> dict[str, int]:
     """Bytes of the parameters: in total, and on device 0 of a (2, 2, 2) mesh."""
-    c = config(arch, (2, 2, 2))
+    c = RunConfig.from_config(config(arch, (2, 2, 2)))
     model = architectures.build(c.model)
     mesh = sharding.make_mesh(c.mesh)
     example = synthetic.batch(arch, 8, 64, 16, np.random.default_rng(0))
@@ -86,7 +87,7 @@ def param_bytes(arch: str) -> dict[str, int]:
 def translations() -> list[list[int]]:
     """Beam-2 outputs for three sources with the encdec config's parameters (seed 3) sharded
     on mesh (2, 2, 2): the decoder on a mesh that may span processes."""
-    c = config("encdec", (2, 2, 2))
+    c = RunConfig.from_config(config("encdec", (2, 2, 2)))
     model = architectures.build(c.model)
     mesh = sharding.make_mesh(c.mesh)
     rules = sharding.logical_axis_rules(c.mesh)
@@ -157,9 +158,10 @@ def admin(pid: int, port: str) -> dict:
     d.coordinator_address, d.num_processes, d.process_id = f"127.0.0.1:{port}", 2, pid
     d.initialization_timeout = 60
     distributed.initialize(c.distributed)
-    mesh = sharding.make_mesh(c.mesh, jax.devices())
-    with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.logical_axis_rules(c.mesh)):
-        run = trainer.build_run(c, None, mesh)
+    typed = RunConfig.from_config(c)
+    mesh = sharding.make_mesh(typed.mesh, jax.devices())
+    with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.logical_axis_rules(typed.mesh)):
+        run = trainer.build_run(typed, None, mesh)
         state, _ = trainer.initial_state(run)
         own_batch = next(run.batches)  # this process's own rows of the first batch
     # outside the mesh: this process's devices only, its batch alone

@@ -8,16 +8,17 @@ from test_training import small_config
 
 from deepnet_jax.training import attention_auto
 from deepnet_jax.training import config as train_config
+from deepnet_jax.training.run_config import RunConfig
 
 
-def _config(**model):
+def _config(bucket_boundaries=(4, 8), **model) -> RunConfig:
     c = small_config("encdec", "deepnorm")
     c.model.attention_impl = "auto"
     c.model.dtype = "bfloat16"
-    c.data.max_len, c.data.bucket_boundaries = 12, (4, 8)
+    c.data.max_len, c.data.bucket_boundaries = 12, bucket_boundaries
     for name, value in model.items():
         c.model[name] = value
-    return c
+    return RunConfig.from_config(c)
 
 
 def test_a_training_config_defaults_to_auto():
@@ -45,8 +46,7 @@ def test_cudnn_where_it_applies_else_the_reference(platform, model, want, monkey
 def test_odd_batch_lengths_keep_the_reference(monkeypatch):
     """cuDNN's masked training kernels refuse odd lengths: a bucket of 7 keeps the reference."""
     monkeypatch.setattr(attention_auto, "cudnn_answers", lambda: True)
-    config = _config()
-    config.data.bucket_boundaries = (7,)
+    config = _config(bucket_boundaries=(7,))
     assert attention_auto.resolve(config, "gpu").model.attention_impl == "reference"
 
 

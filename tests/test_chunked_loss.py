@@ -13,9 +13,9 @@ from test_training import small_config
 from deepnet_jax.data import synthetic
 from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
-from deepnet_jax.training import config as train_config
 from deepnet_jax.training import config_checks, losses, train
 from deepnet_jax.training import steps as train_steps
+from deepnet_jax.training.run_config import RunConfig
 
 # float32 sums of up to B·T = 96 terms in another order, and the same logits: relative errors
 # of a few ulps per term (2^-24 ≈ 6e-8 each), far below 1e-5
@@ -25,7 +25,7 @@ RTOL = 1e-5
 def _model_and_batch(arch: str, tied: bool):
     c = small_config(arch, "deepnorm")
     c.model.tie_embeddings = tied
-    c = train_config.resolve(config_checks.stand_in(c))  # auto: the kernels build one model
+    c = config_checks.stand_in(RunConfig.from_config(c)).resolved()  # auto: one model
     model = architectures.build(c.model)
     batch = synthetic.batch(arch, 8, c.model.vocab_size, 12, np.random.default_rng(3))
     batch["weights"] = batch["weights"].copy()

@@ -13,7 +13,7 @@ from test_data_pipeline import _train_config, corpus  # noqa: F401 (fixture)
 
 from deepnet_jax.cli import evaluate, sample, translate
 from deepnet_jax.decoding import sampling, search
-from deepnet_jax.runs import loading as run_loading
+from deepnet_jax.training import loading as run_loading
 from deepnet_jax.training import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -293,7 +293,7 @@ def test_model_vocab_smaller_than_tokenizer_is_an_error(corpus):
 def test_model_vocabulary_and_length_derived_from_the_data(corpus, tmp_path):
     """model.vocab_size=0 takes the tokenizer's size (a char tokenizer's is known only once
     it is built) and model.max_len=0 takes data.max_len; the saved run holds both values."""
-    from deepnet_jax.runs import loading as run_loading
+    from deepnet_jax.training import loading as run_loading
 
     c = _train_config(corpus, "local_text", "decoder", tokenizer="char", vocab_size=200)
     c.model.vocab_size = c.model.max_len = 0

@@ -19,6 +19,7 @@ from deepnet_jax.common import tokens
 from deepnet_jax.data import DatasetRequest, examples, pipeline, registry, sources
 from deepnet_jax.data.synthetic import SyntheticData
 from deepnet_jax.training import train
+from deepnet_jax.training.run_config import RunConfig
 
 ARCH_OF_TASK = {task: arch for arch, task in examples.ARCH_TASK.items()}
 LOCAL_FILES = {
@@ -121,8 +122,9 @@ def test_local_corpora_give_records_of_their_kind(name, tmp_path):
 def test_synthetic_entry_serves_every_task_with_the_shared_ids(arch):
     entry = registry.get(registry.SYNTHETIC)
     assert examples.ARCH_TASK[arch] in entry.tasks
-    c = small_config(arch, "deepnorm")
-    batch = next(SyntheticData(c).train_iterator())
+    run = RunConfig.from_config(small_config(arch, "deepnorm"))
+    data = SyntheticData(run.data, arch, run.model.vocab_size, run.eval_batches)
+    batch = next(data.train_iterator())
     assert set(batch) == {*pipeline.FEATURES[examples.ARCH_TASK[arch]], "weights"}
     ids = np.concatenate([v.ravel() for k, v in batch.items() if k != "weights"])
     assert tokens.UNK_ID not in ids  # content starts after every reserved id

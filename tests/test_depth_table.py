@@ -29,6 +29,7 @@ from deepnet_jax.experiments import depth_table_report as dtr
 from deepnet_jax.experiments import depth_table_settings as dts
 from deepnet_jax.model import architectures
 from deepnet_jax.training import config_checks, progress
+from deepnet_jax.training.run_config import RunConfig
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -194,7 +195,8 @@ def test_since_deepnet_setting_is_quicks_recipe_for_the_new_schemes_seed_by_seed
         assert (c.model.scheme, c.model.norm) == (
             ("pre_ln", "dyt") if key["scheme"] == "pre_ln+dyt" else (key["scheme"], "layernorm")
         )
-        architectures.build(config_checks.stand_in(c).model)  # an accepted config is a model
+        typed = config_checks.stand_in(RunConfig.from_config(c))
+        architectures.build(typed.model)  # an accepted config is a model
     for experiment in (model_update, lr_tolerance):  # the other instruments' rows
         assert experiment.SETTINGS["since_deepnet"]
     assert {k["scheme"] for k in model_update.run_keys("since_deepnet")} == set(rows)

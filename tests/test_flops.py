@@ -23,11 +23,17 @@ from jax.extend import core
 
 from deepnet_jax.data import synthetic
 from deepnet_jax.model import architectures
+from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.scale import flops
 from deepnet_jax.training import losses
 
 B, T, S = 4, 16, 12
 ARCHS = ("encoder", "decoder", "encdec")
+
+
+def _typed(arch: str, **overrides) -> TransformerConfig:
+    """``tiny_config`` as the frozen config flops.py takes (a run's ``RunConfig.model``)."""
+    return TransformerConfig.from_config(tiny_config(arch, **overrides))
 
 
 def _dot_flops(jaxpr) -> int:
@@ -46,7 +52,7 @@ def _dot_flops(jaxpr) -> int:
 
 
 def _setup(arch, scheme="pre_ln", **overrides):
-    cfg = tiny_config(arch, scheme, max_len=64, **overrides)
+    cfg = TransformerConfig.from_config(tiny_config(arch, scheme, max_len=64, **overrides))
     model = architectures.build(cfg)
     rng = np.random.default_rng(0)
     tgt = jnp.asarray(rng.integers(1, cfg.vocab_size, (B, T)), jnp.int32)
@@ -139,7 +145,7 @@ def test_matmul_params_are_the_model_kernels(arch):
 
 
 def test_formula_by_hand_for_an_encdec_batch():
-    cfg = tiny_config("encdec", num_encoder_layers=2, num_decoder_layers=3)
+    cfg = _typed("encdec", num_encoder_layers=2, num_decoder_layers=3)
     d, f, v = cfg.d_model, cfg.ffn_dim, cfg.vocab_size  # 32, 64, 40
     b, t, s = 2, 5, 7
     encoder = 2 * b * s * (8 * d * d + 4 * d * f + 4 * s * d)
@@ -151,7 +157,7 @@ def test_formula_by_hand_for_an_encdec_batch():
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_real_batches_are_accepted(arch):
-    cfg = tiny_config(arch)
+    cfg = _typed(arch)
     batch = synthetic.batch(arch, 3, cfg.vocab_size, 10, np.random.default_rng(0))
     shapes = {name: x.shape for name, x in batch.items()}
     S = 10 if arch == "encdec" else 0
@@ -171,7 +177,7 @@ def test_real_batches_are_accepted(arch):
 )
 def test_bad_batch_shapes_are_named(arch, shapes, message):
     with pytest.raises(ValueError, match=message):
-        flops.forward_flops(tiny_config(arch), shapes)
+        flops.forward_flops(_typed(arch), shapes)
 
 
 def test_peak_flops_override_table_and_measurement(monkeypatch):

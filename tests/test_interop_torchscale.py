@@ -19,8 +19,8 @@ from deepnet_jax.cli import torchscale as cli
 from deepnet_jax.interop import torchscale as ts
 from deepnet_jax.interop.torchscale import configs, files, runs
 from deepnet_jax.model import architectures
-from deepnet_jax.runs import loading as run_loading
 from deepnet_jax.runs.workdir import RunDir
+from deepnet_jax.training import loading as run_loading
 from deepnet_jax.training import train
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "torchscale")
@@ -268,7 +268,7 @@ def test_import_writes_a_run_the_tools_read_and_export_gives_it_back(imported, t
     # loaded run reads as no remat; the exported config is a model built directly (full)
     remat = ("remat_policy", "scan_group_size")
     exported = ts.model_config_from_torchscale(back.args).to_dict()
-    loaded = run.config.model.to_dict()
+    loaded = run.config.to_dict()["model"]
     assert {k: v for k, v in exported.items() if k not in remat} == {
         k: v for k, v in loaded.items() if k not in remat
     }

@@ -286,5 +286,6 @@ def test_planner_decode_cache_is_init_caches_size(arch):
         tc = TransformerConfig.from_config(cfg)
         cache = architectures.init_cache(tc, 1, 24, 24 if arch == "encdec" else None)
         want = sum(a.nbytes for a in jax.tree.leaves(cache))
-        assert memory_plan.decode_cache_bytes(cfg, 24) == want
-    assert memory_plan.decode_cache_bytes(tiny_config("encoder", "deepnorm"), 24) == 0
+        assert memory_plan.decode_cache_bytes(tc, 24) == want
+    encoder = TransformerConfig.from_config(tiny_config("encoder", "deepnorm"))
+    assert memory_plan.decode_cache_bytes(encoder, 24) == 0

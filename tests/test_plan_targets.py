@@ -11,8 +11,8 @@ import pytest
 
 from deepnet_jax.configs import bert_mlm, default, magneto_lm
 from deepnet_jax.scale import flops, targets
-from deepnet_jax.training import config as train_config
 from deepnet_jax.training import memory_plan
+from deepnet_jax.training.run_config import RunConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 needs_libtpu = pytest.mark.skipif(
@@ -124,7 +124,7 @@ def test_compiled_flops_are_the_analytic_count_with_remat_recompute(scheme, rema
     if scheme == "deepscalelm":
         config.model.activation = "relu"  # its init is ReLU's
     plan = _plan(config, "v5e-4")
-    model = train_config.resolve(config).model
+    model = RunConfig.from_config(config).resolved().model
     shapes = {"inputs": plan.batch_shape}
     assert plan.model_flops == flops.train_flops_per_step(model, shapes)
     assert plan.program_flops / plan.model_flops == pytest.approx(plan.expected_recompute, rel=1e-9)

@@ -18,6 +18,7 @@ from deepnet_jax.model import architectures, remat
 from deepnet_jax.runs import checkpoint
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import memory_plan, remat_auto, train
+from deepnet_jax.training.run_config import RunConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GIB = 2**30
@@ -56,7 +57,7 @@ def memoized(planned, monkeypatch):
 
 
 def _peaks(planned) -> dict[tuple[str, int], int]:
-    c = _config()
+    c = RunConfig.from_config(_config())
     return {
         (p, k): planned(remat_auto.candidate(c, p, k), jax.devices()).peak
         for p, k in remat.CANDIDATES
@@ -76,7 +77,7 @@ def test_each_budget_picks_the_first_candidate_that_fits(memoized):
         c.memory_budget_gb = peaks[candidate] / GIB  # exact: a power-of-two division
         expected = next(k for k in order if peaks[k] <= peaks[candidate])
         lines = []
-        resolved = remat_auto.resolve(c, jax.devices(), report=lines.append)
+        resolved = remat_auto.resolve(RunConfig.from_config(c), jax.devices(), lines.append)
         got = (resolved.model.remat_policy, resolved.model.scan_group_size)
         assert got == expected, (candidate, peaks)
         assert c.model.remat_policy == "auto"  # the caller's config is left as it was
@@ -119,7 +120,7 @@ def test_auto_trains_with_its_choice(memoized, capsys, tmp_path):
     out = capsys.readouterr().out
     assert "model.remat_policy='auto': remat_policy='full', scan_group_size=-1" in out
     saved = checkpoint.Checkpointer(str(tmp_path), 2, 1, read_only=True).read_config(2)
-    assert (saved.model.remat_policy, saved.model.scan_group_size) == ("full", -1)
+    assert (saved["model"]["remat_policy"], saved["model"]["scan_group_size"]) == ("full", -1)
 
 
 def test_planner_command_with_auto():
@@ -157,15 +158,14 @@ def test_the_training_default_is_auto_a_built_model_full():
 def test_on_cpu_the_budget_is_the_hosts_memory_shared_by_its_devices(monkeypatch):
     monkeypatch.setattr(remat, "host_memory_bytes", lambda: 16 * GIB)
     devices = jax.devices()
-    budget, source = remat_auto.run_budget(_config(), devices)
+    budget, source = remat_auto.run_budget(RunConfig.from_config(_config()), devices)
     assert budget == int(16 * GIB * (1 - remat.HEADROOM["cpu"]) / len(devices))
     assert source.startswith("host memory 16.0 GiB less 25% headroom"), source
-    c = _config()
-    c.memory_budget_gb = 2.5  # a budget set wins over the host's
+    c = RunConfig.from_config(_config()).replace(memory_budget_gb=2.5)  # wins over the host's
     assert remat_auto.run_budget(c, devices) == (int(2.5 * GIB), "memory_budget_gb=2.5")
     monkeypatch.setattr(remat, "host_memory_bytes", lambda: 0)
     with pytest.raises(ValueError, match=r"reports no device memory limit; set memory_budget_gb"):
-        remat_auto.run_budget(_config(), devices)
+        remat_auto.run_budget(RunConfig.from_config(_config()), devices)
 
 
 def test_host_memory_is_the_lower_of_physical_and_the_cgroup_limit(tmp_path):
@@ -223,8 +223,7 @@ def test_on_a_chip_auto_picks_the_fastest_predicted_candidate_that_fits(monkeypa
         return _plan_with(peaks.get(key, GIB), step)
 
     monkeypatch.setattr(memory_plan, "plan", plan)
-    c = _config()
-    c.memory_budget_gb = 2.0
+    c = RunConfig.from_config(_config()).replace(memory_budget_gb=2.0)
     lines = []
     chosen, _ = remat_auto.choose(c, jax.devices(), lines.append, judged_on=targets.parse("h100-1"))
     assert (chosen.model.remat_policy, chosen.model.scan_group_size) == ("dots", 0)

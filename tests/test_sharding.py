@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from conftest import xla_flags
 
+from deepnet_jax.common import config_schema
 from deepnet_jax.scale import distributed, sharding
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # for `configs`
@@ -139,13 +140,13 @@ def test_bad_logical_axis_rules(rules, message):
         {"data": -1, "fsdp": 1, "tensor": 1, "rules": {**sharding.DEFAULT_RULES, **rules}}
     )
     with pytest.raises(ValueError, match=message):
-        sharding.logical_axis_rules(c)
+        sharding.validate(c)  # the group's check, on the config as given
 
 
 def test_rules_from_config():
     c = sharding.default_config()
     c.rules.embed = ""  # pure data parallelism over fsdp: parameters replicated
-    rules = dict(sharding.logical_axis_rules(c))
+    rules = dict(sharding.logical_axis_rules(config_schema.typed(sharding.MeshFields, c)))
     assert rules["embed"] is None and rules["batch"] == ("data", "fsdp")
     assert dict(sharding.LOGICAL_AXIS_RULES)["embed"] == "fsdp"
 

@@ -6,7 +6,6 @@ import os
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 import pytest
@@ -14,10 +13,10 @@ import pytest
 from deepnet_jax import configs
 from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
-from deepnet_jax.runs import checkpoint
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import config_checks, losses, optimizers, train
 from deepnet_jax.training import steps as train_steps
+from deepnet_jax.training.run_config import RunConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = configs.NAMES
@@ -54,7 +53,7 @@ def test_config_validates_and_builds_its_model_abstractly(name):
     if c.data.dataset == "local_parallel" and not c.data.source_dir:
         c.data.source_dir = "/path/to/iwslt14"  # the one field the user must give
     train.validate(c)
-    c = train_config.resolve(config_checks.stand_in(c))  # auto: the trainer plans the policy
+    c = config_checks.stand_in(RunConfig.from_config(c)).resolved()  # auto: the trainer plans
     assert c.model.vocab_size >= c.data.vocab_size
     assert c.data.max_len <= c.model.max_len
     model = architectures.build(c.model)
@@ -79,7 +78,7 @@ def _lr(name, step, **kw):
     for k, v in kw.items():
         c.schedule[k] = v
     train.validate(c)
-    return float(optimizers.learning_rate_schedule(c)(step))
+    return float(optimizers.learning_rate_schedule(RunConfig.from_config(c))(step))
 
 
 def _warmup(step):
@@ -108,8 +107,9 @@ def test_learning_rate_table_is_the_schedule_at_every_update(name):
     c.optimizer.learning_rate, c.total_steps = 1e-3, 300
     c.schedule.name, c.schedule.warmup_steps, c.schedule.end_lr = name, 40, 1e-5
     train.validate(c)
-    table = optimizers.learning_rates(c)
-    schedule = optimizers.learning_rate_schedule(c)
+    run = RunConfig.from_config(c)
+    table = optimizers.learning_rates(run)
+    schedule = optimizers.learning_rate_schedule(run)
     assert table.shape == (300,) and table.dtype == np.float32
     expected = np.array([float(schedule(t)) for t in range(300)], np.float32)
     np.testing.assert_allclose(table, expected, rtol=1e-5)  # float32, computed vectorized
@@ -121,14 +121,15 @@ def test_optimizer_with_learning_rate_argument_equals_optax_adamw_on_the_schedul
     c.optimizer.learning_rate, c.optimizer.weight_decay, c.optimizer.grad_clip = 1e-2, 0.1, 1.0
     c.total_steps, c.schedule.name, c.schedule.warmup_steps = 6, "inverse_sqrt", 3
     train.validate(c)
-    o = c.optimizer
+    run = RunConfig.from_config(c)
+    o = run.optimizer
     reference = optax.chain(
         optax.clip_by_global_norm(o.grad_clip),
         optax.adamw(
-            optimizers.learning_rate_schedule(c), o.b1, o.b2, o.eps, weight_decay=o.weight_decay
+            optimizers.learning_rate_schedule(run), o.b1, o.b2, o.eps, weight_decay=o.weight_decay
         ),
     )
-    ours, lrs = optimizers.make_optimizer(c), optimizers.learning_rates(c)
+    ours, lrs = optimizers.make_optimizer(run), optimizers.learning_rates(run)
     rng = np.random.default_rng(0)
     params = {"w": jnp.asarray(rng.normal(size=(4, 3)), jnp.float32), "b": jnp.zeros(3)}
     p_ref, p_ours = params, params
@@ -161,7 +162,7 @@ def test_runs_differing_only_in_learning_rate_or_schedule_lower_the_same_train_s
                 model, "decoder", {"inputs": jnp.ones((2, 8), jnp.int32)}, 0
             )
         )
-        opt = optimizers.make_optimizer(c)
+        opt = optimizers.make_optimizer(RunConfig.from_config(c))
         batch = {
             "inputs": tokens,
             "targets": tokens,
@@ -244,7 +245,7 @@ def test_gradient_accumulation_equals_one_large_batch():
     params0 = init_params(model, "encdec", jnp.asarray(big["src"]), jnp.asarray(big["inputs"]))
     moments, moved = [], []
     for k, batches in ((1, [big]), (2, halves)):
-        opt = optimizers.make_optimizer(config(k))
+        opt = optimizers.make_optimizer(RunConfig.from_config(config(k)))
         loss_fn = train_steps.make_loss_fn(model, "encdec", 0.1)
         step = train_steps.make_train_step(loss_fn, opt, jax.random.key(0))
         params = jax.tree.map(jnp.copy, params0)
@@ -268,28 +269,29 @@ def _max_abs_diff(a: jax.Array, b: jax.Array) -> float:
 
 
 def test_multisteps_wraps_the_optimizer_only_when_accumulating():
-    c = _load("base")
-    assert not isinstance(optimizers.make_optimizer(c), optax.MultiSteps)
-    c.grad_accum_steps = 4
-    assert isinstance(optimizers.make_optimizer(c), optax.MultiSteps)
+    run = RunConfig.from_config(_load("base"))
+    assert not isinstance(optimizers.make_optimizer(run), optax.MultiSteps)
+    run = run.replace(grad_accum_steps=4)
+    assert isinstance(optimizers.make_optimizer(run), optax.MultiSteps)
 
 
 def test_a_saved_config_lacking_fields_added_since_reads_as_the_code_that_saved_it():
-    from deepnet_jax.training import config as train_config
-
     saved = train_config.default_config()
     saved.model.fused_qkv, saved.model.attention_impl = True, "xla"  # today's values differ
     assert saved.model.dropout_rng == "hash"  # today's default; runs saved before it used jax
     old = saved.to_dict()
-    for path in checkpoint.ADDED_FIELDS:
+    for path in train_config.ADDED_FIELDS:
         *groups, name = path.split(".")
         level = old
         for group in groups:
             level = level[group]
         del level[name]
-    upgraded = checkpoint.upgrade_saved(ml_collections.ConfigDict(old))
+    upgraded = train_config.upgrade_saved(old)
     config_checks.check_fields(upgraded)
     assert upgraded.model.fused_qkv is False and upgraded.model.attention_impl == "reference"
     assert upgraded.model.dropout_rng == "jax"
-    kept = checkpoint.upgrade_saved(saved)  # fields that are there are left alone
+    kept = train_config.upgrade_saved(saved)  # fields that are there are left alone
     assert kept.model.fused_qkv is True and kept.model.attention_impl == "xla"
+    typed = RunConfig.from_dict(old)  # a checkpoint's config read back: upgraded, then typed
+    assert typed.model.dropout_rng == "jax" and typed.data.min_len == 2
+    assert typed.to_dict() == upgraded.to_dict()

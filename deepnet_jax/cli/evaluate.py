@@ -26,8 +26,8 @@ from deepnet_jax.cli import flags as cli_flags
 from deepnet_jax.data import pipeline, registry, sources
 from deepnet_jax.decoding import options as decoding_options
 from deepnet_jax.decoding import scoring
-from deepnet_jax.runs import loading as run_loading
 from deepnet_jax.scale import sharding
+from deepnet_jax.training import loading as run_loading
 from deepnet_jax.training import steps as train_steps
 
 _SPLIT = flags.DEFINE_enum("split", "test", list(sources.SPLITS), "The split to evaluate.")
@@ -57,7 +57,7 @@ def evaluate_run(
     options.validate(prefix="--")
     batch_size = run_loading.positive("batch_size", batch_size, config.decode.batch_size)
     data = pipeline.DataPipeline(
-        pipeline.DataOptions.from_config(config.data, config.seed),
+        config.data,
         config.model.arch,
         row_multiple=sharding.data_parallel_size(run.mesh),
         tokenizer_path=run.run_dir.tokenizer,

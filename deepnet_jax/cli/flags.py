@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from deepnet_jax.runs import loading as run_loading
+from deepnet_jax.training import loading as run_loading
 
 DATA_DIR = flags.DEFINE_string(
     "data_dir", None, "tfds data_dir of the prepared corpora (default: the config's data.data_dir)."

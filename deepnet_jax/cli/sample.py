@@ -22,7 +22,7 @@ from deepnet_jax.cli import command
 from deepnet_jax.cli import flags as cli_flags
 from deepnet_jax.common.tokens import BOS_ID, EOS_ID, PAD_ID
 from deepnet_jax.decoding import sampling, search
-from deepnet_jax.runs import loading as run_loading
+from deepnet_jax.training import loading as run_loading
 
 _PROMPT = flags.DEFINE_multi_string("prompt", [""], "Prompt text (repeat for several).")
 _NUM_SAMPLES = flags.DEFINE_integer("num_samples", 1, "Samples per prompt.")

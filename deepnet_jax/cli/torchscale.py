@@ -22,7 +22,7 @@ from absl import flags
 from deepnet_jax.cli import command
 from deepnet_jax.cli import flags as cli_flags
 from deepnet_jax.interop.torchscale import runs
-from deepnet_jax.runs import loading as run_loading
+from deepnet_jax.training import loading as run_loading
 
 COMMANDS = ("import", "export")
 _SPM = flags.DEFINE_string("spm", None, "import: a SentencePiece model to keep with the run.")

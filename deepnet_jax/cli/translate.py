@@ -20,7 +20,7 @@ from deepnet_jax.cli import flags as cli_flags
 from deepnet_jax.data import pipeline
 from deepnet_jax.decoding import options as decoding_options
 from deepnet_jax.decoding import search
-from deepnet_jax.runs import loading as run_loading
+from deepnet_jax.training import loading as run_loading
 
 for _shared in (*cli_flags.RUN_FLAGS, *cli_flags.DECODE_FLAGS):
     flags.declare_key_flag(_shared.name)  # listed by --help

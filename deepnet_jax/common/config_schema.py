@@ -9,6 +9,13 @@ fields (``num_heads`` divides ``d_model``, …) stay with the code that owns the
 A field declared ``resumable=True`` may change when a run resumes from its checkpoints (a
 cadence, a path, the mesh: how the run is carried out); every other field defines what is
 trained, and a resumed run must keep it (:mod:`deepnet_jax.training.fingerprint`).
+
+A field added after runs were saved declares ``before=``: the value that behaves as the code
+did before the field existed (not necessarily its default), which a saved config lacking it is
+read with (:func:`added`; ``deepnet_jax.training.config.ADDED_FIELDS`` gathers them).
+
+A group's values as a frozen dataclass (:func:`typed`) and back (:func:`as_dict`): the declared
+fields, plus a :func:`subgroup` (an undeclared sub-dict such as ``mesh.rules``) kept as given.
 """
 
 from __future__ import annotations
@@ -28,11 +35,23 @@ FRACTION = {
 }  # a field's range [0, 1): field(..., **FRACTION)
 
 
+class _Always:
+    """The ``before`` of a field that every saved config has (declared from the start)."""
+
+    def __repr__(self) -> str:
+        return "ALWAYS"
+
+
+ALWAYS = _Always()
+
+
 @dataclasses.dataclass(frozen=True)
 class Spec:
     """A field's kind (one of :data:`KINDS`), comment and allowed values: ``choices`` for
     ``choice``; an interval for numbers, ``low``/``high`` with ``low_open``/``high_open`` saying
-    the bound itself is excluded. ``resumable``: the field may change when a run resumes."""
+    the bound itself is excluded. ``resumable``: the field may change when a run resumes.
+    ``before``: the value that behaves as the code did before the field existed, for configs
+    saved then (:data:`ALWAYS`: the field was there from the start)."""
 
     kind: str
     doc: str
@@ -42,6 +61,7 @@ class Spec:
     high_open: bool = False
     choices: tuple[Any, ...] = ()
     resumable: bool = False
+    before: Any = ALWAYS
 
     def problem(self, value: Any) -> str | None:
         """Why ``value`` is not allowed ("must be an integer >= 1", …), or None."""
@@ -93,15 +113,26 @@ class Spec:
 
 def field(default: Any, doc: str, kind: str | None = None, **spec: Any) -> Any:
     """A dataclass field with its default and :class:`Spec` (``kind`` inferred from the
-    default when omitted: bool, int, float or str; ``choices`` makes it ``choice``)."""
+    default when omitted: bool, int, float or str; ``choices`` makes it ``choice``). A
+    ``before`` value (see :class:`Spec`) must be one the field allows."""
     if kind is None:
         kind = "choice" if "choices" in spec else _kind_of(default)
     if "choices" in spec:
         spec["choices"] = tuple(spec["choices"])
-    metadata = {"spec": Spec(kind, doc, **spec)}
+    declared = Spec(kind, doc, **spec)
+    if declared.before is not ALWAYS and declared.problem(declared.before) is not None:
+        raise TypeError(f"before={declared.before!r} is not a value of the field ({doc!r})")
+    metadata = {"spec": declared}
     if isinstance(default, (list, tuple)):
         return dataclasses.field(default_factory=lambda: tuple(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def subgroup(doc: str) -> Any:
+    """A dataclass field holding an undeclared sub-dict of its group (``mesh.rules``: logical
+    axis → mesh axes), checked by the group's own code: its ``(key, value)`` pairs as given,
+    or None when the config has none. :func:`typed` fills it, :func:`as_dict` writes it back."""
+    return dataclasses.field(default=None, metadata={"subgroup": doc})
 
 
 def _declared(group: type) -> list[dataclasses.Field]:
@@ -119,6 +150,12 @@ def resumable(group: type) -> list[str]:
     return [name for name, spec in specs(group).items() if spec.resumable]
 
 
+def added(group: type) -> dict[str, Any]:
+    """The group's fields declared with a ``before`` value (added after runs were saved), each
+    with that value, in declaration order."""
+    return {name: spec.before for name, spec in specs(group).items() if spec.before is not ALWAYS}
+
+
 def defaults(group: type) -> dict[str, Any]:
     """Each config field's default, in declaration order."""
     return {
@@ -130,6 +167,38 @@ def defaults(group: type) -> dict[str, Any]:
 def config_dict(group: type) -> ml_collections.ConfigDict:
     """The group's defaults as a ``ConfigDict`` (what configs start from)."""
     return ml_collections.ConfigDict(defaults(group))
+
+
+def typed(group: type, values: Any, prefix: str = "", **extra: Any) -> Any:
+    """The frozen dataclass ``group`` holding ``values`` (a dict or ``ConfigDict`` of the
+    group, its values already checked): every declared field (a list, as JSON gives a tuple
+    back, made a tuple again), each :func:`subgroup` that ``values`` has, and ``extra`` (fields
+    that are not the group's config fields, such as ``DataOptions.seed``). A declared field
+    missing is one error naming it (``prefix`` its group's)."""
+    kwargs = dict(extra)
+    for f in dataclasses.fields(group):
+        if "spec" in f.metadata:
+            if f.name not in values:
+                raise ValueError(f"config field {prefix}{f.name} is missing")
+            value = values[f.name]
+            kwargs[f.name] = tuple(value) if isinstance(value, list) else value
+        elif "subgroup" in f.metadata and values.get(f.name) is not None:
+            sub = values[f.name]
+            kwargs[f.name] = tuple((sub.to_dict() if hasattr(sub, "to_dict") else sub).items())
+    return group(**kwargs)
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """The config group a :func:`typed` dataclass holds, as a plain dict: its declared fields
+    and its subgroups (a dict again; left out when None), names in sorted order at each level,
+    as ``ConfigDict.to_dict()`` gives them."""
+    out = {}
+    for f in dataclasses.fields(value):
+        if "spec" in f.metadata:
+            out[f.name] = getattr(value, f.name)
+        elif "subgroup" in f.metadata and getattr(value, f.name) is not None:
+            out[f.name] = dict(sorted(getattr(value, f.name)))
+    return dict(sorted(out.items()))
 
 
 def check_names(
@@ -198,7 +267,10 @@ def markdown_table(group: type, prefix: str, overrides: Mapping[str, Any] | None
         default = (overrides or {}).get(prefix + name, default)
         shown = f"`{default!r}`".replace("|", "\\|")
         resume = "may change" if spec.resumable else "kept"
-        rows.append(f"| `{prefix}{name}` | {shown} | {spec.allowed()} | {resume} | {spec.doc} |")
+        meaning = spec.doc
+        if spec.before is not ALWAYS:
+            meaning += f"; a run saved before this field reads as `{spec.before!r}`"
+        rows.append(f"| `{prefix}{name}` | {shown} | {spec.allowed()} | {resume} | {meaning} |")
     return "\n".join(rows)
 
 

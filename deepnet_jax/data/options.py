@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
+from typing import Any
 
 import ml_collections
 
@@ -76,6 +78,7 @@ class DataOptions:
         "synthetic task only: shortest content sequence in tokens (the longest is what "
         "data.max_len holds)",
         low=1,
+        before=2,
     )
     max_len: int = config_schema.field(
         128,
@@ -110,7 +113,10 @@ class DataOptions:
     seed: int = 0  # the run's seed (data order), not a data field
 
     @classmethod
-    def from_config(cls, data: ml_collections.ConfigDict, seed: int) -> DataOptions:
+    def from_config(cls, data: Mapping[str, Any], seed: int) -> DataOptions:
+        """A config's data group (a ``ConfigDict`` or, saved, a dict) and the run's ``seed``,
+        typed (``RunConfig`` does it once per run); a field added since a run was saved reads
+        as its default, an undeclared one is an error."""
         fields = list(config_schema.specs(cls))
         config_schema.check_names(data, fields, "data.", missing_ok=True)  # saved runs: defaults
         values = {k: data[k] for k in data}

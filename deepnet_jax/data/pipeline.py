@@ -3,7 +3,7 @@
 Public API::
 
     from deepnet_jax.data import pipeline
-    data = pipeline.DataPipeline(pipeline.DataOptions.from_config(config.data, seed), "encdec")
+    data = pipeline.DataPipeline(run_config.data, "encdec")   # a RunConfig's DataOptions
     it = iter(data.train_dataset())        # endless, checkpointable: it.get_state()/set_state()
     batch = next(it)                        # this process's rows, dict of numpy arrays
     batch = pipeline.global_batch(batch, sharding)   # jax.Arrays over the whole mesh

@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import jax
-import ml_collections
 import numpy as np
 
 from deepnet_jax.common.tokens import BOS_ID, EOS_ID, FIRST_CONTENT_ID, MASK_ID
+from deepnet_jax.data.options import DataOptions
 
 
 def batch(
@@ -117,16 +117,18 @@ class SyntheticData:
 
     tokenizer_size = None  # no tokenizer: the vocabulary is model.vocab_size (data.vocab_size)
 
-    def __init__(self, config: ml_collections.ConfigDict):
-        self._arch = config.model.arch
-        self._batch_size = config.data.batch_size
-        self._vocab_size = config.model.vocab_size
-        self._max_len = config.data.max_len
-        self._min_len = config.data.min_len
-        self._rows = config.data.batch_size // jax.process_count()
+    def __init__(self, data: DataOptions, arch: str, vocab_size: int, eval_batches: int):
+        """``data``: the run's ``config.data`` (and seed); ``arch`` and ``vocab_size``: its
+        model's (the vocabulary resolved); ``eval_batches``: the held-out set's batches."""
+        self._arch = arch
+        self._batch_size = data.batch_size
+        self._vocab_size = vocab_size
+        self._max_len = data.max_len
+        self._min_len = data.min_len
+        self._rows = data.batch_size // jax.process_count()
         self._first_row = jax.process_index() * self._rows
-        self._seed = config.seed
-        self._eval_batches = config.eval_batches
+        self._seed = data.seed
+        self._eval_batches = eval_batches
 
     def _make(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """This process's rows [batch_size / processes, max_len] of a global batch."""

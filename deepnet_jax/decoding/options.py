@@ -86,17 +86,17 @@ class DecodeFields:
 def validate(decode: ml_collections.ConfigDict) -> None:
     """One-line error for the first ``decode.*`` value its declaration refuses."""
     config_schema.check_values(decode, DecodeFields, "decode.")
-    search_options(decode).validate(prefix="decode.")
+    search_options(config_schema.typed(DecodeFields, decode, "decode.")).validate("decode.")
 
 
 def search_options(
-    decode: ml_collections.ConfigDict,
+    decode: DecodeFields,
     beam_size: int | None = None,
     length_penalty: float | None = None,
 ) -> SearchOptions:
-    """A run's search options from its ``config.decode``, with ``beam_size`` /
-    ``length_penalty`` overridden when given (not validated: callers validate with their own
-    field prefix)."""
+    """A run's search options from its ``config.decode`` (``RunConfig.decode``), with
+    ``beam_size`` / ``length_penalty`` overridden when given (not validated: callers validate
+    with their own field prefix)."""
     return SearchOptions(
         beam_size=decode.beam_size if beam_size is None else beam_size,
         length_penalty=float(decode.length_penalty if length_penalty is None else length_penalty),

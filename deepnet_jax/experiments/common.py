@@ -45,6 +45,7 @@ from deepnet_jax.experiments.opening import SETTINGS
 from deepnet_jax.model import schemes
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import data as train_data
+from deepnet_jax.training.run_config import RunConfig
 
 # the papers' schemes of a scanned stack (DLCL, the papers' other, combines layers)
 SCHEMES = schemes.names(origin=schemes.PAPER, scannable=True)
@@ -166,7 +167,7 @@ def unigram_entropy(config: ml_collections.ConfigDict) -> float:
     """Entropy (nats) of the validation targets' token distribution: the NLL of predicting
     each target token by its frequency, which a model that learned nothing else reaches
     (``config``'s derived fields resolved first, e.g. the main job's ``model.vocab_size=0``)."""
-    data = train_data.make_data(train_config.resolve(config), 1)
+    data = train_data.make_data(RunConfig.from_config(config).resolved(), 1)
     counts: dict[int, float] = {}
     for batch in data.eval_batches("validation"):
         tokens, weights = np.asarray(batch["targets"]), np.asarray(batch["weights"])

@@ -37,10 +37,9 @@ import jax
 import ml_collections
 
 from deepnet_jax.experiments import common, opening, report, resumable
-from deepnet_jax.runs import loading
-from deepnet_jax.training import config as train_config
 from deepnet_jax.training import data as train_data
-from deepnet_jax.training import steps
+from deepnet_jax.training import loading, steps
+from deepnet_jax.training.run_config import RunConfig
 
 NAME = "dropout_gap"
 SETTINGS = {"smoke": (2, 4), "quick": (400, 1800)}  # the checkpoints scored
@@ -86,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     os.makedirs(out, exist_ok=True)
     workdir = os.path.join(out, "run")
     resumable.train_once(config, workdir)
-    data = train_data.make_data(train_config.resolve(config), 1)
+    data = train_data.make_data(RunConfig.from_config(config).resolved(), 1)
     splits = {
         split: list(itertools.islice(data.eval_batches(split), BATCHES))
         for split in ("train", "validation")

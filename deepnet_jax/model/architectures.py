@@ -25,7 +25,7 @@ import ml_collections
 
 from deepnet_jax.common.tokens import PAD_ID
 from deepnet_jax.model import masks, schemes
-from deepnet_jax.model.config import TransformerConfig, default_config, validate
+from deepnet_jax.model.config import TransformerConfig, check, default_config, validate
 from deepnet_jax.model.embeddings import (
     OutputProjection,
     PositionEmbedding,
@@ -366,7 +366,12 @@ def init_cache(
 _MODELS = {"encoder": EncoderOnly, "decoder": DecoderOnly, "encdec": EncoderDecoder}
 
 
-def build(model_config: ml_collections.ConfigDict) -> nn.Module:
-    """Validate ``model_config`` and return the model for its ``arch``."""
+def build(model_config: TransformerConfig | ml_collections.ConfigDict) -> nn.Module:
+    """The model for ``model_config``'s ``arch``, checked first (no ``auto`` left): a frozen
+    ``TransformerConfig`` (a run's ``RunConfig.model``) as it is (``model.config.check``), a
+    ``ConfigDict`` (``deepnet_jax.default_config()``) typed once (``from_config``)."""
+    if isinstance(model_config, TransformerConfig):
+        check(model_config)
+        return _MODELS[model_config.arch](model_config)
     config = TransformerConfig.from_config(model_config)
     return _MODELS[config.arch](config)

@@ -3,7 +3,8 @@
 Users edit an ``ml_collections.ConfigDict`` (``default_config()``); ``validate`` checks every field
 before anything is traced (each against its declaration here, the relations between fields in
 :mod:`deepnet_jax.model.config_relations`) and ``TransformerConfig.from_config`` freezes it into a
-hashable dataclass that Flax modules take as an attribute.
+hashable dataclass that Flax modules take as an attribute (a training run's is typed once, as
+``RunConfig.model``; :func:`check` checks a frozen one).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from deepnet_jax.common.config_schema import field
 from deepnet_jax.model import config_relations, constants, parameterization, schemes
 from deepnet_jax.model.remat import AUTO, POLICIES
 from deepnet_jax.model.schemes.base import SIDES
-from deepnet_jax.model.schemes.base import fail as _fail
 from deepnet_jax.model.schemes.hyper import MHC_VARIANTS
 
 ARCHS = constants.ARCHS
@@ -97,7 +97,11 @@ class TransformerConfig:
         choices=POSITIONS,
     )
     rope_theta: float = field(
-        10000.0, "rope only: base of the rotary frequencies θ^(-2i/K)", low=1, low_open=True
+        10000.0,
+        "rope only: base of the rotary frequencies θ^(-2i/K)",
+        low=1,
+        low_open=True,
+        before=10000.0,
     )
     tie_embeddings: bool = field(False, "output projection = input embedding transposed")
     share_embeddings: bool = field(False, "encdec only: one embedding for source and target")
@@ -117,6 +121,7 @@ class TransformerConfig:
         "key/value heads: 0 = num_heads (multi-head), 1 (multi-query) or a divisor of "
         "num_heads (grouped-query: num_heads/num_kv_heads query heads share one key/value head)",
         low=0,
+        before=0,
     )
     norm: str = field(
         "layernorm",
@@ -124,21 +129,26 @@ class TransformerConfig:
         "rmsnorm (x/√(mean(x²)+ε)·g, no centring, no bias) or dyt (Dynamic Tanh, "
         "g·tanh(a·x) + b, a learned scalar; pre-norm schemes only)",
         choices=NORMS,
+        before="layernorm",
     )
     qk_norm: bool = field(
-        False, "normalize q and k per head (over head_dim, model.norm) before the dot product"
+        False,
+        "normalize q and k per head (over head_dim, model.norm) before the dot product",
+        before=False,
     )
     deepnorm_variant: str = field(
         "paper",
         "deepnorm only: paper (DeepNet's α, β) or glm (GLM-130B's α = (2N)^(1/2), "
         "β = (2N)^(-1/2); encoder or decoder only)",
         choices=DEEPNORM_VARIANTS,
+        before="paper",
     )
     dyt_alpha: float = field(
         0.5,
         "norm=dyt only: the initial a of every DyT (Zhu et al. 2025: 0.5)",
         low=0,
         low_open=True,
+        before=0.5,
     )
     mix_ln_ratio: float = field(
         0.25,
@@ -146,6 +156,7 @@ class TransformerConfig:
         "(Li et al. 2025: 0.25)",
         low=0,
         high=1,
+        before=0.25,
     )
     deepscalelm_k: float = field(
         2.0,
@@ -153,28 +164,33 @@ class TransformerConfig:
         "branches (2 per layer; 3 in an encoder-decoder's decoder)",
         low=0,
         low_open=True,
+        before=2.0,
     )
     skipinit_alpha: float = field(
         0.0,
         "skipinit only: the initial α of x ← x + α·F(x) on every branch (De & Smith 2020: 0, "
         "or a small constant <= 1/√(branches))",
         low=0,
+        before=0.0,
     )
     hc_rate: int = field(
         constants.HC_RATE,
         "hyper_connections, mhc only: n, the residual streams (Zhu et al. 2025's best and Xie et "
         "al.'s: 4; 1 is allowed)",
         low=1,
+        before=constants.HC_RATE,
     )
     hc_dynamic: bool = field(
         True,
         "hyper_connections only: dynamic (DHC: the weights also predicted from the streams, "
         "eq. 10–13) or static (SHC: learned matrices only)",
+        before=True,
     )
     mhc_sinkhorn_iters: int = field(
         constants.MHC_SINKHORN_ITERS,
         "mhc only: Sinkhorn-Knopp iterations t_max of H_res (Xie et al. 2025: 20)",
         low=1,
+        before=constants.MHC_SINKHORN_ITERS,
     )
     mhc_variant: str = field(
         "paper",
@@ -182,6 +198,7 @@ class TransformerConfig:
         "Face's DeepSeek-V4: ε = 1e-6 in H_pre and Sinkhorn-Knopp, its HyperHead's learned sum; "
         "docs/schemes.md)",
         choices=MHC_VARIANTS,
+        before="paper",
     )
     scan_layers: bool = field(True, "nn.scan over depth (False: a Python loop, for comparison)")
     scan_group_size: int = field(
@@ -191,6 +208,7 @@ class TransformerConfig:
         "(deepnet_jax/model/remat.py)",
         low=-1,
         resumable=True,
+        before=0,
     )
     remat_policy: str = field(
         "full",
@@ -213,7 +231,9 @@ class TransformerConfig:
         True, "dlcl_pre: the per-layer LN_k of DLCL eq. 8 (False: the ablation)"
     )
     fused_qkv: bool = field(
-        False, "self-attention q/k/v as one [d_model, 3, heads, head_dim] kernel"
+        False,
+        "self-attention q/k/v as one [d_model, 3, heads, head_dim] kernel",
+        before=False,
     )
     attention_impl: str = field(
         "reference",
@@ -223,15 +243,23 @@ class TransformerConfig:
         "applies on a GPU, else reference (training/attention_auto.py)",
         choices=(*ATTENTION_IMPLS, AUTO),
         resumable=True,
+        before="reference",
     )
     scale_embedding: bool = field(
-        True, "token embeddings times sqrt(d_model) (torchscale: no_scale_embedding=False)"
+        True,
+        "token embeddings times sqrt(d_model) (torchscale: no_scale_embedding=False)",
+        before=True,
     )
     position_offset: int = field(
-        0, "position p reads row p + offset of the position table (fairseq/torchscale: 2)", low=0
+        0,
+        "position p reads row p + offset of the position table (fairseq/torchscale: 2)",
+        low=0,
+        before=0,
     )
     zero_padding_embeddings: bool = field(
-        False, "zero the encoder's input embeddings at padding tokens (as torchscale does)"
+        False,
+        "zero the encoder's input embeddings at padding tokens (as torchscale does)",
+        before=False,
     )
     init: str = field(
         "paper",
@@ -241,6 +269,7 @@ class TransformerConfig:
         "(fairseq's Transformer: q/k/v Xavier-uniform gain 1/sqrt(2), out Xavier-uniform, "
         "FFN PyTorch's default; the scheme's gain on the weights)",
         choices=INITS,
+        before="paper",
     )
     parameterization: str = field(
         "standard",
@@ -249,18 +278,26 @@ class TransformerConfig:
         "α = 1: residual branches × (L/L_base)^-1, logits × N_base/d_model, its init, and per "
         "parameter group AdamW η, ε and λ; pre-norm schemes)",
         choices=parameterization.PARAMETERIZATIONS,
+        before="standard",
     )
     completep_base_layers: int = field(
-        2, "completep only: L_base, the base model's layers per stack (the authors' 2)", low=1
+        2,
+        "completep only: L_base, the base model's layers per stack (the authors' 2)",
+        low=1,
+        before=2,
     )
     completep_base_width: int = field(
-        256, "completep only: N_base, the base model's d_model (the authors' 256)", low=1
+        256,
+        "completep only: N_base, the base model's d_model (the authors' 256)",
+        low=1,
+        before=256,
     )
     completep_init_std: float = field(
         0.02,
         "completep only: σ_base; embeddings and head N(0, σ²), hidden weights N(0, σ²·N_base/N)",
         low=0,
         low_open=True,
+        before=0.02,
     )
     dropout_rng: str = field(
         "hash",
@@ -268,26 +305,16 @@ class TransformerConfig:
         "element's index) or jax (jax.random.bernoulli, as "
         "flax.linen.Dropout)",
         choices=DROPOUT_RNGS,
+        before="jax",
     )
 
     @classmethod
     def from_config(cls, c: ml_collections.ConfigDict) -> TransformerConfig:
+        """A model ``ConfigDict`` checked (:func:`validate`, no ``auto`` left) and frozen."""
         validate(c)
-        if c.remat_policy == AUTO:
-            _fail(
-                "remat_policy",
-                AUTO,
-                "it names no jax policy: deepnet_jax.training.remat_auto.resolve turns it into one "
-                "(the trainer and the planner do) before a model is built",
-            )
-        if c.attention_impl == AUTO:
-            _fail(
-                "attention_impl",
-                AUTO,
-                "it names no kernel: deepnet_jax.training.attention_auto.resolve picks one for "
-                "the devices (the trainer and the planner do) before a model is built",
-            )
-        return _frozen(c)
+        config = _frozen(c)
+        config_relations.check_chosen(config)
+        return config
 
     @property
     def head_dim(self) -> int:
@@ -358,10 +385,24 @@ def validate(c: ml_collections.ConfigDict, derived_ok: bool = False) -> None:
             "train_config.resolve(config); set it, or resolve the training config first"
         )
     config_schema.check_values(c, TransformerConfig, "model.", style="invalid", skip=unfilled)
-    config_relations.check(c, config_schema.defaults(TransformerConfig))
-    schemes.get(c.scheme).check(_frozen(c))  # the scheme's own checks, on the frozen config
+    _check_relations(_frozen(c))
+
+
+def check(config: TransformerConfig) -> None:
+    """:func:`validate` for a frozen config to build (a run's ``RunConfig.model``, derived
+    fields filled, ``auto`` chosen): each field against its declaration, the relations, the
+    scheme's own checks, no ``auto`` left (``config_relations.check_chosen``)."""
+    values = config_schema.as_dict(config)
+    config_schema.check_values(values, TransformerConfig, "model.", style="invalid")
+    _check_relations(config)
+    config_relations.check_chosen(config)
+
+
+def _check_relations(config: TransformerConfig) -> None:
+    config_relations.check(config, config_schema.defaults(TransformerConfig))
+    schemes.get(config.scheme).check(config)  # the scheme's own checks
 
 
 def _frozen(c: ml_collections.ConfigDict) -> TransformerConfig:
     """``c`` as the frozen dataclass, unchecked."""
-    return TransformerConfig(**{f.name: c[f.name] for f in dataclasses.fields(TransformerConfig)})
+    return config_schema.typed(TransformerConfig, c, "model.")

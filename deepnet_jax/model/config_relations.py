@@ -3,32 +3,33 @@ layer counts against the architecture, the heads against the width and the posit
 attention kernels against dropout and dtype, the nested scan against the scan, and each scheme's
 own fields (and DyT's) left at their defaults where they do not apply.
 
-:func:`check` takes a model ``ConfigDict`` whose every field has passed its declaration's check
-(``deepnet_jax.model.config.validate`` calls it) and raises one ``ValueError`` for the first
-relation it breaks; the scheme's own checks (``Scheme.check``, on the frozen config) come after.
+:func:`check` takes a frozen model config whose every field has passed its declaration's check
+(``deepnet_jax.model.config.validate`` and ``check`` call it) and raises one ``ValueError`` for
+the first relation it breaks; the scheme's own checks (``Scheme.check``) come after.
+:func:`check_chosen` refuses an ``auto`` a built model cannot have.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import ml_collections
-
 from deepnet_jax.model import parameterization, schemes
 from deepnet_jax.model.remat import AUTO
 from deepnet_jax.model.schemes.base import fail
 
 
-def check(c: ml_collections.ConfigDict, defaults: dict[str, Any]) -> None:
-    """One ``ValueError`` for the first relation between fields of ``c`` that fails;
+def check(c: Any, defaults: dict[str, Any]) -> None:
+    """One ``ValueError`` for the first relation between fields of ``c`` (a frozen
+    ``TransformerConfig``) that fails;
     ``defaults``: every field's declared default (a scheme's own fields must keep theirs under
     the other schemes)."""
     for side, arch_uses in (("encoder", ("encoder", "encdec")), ("decoder", ("decoder", "encdec"))):
         name = f"num_{side}_layers"
-        if c.arch in arch_uses and c[name] < 1:  # the declaration checked it is an integer
-            fail(name, c[name], "must be an integer >= 1")
-        elif c.arch not in arch_uses and c[name] != 0:
-            fail(name, c[name], f"arch={c.arch!r} has no {side}; set it to 0")
+        layers = getattr(c, name)
+        if c.arch in arch_uses and layers < 1:  # the declaration checked it is an integer
+            fail(name, layers, "must be an integer >= 1")
+        elif c.arch not in arch_uses and layers != 0:
+            fail(name, layers, f"arch={c.arch!r} has no {side}; set it to 0")
     if c.d_model % c.num_heads:
         fail("num_heads", c.num_heads, f"must divide model.d_model={c.d_model}")
     if c.positions == "sinusoidal" and c.d_model % 2:
@@ -78,19 +79,19 @@ def check(c: ml_collections.ConfigDict, defaults: dict[str, Any]) -> None:
     _check_parameterization(c, defaults)
 
 
-def _check_scheme_fields(c: ml_collections.ConfigDict, defaults: dict[str, Any]) -> None:
+def _check_scheme_fields(c: Any, defaults: dict[str, Any]) -> None:
     """A scheme's own fields (``Scheme.fields``) at their defaults under the other schemes,
     ``dyt_alpha`` under the other norms, DyT only where the scheme allows it."""
     scheme = schemes.get(c.scheme)
     for owner in schemes.SCHEMES.values():
         for name in owner.fields:
-            if name not in scheme.fields and c[name] != defaults[name]:
+            if name not in scheme.fields and getattr(c, name) != defaults[name]:
                 owners = " or ".join(
                     repr(s.name) for s in schemes.SCHEMES.values() if name in s.fields
                 )
                 fail(
                     name,
-                    c[name],
+                    getattr(c, name),
                     f"applies to scheme={owners} only, not {c.scheme!r}; set it to "
                     f"{defaults[name]!r}",
                 )
@@ -106,28 +107,22 @@ def _check_scheme_fields(c: ml_collections.ConfigDict, defaults: dict[str, Any])
         )
 
 
-def _check_parameterization(c: ml_collections.ConfigDict, defaults: dict[str, Any]) -> None:
+def _check_parameterization(c: Any, defaults: dict[str, Any]) -> None:
     """CompleteP's fields at their defaults under ``standard``; under ``completep`` a scheme it
     applies to (``Scheme.completep_ok``), its own init and no width-dependent embedding scale."""
     if not parameterization.completep(c):
         for name in parameterization.FIELDS:
-            if c[name] != defaults[name]:
+            if getattr(c, name) != defaults[name]:
                 fail(
                     name,
-                    c[name],
+                    getattr(c, name),
                     f"applies to parameterization='completep' only, not {c.parameterization!r}; "
                     f"set it to {defaults[name]!r}",
                 )
         return
     scheme = schemes.get(c.scheme)
-    if not scheme.completep_ok:
-        why = (
-            "its residual form is not the pre-norm x + β·G(N(x))"
-            if scheme.family != "pre"
-            else "Table 1 has no rule for its combination weights"
-            if not scheme.scannable
-            else "it has an init of its own, which CompleteP's would replace"
-        )
+    why = scheme.completep_refused()
+    if why:
         fail(
             "parameterization",
             c.parameterization,
@@ -148,4 +143,25 @@ def _check_parameterization(c: ml_collections.ConfigDict, defaults: dict[str, An
             True,
             "√d_model is a width-dependent embedding multiplier that CompleteP's Table 1 does "
             "not have (its embeddings are N(0, completep_init_std²), unscaled); set it to False",
+        )
+
+
+def check_chosen(c: Any) -> None:
+    """The error of a model config (a ``TransformerConfig``) that still says ``auto`` where a
+    model needs a choice: the
+    trainer and the planner choose the remat policy and the attention kernel before they
+    build one."""
+    if c.remat_policy == AUTO:
+        fail(
+            "remat_policy",
+            AUTO,
+            "it names no jax policy: deepnet_jax.training.remat_auto.resolve turns it into one "
+            "(the trainer and the planner do) before a model is built",
+        )
+    if c.attention_impl == AUTO:
+        fail(
+            "attention_impl",
+            AUTO,
+            "it names no kernel: deepnet_jax.training.attention_auto.resolve picks one for "
+            "the devices (the trainer and the planner do) before a model is built",
         )

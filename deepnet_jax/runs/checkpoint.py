@@ -9,7 +9,9 @@ three items:
 * ``data`` — the training iterator's ``get_state()`` as JSON (grain's position and packer
   state, or the synthetic stream's step), so a resumed run sees exactly the batches an
   uninterrupted run would have;
-* ``config`` — the run's config as JSON, for evaluation tools and for the record;
+* ``config`` — the run's config as JSON (``RunConfig.to_dict()``), for evaluation tools and
+  for the record (a config saved before a field existed is read with the field's declared
+  ``before`` value: ``deepnet_jax.training.config.upgrade_saved``);
 * ``fingerprint`` — the tokenizer's sha256 (``deepnet_jax.training.fingerprint``): with ``config``,
   what a resumed run is compared with before any state is read.
 
@@ -33,12 +35,11 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
@@ -111,15 +112,16 @@ class Checkpointer:
         step: int,
         state: dict[str, Any],
         data_state: dict[str, Any],
-        config: ml_collections.ConfigDict,
+        config: Mapping[str, Any],
         fingerprint: dict[str, Any] | None = None,
     ) -> None:
-        """Start an asynchronous save of ``state`` at ``step`` (overwrites nothing), with the
-        run's ``fingerprint`` item (``deepnet_jax.training.fingerprint.record``) when given."""
+        """Start an asynchronous save of ``state`` at ``step`` (overwrites nothing) with the
+        run's ``config`` as a nested dict (``RunConfig.to_dict()``) and its ``fingerprint``
+        item (``deepnet_jax.training.fingerprint.record``) when given."""
         items = {
             "state": ocp.args.StandardSave(state),
             "data": ocp.args.JsonSave(data_state),
-            "config": ocp.args.JsonSave(config.to_dict()),
+            "config": ocp.args.JsonSave(dict(config)),
         }
         if fingerprint is not None:
             items[FINGERPRINT] = ocp.args.JsonSave(fingerprint)
@@ -196,13 +198,13 @@ class Checkpointer:
         """Steps of the complete checkpoints, oldest first."""
         return sorted(self.manager.all_steps())
 
-    def read_config(self, step: int) -> ml_collections.ConfigDict:
-        """The config a checkpoint was saved with (fields added since, with the value that
-        behaves as the code that saved it: ``upgrade_saved``)."""
+    def read_config(self, step: int) -> dict[str, Any]:
+        """The config a checkpoint was saved with, as written (a nested dict; fields added
+        since are filled by ``training.run_config.RunConfig.from_dict``)."""
         restored = self.manager.restore(
             step, args=ocp.args.Composite(config=ocp.args.JsonRestore())
         )
-        return upgrade_saved(ml_collections.ConfigDict(restored["config"]))
+        return dict(restored["config"])
 
     def read_fingerprint(self, step: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """(the saved config as written, the ``fingerprint`` item or None when the checkpoint
@@ -308,51 +310,3 @@ def save_diagnostic(workdir: str | RunDir, step: int, state: dict[str, Any]) -> 
         writer.save(path, state, force=True)
         writer.wait_until_finished()
     return path
-
-
-# Fields added after runs were first saved, with the value that behaves as the code did before
-# the field existed (not necessarily today's default): a saved config that lacks one is read
-# with this value, so an older run's parameters load into the model they were trained with.
-ADDED_FIELDS: dict[str, Any] = {
-    "model.fused_qkv": False,
-    "model.attention_impl": "reference",
-    "model.dropout_rng": "jax",
-    "model.scan_group_size": 0,
-    "model.scale_embedding": True,
-    "model.position_offset": 0,
-    "model.zero_padding_embeddings": False,
-    "model.init": "paper",
-    "memory_budget_gb": 0.0,
-    "data.min_len": 2,
-    "model.rope_theta": 10000.0,
-    "model.num_kv_heads": 0,
-    "model.norm": "layernorm",
-    "model.qk_norm": False,
-    "model.deepnorm_variant": "paper",
-    "model.dyt_alpha": 0.5,
-    "model.mix_ln_ratio": 0.25,
-    "model.deepscalelm_k": 2.0,
-    "model.skipinit_alpha": 0.0,
-    "loss_chunk": 0,
-    "model.parameterization": "standard",
-    "model.completep_base_layers": 2,
-    "model.completep_base_width": 256,
-    "model.completep_init_std": 0.02,
-    "model.hc_rate": 4,
-    "model.hc_dynamic": True,
-    "model.mhc_sinkhorn_iters": 20,
-    "model.mhc_variant": "paper",
-}
-
-
-def upgrade_saved(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """A copy of a saved run's ``config`` with every :data:`ADDED_FIELDS` entry it lacks."""
-    config = ml_collections.ConfigDict(config.to_dict())
-    for path, value in ADDED_FIELDS.items():
-        *groups, name = path.split(".")
-        level = config
-        for group in groups:
-            level = level[group]
-        if name not in level:
-            level[name] = value
-    return config

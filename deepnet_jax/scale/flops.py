@@ -46,12 +46,9 @@ from collections.abc import Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 
 from deepnet_jax.model import schemes
 from deepnet_jax.model.config import GATED_ACTIVATIONS, TransformerConfig
-
-ModelConfig = ml_collections.ConfigDict | TransformerConfig
 
 # Dense (no 2:4 sparsity) bf16 peak FLOP/s per device, from the vendors' datasheets. TPU kinds
 # are matched exactly, as ``jax.Device.device_kind`` spells them ("TPU v5 lite" is v5e, "TPU v5"
@@ -79,28 +76,28 @@ GPU_PEAK_BF16_FLOPS = (
 )
 
 
-def _layer_shapes(model_config: ModelConfig) -> tuple[int, int, int]:
+def _layer_shapes(model_config: TransformerConfig) -> tuple[int, int, int]:
     """(d_model, ffn_dim, vocab_size) of a model config."""
     return model_config.d_model, model_config.ffn_dim, model_config.vocab_size
 
 
-def _kv_ratio(model_config: ModelConfig) -> float:
+def _kv_ratio(model_config: TransformerConfig) -> float:
     """r: key/value heads over query heads (``num_kv_heads``, 0 meaning all)."""
     return (model_config.num_kv_heads or model_config.num_heads) / model_config.num_heads
 
 
-def _ffn_matrices(model_config: ModelConfig) -> int:
+def _ffn_matrices(model_config: TransformerConfig) -> int:
     """g: the FFN's d×F matrices, 3 for a gated FFN (gate, fc1, fc2), else 2."""
     return 3 if model_config.activation in GATED_ACTIVATIONS else 2
 
 
-def _layer_matmul_flops(model_config: ModelConfig) -> float:
+def _layer_matmul_flops(model_config: TransformerConfig) -> float:
     """P: a self-attention layer's projection and FFN FLOPs per token, 4d²(1 + r) + 2g·dF."""
     d, f, _ = _layer_shapes(model_config)
     return 4 * d * d * (1 + _kv_ratio(model_config)) + 2 * _ffn_matrices(model_config) * d * f
 
 
-def matmul_params(model_config: ModelConfig) -> int:
+def matmul_params(model_config: TransformerConfig) -> int:
     """Number of weights that enter matrix multiplications: Σ of the projection kernels.
 
     Per encoder layer 2d²(1 + r) + g·dF (attention q, out and k, v at r = kv heads / heads;
@@ -109,8 +106,8 @@ def matmul_params(model_config: ModelConfig) -> int:
     embeddings are tied). Embedding lookups, biases and norms are excluded.
     For a decoder-only model, forward FLOPs ≈ 2 · matmul_params · tokens + attention scores.
 
-    ``model_config``: the ``ml_collections.ConfigDict`` of ``deepnet_jax.default_config()`` or a
-    ``TransformerConfig`` (any object with its fields).
+    ``model_config``: a ``TransformerConfig`` (a run's ``RunConfig.model``;
+    ``TransformerConfig.from_config`` types a ``deepnet_jax.default_config()``).
     """
     d, f, v = _layer_shapes(model_config)
     attn = round(2 * d * d * (1 + _kv_ratio(model_config)))
@@ -131,7 +128,7 @@ def _shape2(batch_shapes: Mapping[str, Sequence[int]], key: str) -> tuple[int, i
 
 
 def sequence_shapes(
-    model_config: ModelConfig, batch_shapes: Mapping[str, Sequence[int]]
+    model_config: TransformerConfig, batch_shapes: Mapping[str, Sequence[int]]
 ) -> tuple[int, int, int]:
     """(B, T, S) of a batch: rows, target (decoder / MLM input) length, source length (0 unless
     ``encdec``).
@@ -166,7 +163,9 @@ def sequence_shapes(
     return B, T, S
 
 
-def forward_flops(model_config: ModelConfig, batch_shapes: Mapping[str, Sequence[int]]) -> float:
+def forward_flops(
+    model_config: TransformerConfig, batch_shapes: Mapping[str, Sequence[int]]
+) -> float:
     """Matmul FLOPs of one forward pass of ``model_config`` on a batch of these shapes.
 
     The formula is the module docstring's (encoder + decoder + cross + output); see
@@ -192,7 +191,7 @@ def forward_flops(model_config: ModelConfig, batch_shapes: Mapping[str, Sequence
 
 
 def train_flops_per_step(
-    model_config: ModelConfig, batch_shapes: Mapping[str, Sequence[int]]
+    model_config: TransformerConfig, batch_shapes: Mapping[str, Sequence[int]]
 ) -> float:
     """Model FLOPs of one training step on one batch: 3 × ``forward_flops`` (forward, and a
     backward pass computing the input and the weight gradient of every matmul); remat's
@@ -205,7 +204,9 @@ def train_flops_per_step(
     return 3.0 * forward_flops(model_config, batch_shapes)
 
 
-def attention_flops(model_config: ModelConfig, batch_shapes: Mapping[str, Sequence[int]]) -> float:
+def attention_flops(
+    model_config: TransformerConfig, batch_shapes: Mapping[str, Sequence[int]]
+) -> float:
     """The attention-score part of ``forward_flops``: QKᵀ and PV, 4·L·d per query token of
     every self- and cross-attention layer (L its keys)."""
     B, T, S = sequence_shapes(model_config, batch_shapes)
@@ -220,7 +221,7 @@ def attention_flops(model_config: ModelConfig, batch_shapes: Mapping[str, Sequen
 
 
 def remat_flops_ratio(
-    model_config: ModelConfig, batch_shapes: Mapping[str, Sequence[int]]
+    model_config: TransformerConfig, batch_shapes: Mapping[str, Sequence[int]]
 ) -> float | None:
     """The matmul FLOPs a step runs, rematerialization included, over ``train_flops_per_step``:
     1 + (recomputed forward matmuls) ÷ (3 × forward), by ``model.remat_policy``:

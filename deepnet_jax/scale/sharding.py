@@ -66,7 +66,8 @@ DEFAULT_RULES = {
 class MeshFields:
     """``config.mesh``: devices along each mesh axis (at most one -1: all the others leave;
     checked with the device count by :func:`mesh_shape`), plus ``mesh.rules``
-    (:data:`DEFAULT_RULES`, checked by :func:`logical_axis_rules`)."""
+    (:data:`DEFAULT_RULES`, checked by :func:`logical_axis_rules`; undeclared, kept as the
+    config gives them: ``config_schema.subgroup``)."""
 
     data: int = field(
         -1,
@@ -86,6 +87,9 @@ class MeshFields:
         low=-1,
         resumable=True,
     )
+    rules: tuple[tuple[str, str], ...] | None = config_schema.subgroup(
+        "logical axis -> mesh axes, as given (None: DEFAULT_RULES)"
+    )
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -95,14 +99,14 @@ def default_config() -> ml_collections.ConfigDict:
     return c
 
 
-def logical_axis_rules(mesh_config: ml_collections.ConfigDict) -> tuple[tuple[str, Any], ...]:
+def logical_axis_rules(mesh_config: MeshFields) -> tuple[tuple[str, Any], ...]:
     """``mesh.rules`` as flax's ``(logical axis, mesh axes)`` pairs, validated.
 
     Each value is a comma-separated list of mesh axes (``"data,fsdp"``) or ``""`` (replicated);
     logical axes not given keep their ``DEFAULT_RULES`` value. Flax applies the rules in order
     and skips a mesh axis an earlier dimension of the same array already uses.
     """
-    given = dict(mesh_config.get("rules") or {})
+    given = dict(mesh_config.rules or ())
     for name in given:
         if name not in LOGICAL_AXES:
             raise ValueError(f"mesh.rules.{name}: unknown logical axis; allowed are {LOGICAL_AXES}")
@@ -127,19 +131,23 @@ def logical_axis_rules(mesh_config: ml_collections.ConfigDict) -> tuple[tuple[st
     return tuple(rules)
 
 
-LOGICAL_AXIS_RULES = logical_axis_rules(default_config())
+LOGICAL_AXIS_RULES = logical_axis_rules(MeshFields())
 
 
 def validate(mesh_config: ml_collections.ConfigDict) -> None:
     """One-line error for the first bad ``mesh.*`` field, before the devices are known: an axis
     size that is neither a positive integer nor -1, two axes at -1, or a bad ``mesh.rules``."""
-    _check_sizes(mesh_config)
-    logical_axis_rules(mesh_config)
+    rules = mesh_config.get("rules")
+    if rules is not None and not isinstance(rules, (ml_collections.ConfigDict, dict)):
+        raise ValueError(f"mesh.rules={rules!r} must be a group of logical axes")
+    mesh = config_schema.typed(MeshFields, mesh_config, "mesh.")
+    _check_sizes(mesh)
+    logical_axis_rules(mesh)
 
 
-def _check_sizes(mesh_config: ml_collections.ConfigDict) -> list[int]:
+def _check_sizes(mesh_config: MeshFields) -> list[int]:
     """The (data, fsdp, tensor) sizes as given, each a positive integer or -1 (at most one)."""
-    sizes = [mesh_config.get(a) for a in MESH_AXES]
+    sizes = [getattr(mesh_config, a) for a in MESH_AXES]
     for axis, size in zip(MESH_AXES, sizes, strict=True):
         if isinstance(size, bool) or not isinstance(size, int) or (size < 1 and size != -1):
             raise ValueError(f"mesh.{axis}={size!r} must be a positive integer or -1")
@@ -148,7 +156,7 @@ def _check_sizes(mesh_config: ml_collections.ConfigDict) -> list[int]:
     return sizes
 
 
-def mesh_shape(mesh_config: ml_collections.ConfigDict, device_count: int) -> tuple[int, ...]:
+def mesh_shape(mesh_config: MeshFields, device_count: int) -> tuple[int, ...]:
     """The (data, fsdp, tensor) sizes for ``device_count`` devices, -1 filled in."""
     sizes = _check_sizes(mesh_config)
     known = int(np.prod([s for s in sizes if s != -1]))
@@ -168,7 +176,7 @@ def mesh_shape(mesh_config: ml_collections.ConfigDict, device_count: int) -> tup
 
 
 def make_mesh(
-    mesh_config: ml_collections.ConfigDict, devices: list[jax.Device] | None = None
+    mesh_config: MeshFields, devices: list[jax.Device] | None = None
 ) -> jax.sharding.Mesh:
     """A ``(data, fsdp, tensor)`` mesh over ``devices`` (default: all), axis types Auto."""
     devices = jax.devices() if devices is None else devices

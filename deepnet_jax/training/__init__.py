@@ -7,6 +7,7 @@ light)::
     config = training.default_config()       # every field: docs/config.md
     config.total_steps = 1000
     training.validate(config)                  # one clear error for a bad field
+    run = training.RunConfig.from_config(config)  # the typed value everything below takes
     results = training.run(config, workdir)    # progress bar, checkpoints, eval.json
     plan = training.plan(config, jax.devices())   # compiled per-device memory, before a run
 """
@@ -19,6 +20,8 @@ _SURFACE = {  # name -> the submodule that defines it
     "GROUPS": "config",
     "default_config": "config",
     "resolve": "config",
+    "upgrade_saved": "config",
+    "RunConfig": "run_config",
     "validate": "config_checks",
     "run": "train",
     "plan": "memory_plan",

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
@@ -31,6 +30,7 @@ from deepnet_jax.scale import sharding
 from deepnet_jax.training import diagnostics, preemption
 from deepnet_jax.training import steps as train_steps
 from deepnet_jax.training.progress import Interval, say, scored_set, source_blind_warning
+from deepnet_jax.training.run_config import RunConfig
 
 
 class NonFiniteError(console.UserError, RuntimeError):
@@ -65,7 +65,7 @@ class StepReader:
 
     def __init__(
         self,
-        config: ml_collections.ConfigDict,
+        config: RunConfig,
         workdir: str | None,
         checkpointer: checkpoint.Checkpointer | None,
     ):
@@ -121,7 +121,7 @@ class StepReader:
         raise NonFiniteError(message, step)
 
 
-def halt_after(config: ml_collections.ConfigDict) -> int:
+def halt_after(config: RunConfig) -> int:
     """Consecutive non-finite steps after which the run halts (the step function's gate)."""
     return 1 if config.nan_policy == "halt" else config.nan_max_skips
 
@@ -131,7 +131,7 @@ class EvalContext:
     """What evaluation needs of a run: its config and workdir, the mesh, the model, its data,
     and where results go (:class:`deepnet_jax.training.trainer.Run` is one)."""
 
-    config: ml_collections.ConfigDict
+    config: RunConfig
     workdir: str | None
     mesh: jax.sharding.Mesh
     model: Any

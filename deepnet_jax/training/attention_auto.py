@@ -24,21 +24,21 @@ on a GPU). The choice is recorded in the run's checkpointed config (the field is
 
 from __future__ import annotations
 
-import ml_collections
-
 from deepnet_jax.common import jax_compat
 from deepnet_jax.data import batching
+from deepnet_jax.data.options import DataOptions
 from deepnet_jax.model.remat import AUTO
+from deepnet_jax.training.run_config import RunConfig
 
 HALF = ("bfloat16", "float16")
 
 
-def is_auto(config: ml_collections.ConfigDict) -> bool:
+def is_auto(config: RunConfig) -> bool:
     """Whether ``config`` asks for ``model.attention_impl='auto'``."""
-    return config.model.get("attention_impl") == AUTO
+    return config.model.attention_impl == AUTO
 
 
-def choice(config: ml_collections.ConfigDict, platform: str) -> str:
+def choice(config: RunConfig, platform: str) -> str:
     """The kernel ``auto`` stands for on ``platform`` (``cuda``, ``tpu``, ``cpu``)."""
     m = config.model
     fused = (
@@ -51,10 +51,10 @@ def choice(config: ml_collections.ConfigDict, platform: str) -> str:
     return "cudnn" if fused else "reference"
 
 
-def odd_lengths(data: ml_collections.ConfigDict) -> list[int]:
+def odd_lengths(data: DataOptions) -> list[int]:
     """The batch lengths (each bucket's, ``data.max_len`` the last) cuDNN's masked training
     kernels refuse: the odd ones."""
-    lengths = batching.bucket_boundaries(data.max_len, data.get("bucket_boundaries", ()) or ())
+    lengths = batching.bucket_boundaries(data.max_len, data.bucket_boundaries)
     return [n for n in lengths if n % 2]
 
 
@@ -64,11 +64,9 @@ def cudnn_answers() -> bool:
     return jax_compat.cudnn_library_answers()
 
 
-def resolve(config: ml_collections.ConfigDict, platform: str) -> ml_collections.ConfigDict:
+def resolve(config: RunConfig, platform: str) -> RunConfig:
     """``config`` itself unless ``model.attention_impl='auto'``; then a copy naming the kernel
     :func:`choice` picks for ``platform``."""
     if not is_auto(config):
         return config
-    c = config.copy_and_resolve_references()
-    c.model.attention_impl = choice(config, platform)
-    return c
+    return config.replace(model={"attention_impl": choice(config, platform)})

@@ -11,9 +11,10 @@ values, then the relations across groups) and ``docs/config.md`` (:func:`referen
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import ml_collections
@@ -48,6 +49,7 @@ class RunFields:
         "at a time instead of [B, T, vocab]; 0: all at once",
         low=0,
         resumable=True,
+        before=0,
     )
     grad_accum_steps: int = field(1, "micro-batches per optimizer update (optax.MultiSteps)", low=1)
     total_steps: int = field(400, "optimizer updates", low=1, resumable=True)
@@ -92,6 +94,7 @@ class RunFields:
         "limit (GPU/TPU), on CPU the host's memory less 25% shared by its devices",
         low=0,
         resumable=True,
+        before=0.0,
     )
 
 
@@ -177,20 +180,61 @@ def default_config() -> ml_collections.ConfigDict:
     return c
 
 
+def derived(model: Any, data: Any, tokenizer_size: int | None = None) -> dict[str, int]:
+    """The values of the derived model fields (``model_config.DERIVED``) for a config's
+    ``model`` and ``data`` groups (``ConfigDict`` or typed; a value set explicitly is kept):
+    ``max_len`` 0 → ``data.max_len``; ``vocab_size`` 0 → ``tokenizer_size``, the prepared
+    tokenizer's pieces, or before the data is built ``data.vocab_size``, which a bpe/unigram
+    tokenizer has exactly and a char one at most (the synthetic task's vocabulary is
+    ``data.vocab_size`` too). Saved runs keep resolved values."""
+    return {
+        "vocab_size": model.vocab_size or tokenizer_size or data.vocab_size,
+        "max_len": model.max_len or data.max_len,
+    }
+
+
 def resolve(
     config: ml_collections.ConfigDict, tokenizer_size: int | None = None
 ) -> ml_collections.ConfigDict:
-    """A copy of ``config`` with its derived fields filled (``model_config.DERIVED``; a value
-    set explicitly is kept): ``model.max_len`` 0 → ``data.max_len``; ``model.vocab_size`` 0 →
-    ``tokenizer_size``, the prepared tokenizer's pieces, or before the data is built
-    ``data.vocab_size``, which a bpe/unigram tokenizer has exactly and a char one at most (the
-    synthetic task's vocabulary is ``data.vocab_size`` too). Saved runs keep resolved values."""
+    """A copy of ``config`` with its derived fields filled (:func:`derived`); the typed run's
+    is ``RunConfig.resolved``."""
     config = config.copy_and_resolve_references()
-    m = config.model
-    if m.vocab_size == 0:
-        m.vocab_size = tokenizer_size or config.data.vocab_size
-    if m.max_len == 0:
-        m.max_len = config.data.max_len
+    config.model.update(derived(config.model, config.data, tokenizer_size))
+    return config
+
+
+def added_fields() -> dict[str, Any]:
+    """Every field declared with a ``before`` value (``config_schema.field(..., before=…)``:
+    added after runs were saved), by dotted path (``model.dropout_rng``), with that value."""
+    return {
+        f"{name}.{field_name}" if name else field_name: before
+        for name, group in GROUPS.items()
+        for field_name, before in config_schema.added(group.fields).items()
+    }
+
+
+# Fields added after runs were first saved, with the value that behaves as the code did before
+# the field existed (not necessarily today's default), generated from the declarations: a saved
+# config that lacks one is read with this value (:func:`upgrade_saved`), so an older run's
+# parameters load into the model they were trained with.
+ADDED_FIELDS: dict[str, Any] = added_fields()
+
+
+def upgrade_saved(
+    config: ml_collections.ConfigDict | Mapping[str, Any],
+) -> ml_collections.ConfigDict:
+    """A copy of a saved run's ``config`` (as its checkpoint or ``config.json`` holds it) with
+    every :data:`ADDED_FIELDS` entry it lacks."""
+    if isinstance(config, ml_collections.ConfigDict):
+        config = config.to_dict()
+    config = ml_collections.ConfigDict(copy.deepcopy(dict(config)))
+    for path, value in ADDED_FIELDS.items():
+        *groups, name = path.split(".")
+        level = config
+        for group in groups:
+            level = level[group]
+        if name not in level:
+            level[name] = value
     return config
 
 
@@ -216,6 +260,10 @@ def reference() -> str:
         'fields marked "may change" (and `mesh.rules`); every other field, the derived ones',
         "included, must be what the checkpoints were written with "
         "(`deepnet_jax/training/fingerprint.py`).",
+        "",
+        "Saved runs: a field added after runs were saved says what a run saved before it reads",
+        "as (the value that behaves as the code did then, declared by the field: `before=`;",
+        "`ADDED_FIELDS` in `deepnet_jax/training/config.py` gathers them).",
         "",
     ]
     for name, group in GROUPS.items():

@@ -2,8 +2,8 @@
 
 :func:`validate`: unknown and missing fields (:func:`check_fields`), each group's own check
 (:func:`check_groups`, over :data:`deepnet_jax.training.config.GROUPS`), then the relations
-across groups, on the config with its derived fields filled
-(:func:`deepnet_jax.training.config.resolve`). An ``auto`` choice is the trainer's to plan:
+across groups, on the typed config (:class:`~deepnet_jax.training.run_config.RunConfig`) with
+its derived fields filled (``RunConfig.resolved``). An ``auto`` choice is the trainer's to plan:
 :func:`is_auto` says whether the remat policy is one, :func:`check_budget` refuses a memory
 budget beside a concrete policy, and :func:`stand_in` is what the checks build in its place.
 """
@@ -16,23 +16,25 @@ import jax
 import ml_collections
 
 from deepnet_jax.common import config_schema
-from deepnet_jax.data import pipeline, registry, synthetic
+from deepnet_jax.data import registry, synthetic
 from deepnet_jax.data.options import DataOptions
 from deepnet_jax.model import architectures, remat
 from deepnet_jax.scale import sharding
 from deepnet_jax.training import attention_auto, optimizers
-from deepnet_jax.training.config import GROUPS, default_config, resolve
+from deepnet_jax.training.config import GROUPS, default_config
+from deepnet_jax.training.run_config import RunConfig
 
 
 def validate(config: ml_collections.ConfigDict, device_count: int | None = None) -> None:
     """One clear error for the first invalid training field, before any data is prepared or
     anything compiled: unknown and missing fields, each group's own check (:data:`GROUPS`),
-    then the relations across groups. ``device_count``: the devices the mesh spans (default:
-    all)."""
+    then the relations across groups, on the typed config (:class:`RunConfig`).
+    ``device_count``: the devices the mesh spans (default: all)."""
     check_fields(config)  # typos and missing fields first
     check_groups(config)  # each group on its own
-    check_budget(config)  # memory_budget_gb and remat_policy='auto'
-    resolved = resolve(stand_in(config))  # fields derived from the data
+    run = RunConfig.from_config(config)
+    check_budget(run)  # memory_budget_gb and remat_policy='auto'
+    resolved = stand_in(run).resolved()  # fields derived from the data
     architectures.build(resolved.model)  # the model as the run will build it
     _check_across(resolved, jax.device_count() if device_count is None else device_count)
     if resolved.data.dataset == registry.SYNTHETIC:
@@ -41,7 +43,7 @@ def validate(config: ml_collections.ConfigDict, device_count: int | None = None)
         _check_corpus(resolved)
 
 
-def _check_cudnn_lengths(data: ml_collections.ConfigDict) -> None:
+def _check_cudnn_lengths(data: DataOptions) -> None:
     """cuDNN's masked attention trains only on even lengths (its flash attention with a bias:
     "Unsupported sequence length"); the model sees each batch bucket's length."""
     odd = attention_auto.odd_lengths(data)
@@ -49,11 +51,11 @@ def _check_cudnn_lengths(data: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"model.attention_impl='cudnn' trains on even lengths only (cuDNN's masked "
             f"attention); the batch lengths {odd} from data.max_len={data.max_len} and "
-            f"data.bucket_boundaries={tuple(data.get('bucket_boundaries', ()) or ())} are odd"
+            f"data.bucket_boundaries={data.bucket_boundaries} are odd"
         )
 
 
-def _check_across(config: ml_collections.ConfigDict, device_count: int) -> None:
+def _check_across(config: RunConfig, device_count: int) -> None:
     """The relations between groups that every dataset shares."""
     if config.model.attention_impl == "cudnn":
         _check_cudnn_lengths(config.data)
@@ -79,7 +81,7 @@ def _check_across(config: ml_collections.ConfigDict, device_count: int) -> None:
         )
 
 
-def _check_synthetic(config: ml_collections.ConfigDict) -> None:
+def _check_synthetic(config: RunConfig) -> None:
     """The synthetic task has no splits and no corpus batching."""
     if config.final_split:
         raise ValueError(
@@ -87,9 +89,9 @@ def _check_synthetic(config: ml_collections.ConfigDict) -> None:
             f"{registry.SYNTHETIC!r} is evaluated on its held-out batches (use final_split='')"
         )
     for name in ("max_tokens", "bucket_boundaries", "packing", "source_dir"):
-        if config.data.get(name):
+        if getattr(config.data, name):
             raise ValueError(
-                f"data.{name}={config.data[name]!r} is not used by "
+                f"data.{name}={getattr(config.data, name)!r} is not used by "
                 f"data.dataset={registry.SYNTHETIC!r}"
             )
     longest = synthetic.longest_content(config.model.arch, config.data.max_len)
@@ -100,9 +102,9 @@ def _check_synthetic(config: ml_collections.ConfigDict) -> None:
         )
 
 
-def _check_corpus(config: ml_collections.ConfigDict) -> None:
+def _check_corpus(config: RunConfig) -> None:
     """A corpus's data options together, and a model vocabulary that holds the tokenizer's."""
-    options = pipeline.DataOptions.from_config(config.data, config.seed)
+    options = config.data
     options.validate()
     if options.min_len != DataOptions.min_len:
         raise ValueError(
@@ -117,53 +119,34 @@ def _check_corpus(config: ml_collections.ConfigDict) -> None:
         )
 
 
-def is_auto(config: ml_collections.ConfigDict) -> bool:
+def is_auto(config: RunConfig) -> bool:
     """Whether ``config`` asks for ``model.remat_policy='auto'`` (planned by the trainer:
     :mod:`deepnet_jax.training.remat_auto`)."""
-    return _policy(config) == remat.AUTO
+    return config.model.remat_policy == remat.AUTO
 
 
-def _policy(config: ml_collections.ConfigDict) -> Any:
-    model = config.get("model")
-    return (
-        model.get("remat_policy") if isinstance(model, (ml_collections.ConfigDict, dict)) else None
-    )
-
-
-def check_budget(config: ml_collections.ConfigDict) -> None:
+def check_budget(config: RunConfig) -> None:
     """The error of a ``memory_budget_gb`` set beside a concrete policy (nothing would read
     it)."""
-    budget = config.get("memory_budget_gb")
-    if not is_auto(config) and isinstance(budget, (int, float)) and budget > 0:
+    if not is_auto(config) and config.memory_budget_gb > 0:
         raise ValueError(
-            f"memory_budget_gb={budget} is read only by model.remat_policy='auto' (this "
-            f"config has {_policy(config)!r}); set it to 0 or the policy to 'auto'"
+            f"memory_budget_gb={config.memory_budget_gb} is read only by "
+            f"model.remat_policy='auto' (this config has {config.model.remat_policy!r}); set "
+            "it to 0 or the policy to 'auto'"
         )
 
 
-def stand_in(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+def stand_in(config: RunConfig) -> RunConfig:
     """``config`` itself, or for ``auto`` a copy with auto's first candidate policy and, for
     ``attention_impl='auto'``, the reference attention: what validation builds (the candidates
     differ only in the remat policy and the group size, the attention kernels in none of the
     parameters; ``scan_group_size`` is kept, for the model's own check)."""
-    attention_auto = _attention(config) == remat.AUTO
-    if not is_auto(config) and not attention_auto:
-        return config
-    c = config.copy_and_resolve_references()
+    changes = {}
     if is_auto(config):
-        c.model.remat_policy = remat.CANDIDATES[0][0]
-    if attention_auto:  # any kernel builds the same parameters
-        c.model.attention_impl = "reference"
-    return c
-
-
-def _attention(config: ml_collections.ConfigDict) -> Any:
-    model = config.get("model")
-    return (
-        model.get("attention_impl")
-        if isinstance(model, (ml_collections.ConfigDict, dict))
-        else None
-    )
+        changes["remat_policy"] = remat.CANDIDATES[0][0]
+    if config.model.attention_impl == remat.AUTO:  # any kernel builds the same parameters
+        changes["attention_impl"] = "reference"
+    return config.replace(model=changes) if changes else config
 
 
 def check_fields(config: ml_collections.ConfigDict) -> None:

@@ -6,24 +6,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import ml_collections
 import numpy as np
 
 from deepnet_jax.data import pipeline, registry
 from deepnet_jax.data.synthetic import SyntheticData
+from deepnet_jax.training.run_config import RunConfig
 
 
 class CorpusData:
     """A real corpus (prepared if missing) through the grain pipeline."""
 
-    def __init__(self, config: ml_collections.ConfigDict, row_multiple: int = 1):
-        options = pipeline.DataOptions.from_config(config.data, config.seed)
-        self.pipeline = pipeline.DataPipeline(options, config.model.arch, row_multiple=row_multiple)
+    def __init__(self, config: RunConfig, row_multiple: int = 1):
+        self.pipeline = pipeline.DataPipeline(
+            config.data, config.model.arch, row_multiple=row_multiple
+        )
         self.tokenizer_size = self.pipeline.vocab_size  # the model's vocabulary when derived
         if config.model.vocab_size < self.pipeline.vocab_size:  # char: known only now
             raise ValueError(
                 f"model.vocab_size={config.model.vocab_size} is smaller than the tokenizer's "
-                f"{self.pipeline.vocab_size} pieces (data.vocab_size={options.vocab_size})"
+                f"{self.pipeline.vocab_size} pieces (data.vocab_size={config.data.vocab_size})"
             )
         self.pipeline.check_split("validation")  # fail now, not after training
         if config.final_split:
@@ -48,11 +49,14 @@ class CorpusData:
 Data = SyntheticData | CorpusData  # what make_data returns
 
 
-def make_data(config: ml_collections.ConfigDict, row_multiple: int = 1) -> Data:
-    """The run's data; every batch's row count divides over ``row_multiple`` devices.
+def make_data(config: RunConfig, row_multiple: int = 1) -> Data:
+    """The run's data (``config`` with its derived fields resolved: ``RunConfig.resolved``);
+    every batch's row count divides over ``row_multiple`` devices.
 
     The one place that picks the source: the registry's ``synthetic`` kind is generated, every
     other dataset is a corpus."""
     if registry.get(config.data.dataset).kind == "synthetic":
-        return SyntheticData(config)
+        return SyntheticData(
+            config.data, config.model.arch, config.model.vocab_size, config.eval_batches
+        )
     return CorpusData(config, row_multiple)

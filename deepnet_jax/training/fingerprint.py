@@ -1,8 +1,9 @@
 """The run fingerprint: what every checkpoint records about the run that wrote it, and the
 comparison a resumed run makes with it before it reads any checkpoint's state.
 
-A checkpoint's fingerprint is its ``config`` item (the run's resolved config: model, data,
-optimizer, schedule, …, with ``model.vocab_size``/``max_len`` as derived from the data) and its
+A checkpoint's fingerprint is its ``config`` item (the run's resolved config,
+``RunConfig.to_dict()``: model, data, optimizer, schedule, …, with
+``model.vocab_size``/``max_len`` as derived from the data) and its
 ``fingerprint`` item, :func:`record`: ``{"tokenizer_sha256": …}``, the sha256 of the
 SentencePiece model file the run trained with (``None`` for the synthetic task, whose vocabulary
 is the config's ``data.vocab_size``). Each checkpoint keeps the fingerprint it was written
@@ -40,6 +41,7 @@ from deepnet_jax.runs import checkpoint
 from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import data as train_data
+from deepnet_jax.training.run_config import RunConfig
 
 TOKENIZER = "tokenizer"  # the tokenizer's entry in a list of differences
 # A checkpoint of step 0 has nothing trained: its parameters are an initialization (imported,
@@ -98,7 +100,7 @@ def read(workdir: str | None) -> list[Saved]:
         return []
     saved = []
     for step, config, item in checkpoint.read_fingerprints(workdir):
-        upgraded = checkpoint.upgrade_saved(ml_collections.ConfigDict(config))
+        upgraded = train_config.upgrade_saved(config)
         sha = item.get("tokenizer_sha256") if item is not None else None
         saved.append(Saved(step, flatten(upgraded), sha, item is not None))
     return saved
@@ -114,10 +116,11 @@ class Differences:
     unrecorded: list[str]
 
 
-def differences(saved: Saved, config: ml_collections.ConfigDict, derived: bool) -> Differences:
-    """Field-by-field comparison of ``config`` with a checkpoint's. ``derived=False``: the
-    data is not read yet, so derived model fields still at 0 are not compared."""
-    now = flatten(config)
+def differences(saved: Saved, config: RunConfig, derived: bool) -> Differences:
+    """Field-by-field comparison of ``config`` (its :meth:`RunConfig.to_dict`, as a checkpoint
+    saves it) with a checkpoint's. ``derived=False``: the data is not read yet, so derived
+    model fields still at 0 are not compared."""
+    now = flatten(config.to_dict())
     if now.get("model.remat_policy") == AUTO:  # auto plans both again and prints its choice
         del now["model.remat_policy"], now["model.scan_group_size"]
     fixed, accepted, unrecorded = [], [], []
@@ -135,9 +138,7 @@ def differences(saved: Saved, config: ml_collections.ConfigDict, derived: bool) 
     return Differences(fixed, accepted, unrecorded)
 
 
-def check_config(
-    saved: list[Saved], config: ml_collections.ConfigDict, workdir: str | None
-) -> None:
+def check_config(saved: list[Saved], config: RunConfig, workdir: str | None) -> None:
     """Before the data is prepared: a :class:`FingerprintMismatchError` for a field that differs
     from the checkpoints' (all but the derived fields and the tokenizer)."""
     if not saved:
@@ -149,9 +150,7 @@ def check_config(
             raise FingerprintMismatchError(_mismatch(directory, fixed))
 
 
-def check(
-    saved: list[Saved], config: ml_collections.ConfigDict, tokenizer: str | None, workdir: str
-) -> list[str]:
+def check(saved: list[Saved], config: RunConfig, tokenizer: str | None, workdir: str) -> list[str]:
     """Compare the resolved ``config`` and the run's ``tokenizer`` (sha256; None: synthetic)
     with every checkpoint's fingerprint; raise :class:`FingerprintMismatchError` on a field that may
     not change, else return the lines to print (accepted changes; what could not be compared)."""

@@ -38,14 +38,15 @@ import numpy as np
 
 from deepnet_jax.common import jax_compat
 from deepnet_jax.data import batching, synthetic
+from deepnet_jax.data.options import DataOptions
 from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
-from deepnet_jax.model.config import DTYPES
+from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.scale import flops, hlo_census, hlo_module, kernels, roofline, sharding, targets
 from deepnet_jax.training import actions as train_actions
-from deepnet_jax.training import attention_auto, optimizers
-from deepnet_jax.training import config as train_config
+from deepnet_jax.training import attention_auto, optimizers, run_config
 from deepnet_jax.training import steps as train_steps
+from deepnet_jax.training.run_config import RunConfig
 
 GIB = 2**30
 
@@ -107,41 +108,35 @@ def device_bytes(tree: Any) -> int:
     return total
 
 
-def decode_cache_bytes(model_config: ml_collections.ConfigDict, length: int) -> int:
+def decode_cache_bytes(m: TransformerConfig, length: int) -> int:
     """Bytes of one sequence's decoding cache (``architectures.init_cache``'s layout): keys and
     values of every decoder layer's kv heads (``num_kv_heads``, 0 meaning ``num_heads``) at
     ``length`` target positions and, for an encoder-decoder, ``length`` source positions, in
     the compute dtype; 0 for an encoder."""
-    m = model_config
     if m.arch == "encoder":
         return 0
     positions = length * (2 if m.arch == "encdec" else 1)
-    kv_heads = m.num_kv_heads or m.num_heads
-    itemsize = np.dtype(DTYPES[m.dtype]).itemsize
-    return m.num_decoder_layers * positions * 2 * kv_heads * (m.d_model // m.num_heads) * itemsize
+    itemsize = np.dtype(m.compute_dtype).itemsize
+    return m.num_decoder_layers * positions * 2 * m.kv_heads * m.head_dim * itemsize
 
 
-def batch_shape(config: ml_collections.ConfigDict, row_multiple: int) -> tuple[int, int]:
+def batch_shape(data: DataOptions, row_multiple: int) -> tuple[int, int]:
     """(rows, length) of the run's longest batch bucket."""
-    d = config.data
     buckets = batching.make_buckets(
-        d.max_len,
-        d.batch_size,
-        d.get("max_tokens", 0) or 0,
-        d.get("bucket_boundaries", ()) or (),
-        row_multiple,
+        data.max_len, data.batch_size, data.max_tokens, data.bucket_boundaries, row_multiple
     )
     longest = max(buckets, key=lambda b: (b.length, b.rows))
     return longest.rows, longest.length
 
 
 def plan(
-    config: ml_collections.ConfigDict,
+    config: RunConfig | ml_collections.ConfigDict,
     devices: list[jax.Device] | None = None,
     target: targets.Target | None = None,
 ) -> Plan:
     """Compile ``config``'s train step on abstract sharded inputs over ``devices`` — by default
     ``target``'s compile-only devices (TPU, GPU) or the process's own (``cpu:N``, no target).
+    ``config``: a run's, or a validated ``ConfigDict`` (typed once here).
 
     Raises :class:`DoesNotFitError` (one line) when XLA refuses to compile it for lack of memory."""
     if devices is None:
@@ -169,12 +164,14 @@ class CompiledStep:
 
 
 def compile_step(
-    config: ml_collections.ConfigDict, devices: list[jax.Device], target: targets.Target
+    config: RunConfig | ml_collections.ConfigDict,
+    devices: list[jax.Device],
+    target: targets.Target,
 ) -> CompiledStep:
     """:func:`plan`'s compile on ``devices`` (real or compile-only), keeping the executable.
 
     Raises :class:`DoesNotFitError` (one line) when XLA refuses to compile it for lack of memory."""
-    config = train_config.resolve(config)  # model fields derived from the data
+    config = run_config.typed(config).resolved()  # model fields derived from the data
     config = attention_auto.resolve(config, target.platform)  # the target's kernel
     step = _Step.build(config, devices)
     lowered, compiled, compile_s = _compile(step, target)
@@ -193,12 +190,12 @@ class _Step:
     fn: Any
 
     @classmethod
-    def build(cls, config: ml_collections.ConfigDict, devices: list[jax.Device]) -> _Step:
+    def build(cls, config: RunConfig, devices: list[jax.Device]) -> _Step:
         mesh = sharding.make_mesh(config.mesh, devices)
         rules = sharding.logical_axis_rules(config.mesh)
         arch = config.model.arch
         model = architectures.build(config.model)
-        rows, length = batch_shape(config, sharding.data_parallel_size(mesh))
+        rows, length = batch_shape(config.data, sharding.data_parallel_size(mesh))
         example = synthetic.batch(
             arch, 1, max(config.model.vocab_size, 8), length, np.random.default_rng(0)
         )
@@ -288,7 +285,7 @@ def _memory(compiled: Any) -> dict[str, int]:
 
 
 def _plan(
-    config: ml_collections.ConfigDict,
+    config: RunConfig,
     target: targets.Target,
     device: jax.Device,
     step: _Step,

@@ -6,10 +6,10 @@ step), with gradient accumulation (``optax.MultiSteps``) and ``nan_policy="skip"
 from __future__ import annotations
 
 import dataclasses
+from typing import Protocol
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 
@@ -47,7 +47,17 @@ class ScheduleFields:
     power: float = field(1.0, "polynomial: decay exponent (1 = linear)", low=0, low_open=True)
 
 
-def validate(config: ml_collections.ConfigDict) -> None:
+class Optimized(Protocol):
+    """What the optimizer and the schedule read of a run's config (a ``RunConfig`` has it)."""
+
+    optimizer: OptimizerFields
+    schedule: ScheduleFields
+    total_steps: int
+    grad_accum_steps: int
+    nan_policy: str
+
+
+def validate(config: Optimized) -> None:
     """One clear error for the learning rate or a schedule field out of line with it or with
     ``total_steps`` (each field's own type and range are checked by its declaration first)."""
     s, lr = config.schedule, config.optimizer.learning_rate
@@ -69,7 +79,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ValueError(f"schedule.end_lr={s.end_lr!r} must be in [0, learning_rate={lr}]")
 
 
-def learning_rate_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
+def learning_rate_schedule(config: Optimized) -> optax.Schedule:
     """The learning rate at optimizer update ``t`` (counted from 0).
 
     Every schedule but ``constant`` first warms up linearly from ``warmup_init_lr`` to the peak
@@ -100,7 +110,7 @@ def learning_rate_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
     return optax.join_schedules([warmup, decay], [s.warmup_steps])
 
 
-def learning_rates(config: ml_collections.ConfigDict) -> np.ndarray:
+def learning_rates(config: Optimized) -> np.ndarray:
     """float32 [total_steps]: the learning rate of each optimizer update
     (:func:`learning_rate_schedule` at 0 … total_steps − 1), computed once on the host. The
     trainer feeds the update's entry to the jitted step as an argument, so runs that differ
@@ -127,7 +137,7 @@ def scale_by_learning_rate_argument() -> optax.GradientTransformationExtraArgs:
     return optax.GradientTransformationExtraArgs(init, update)
 
 
-def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformationExtraArgs:
+def make_optimizer(config: Optimized) -> optax.GradientTransformationExtraArgs:
     """Clipping + AdamW (decoupled weight decay scaled by the learning rate, as
     ``optax.adamw``; under ``model.parameterization="completep"`` with each parameter group's
     learning rate, ε and weight decay, :func:`.parameterization.grouped_adamw`) whose

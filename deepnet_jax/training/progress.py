@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 from tqdm import tqdm
 
 from deepnet_jax.common.console import say
 from deepnet_jax.runs import metrics as metrics_lib
+from deepnet_jax.training.run_config import RunConfig
 
 SOURCE_BLIND_NATS = 0.1  # source sensitivity below this after the warm-up: a warning
 # what jax reports of a compile (jax.monitoring): tracing, lowering to MLIR and XLA's compile
@@ -176,7 +176,7 @@ class Progress:
 
     def __init__(
         self,
-        config: ml_collections.ConfigDict,
+        config: RunConfig,
         writer: metrics_lib.MetricsWriter | None,
         learning_rates: np.ndarray,
         peak_flops_per_s: float,

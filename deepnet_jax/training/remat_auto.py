@@ -30,27 +30,25 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import jax
-import ml_collections
 
 from deepnet_jax.model import remat
 from deepnet_jax.model.remat import GIB
 from deepnet_jax.training.config_checks import check_budget, is_auto
 from deepnet_jax.training.progress import say
+from deepnet_jax.training.run_config import RunConfig
 
 if TYPE_CHECKING:
     from deepnet_jax.scale.targets import Target
     from deepnet_jax.training.memory_plan import Plan
 
 
-def candidate(config: ml_collections.ConfigDict, policy: str, group: int):
+def candidate(config: RunConfig, policy: str, group: int) -> RunConfig:
     """A copy of ``config`` with ``model.remat_policy=policy``, ``model.scan_group_size=group``."""
-    c = config.copy_and_resolve_references()
-    c.model.remat_policy, c.model.scan_group_size = policy, group
-    return c
+    return config.replace(model={"remat_policy": policy, "scan_group_size": group})
 
 
 def run_budget(
-    config: ml_collections.ConfigDict,
+    config: RunConfig,
     devices: Sequence[jax.Device],
     target: Target | None = None,
 ) -> tuple[int, str]:
@@ -67,14 +65,14 @@ def run_budget(
 
 
 def choose(
-    config: ml_collections.ConfigDict,
+    config: RunConfig,
     devices: Sequence[jax.Device],
     report: Callable[[str], None] = say,
     target: Target | None = None,
     judged_on: Target | None = None,
-) -> tuple[ml_collections.ConfigDict, Plan]:
+) -> tuple[RunConfig, Plan]:
     """The candidate of ``config`` (``remat_policy='auto'``, already validated: see
-    ``deepnet_jax.training.config_checks.stand_in``) to train with, and its plan: on a chip with
+    ``deepnet_jax.training.config_checks.validate``) to train with, and its plan: on a chip with
     figures (``target``, deviceless, or ``judged_on``, the run's own accelerators) the one with
     the least predicted step time (``scale.kernels``) among those whose planned peak fits,
     every candidate planned; elsewhere (CPU) the first that fits, cheapest first."""
@@ -124,10 +122,10 @@ def choose(
 
 
 def resolve(
-    config: ml_collections.ConfigDict,
+    config: RunConfig,
     devices: Sequence[jax.Device],
     report: Callable[[str], None] = say,
-) -> ml_collections.ConfigDict:
+) -> RunConfig:
     """``config`` itself unless ``model.remat_policy='auto'``; then a copy with the chosen
     policy and group size (see :func:`choose`: on the run's own TPUs or GPUs the fastest
     predicted, judged by their chip's figures). ``config`` is validated already."""
@@ -139,7 +137,7 @@ def resolve(
     return choose(config, devices, report, judged_on=targets.of_devices(list(devices)))[0]
 
 
-def _predicted(entry: tuple[str, int, ml_collections.ConfigDict, Plan]) -> float:
+def _predicted(entry: tuple[str, int, RunConfig, Plan]) -> float:
     """A fitting candidate's predicted step time (its place in the order breaks ties)."""
     return entry[3].predicted_step_s
 

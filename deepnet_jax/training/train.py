@@ -18,6 +18,7 @@ import ml_collections
 from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.scale import distributed, sharding
 from deepnet_jax.training import config_checks, trainer
+from deepnet_jax.training.run_config import RunConfig
 
 validate = config_checks.validate  # one clear error for the first invalid training field
 
@@ -28,6 +29,9 @@ def run(
     devices: Sequence[jax.Device] | None = None,
 ) -> dict[str, Any]:
     """Train for ``config.total_steps`` updates with a progress bar, then evaluate.
+
+    ``config`` (a ``ConfigDict``: ``default_config()`` or a ``configs/*.py``) is validated,
+    then typed once (``RunConfig.from_config``): the trainer and everything below take that.
 
     With a ``workdir`` (``runs.workdir.RunDir`` names its files): metrics go to a JSON-lines
     file and TensorBoard files, the curves to a PNG, the final results to ``eval.json``, and
@@ -48,12 +52,13 @@ def run(
     distributed.initialize(config.distributed)  # before anything touches a backend
     devices = jax.devices() if devices is None else list(devices)
     validate(config, len(devices))  # model.remat_policy='auto' is resolved by build_run
+    typed = RunConfig.from_config(config)  # what everything below takes
     if workdir:
         RunDir(workdir).check_writable()
-    mesh = sharding.make_mesh(config.mesh, devices)
-    rules = sharding.logical_axis_rules(config.mesh)
+    mesh = sharding.make_mesh(typed.mesh, devices)
+    rules = sharding.logical_axis_rules(typed.mesh)
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-        built = trainer.build_run(config, workdir, mesh)
+        built = trainer.build_run(typed, workdir, mesh)
         try:
             return trainer.train(built)
         finally:  # on an error too: orbax's pending work ends before the interpreter does

@@ -17,7 +17,6 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 from jax.experimental import multihost_utils
@@ -38,7 +37,6 @@ from deepnet_jax.training import (
     remat_auto,
     results,
 )
-from deepnet_jax.training import config as train_config
 from deepnet_jax.training import data as train_data
 from deepnet_jax.training import steps as train_steps
 from deepnet_jax.training.actions import (
@@ -51,6 +49,7 @@ from deepnet_jax.training.actions import (
     replicated,
 )
 from deepnet_jax.training.progress import Progress, say
+from deepnet_jax.training.run_config import RunConfig
 
 
 @dataclasses.dataclass
@@ -81,21 +80,21 @@ class TrainState:
         return {"params": self.params, "opt_state": self.opt_state}
 
 
-def build_run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> Run:
+def build_run(config: RunConfig, workdir: str | None, mesh) -> Run:
     """The model, the data stream, the sharded-state plan, the step and the writers.
 
-    ``config`` as the user wrote it: the fields derived from the data (``model.vocab_size``,
-    ``model.max_len``) are filled here (``train_config.resolve``), the model vocabulary from
-    the tokenizer the data was prepared with; ``Run.config`` (what checkpoints keep) holds
-    the resolved values. A workdir's checkpoints are compared with the run first
-    (:mod:`deepnet_jax.training.fingerprint`): the config before the data is prepared, the derived
-    fields and the tokenizer once it is; a mismatch stops the run with nothing touched.
+    ``config`` as the user wrote it, validated and typed: the fields derived from the data
+    (``model.vocab_size``, ``model.max_len``) are filled here (``RunConfig.resolved``), the
+    model vocabulary from the tokenizer the data was prepared with, and ``auto`` choices made;
+    ``Run.config`` (what checkpoints keep) holds the resolved values. A workdir's checkpoints
+    are compared with the run first (:mod:`deepnet_jax.training.fingerprint`): the config
+    before the data is prepared, the derived fields and the tokenizer once it is; a mismatch
+    stops the run with nothing touched.
     """
     saved = fingerprint.read(workdir)
     fingerprint.check_config(saved, config, workdir)  # before the data is prepared
-    provisional = train_config.resolve(config)
-    data = train_data.make_data(provisional, sharding.data_parallel_size(mesh))
-    config = train_config.resolve(config, data.tokenizer_size)
+    data = train_data.make_data(config.resolved(), sharding.data_parallel_size(mesh))
+    config = config.resolved(data.tokenizer_size)
     config = attention_auto.resolve(config, mesh.devices.flat[0].platform)
     tokenizer = fingerprint.tokenizer_sha256(data)
     for line in fingerprint.check(saved, config, tokenizer, workdir):
@@ -141,7 +140,7 @@ def build_run(config: ml_collections.ConfigDict, workdir: str | None, mesh) -> R
 
 
 def _model_and_state(
-    config: ml_collections.ConfigDict,
+    config: RunConfig,
     example: dict[str, np.ndarray],
     optimizer: optax.GradientTransformation,
     mesh: jax.sharding.Mesh,
@@ -158,7 +157,7 @@ def _model_and_state(
 
 
 def _checkpointer(
-    config: ml_collections.ConfigDict, workdir: str | None, plan: sharding.ShardedState
+    config: RunConfig, workdir: str | None, plan: sharding.ShardedState
 ) -> checkpoint.Checkpointer | None:
     """The run's checkpointer (None without a workdir or checkpoints), once the workdir's
     disk has room for ``max_to_keep`` checkpoints of ``plan``'s state."""
@@ -221,7 +220,9 @@ def advance(run: Run, state: TrainState, batch: dict) -> tuple[TrainState, dict[
 def save(run: Run, state: TrainState) -> None:
     """Start the checkpoint of ``state`` (its steps' metrics already read and checked)."""
     tree = {**state.tree(), "step": np.asarray(state.step, np.int64)}
-    run.checkpointer.save(state.step, tree, run.batches.get_state(), run.config, run.fingerprint)
+    run.checkpointer.save(
+        state.step, tree, run.batches.get_state(), run.config.to_dict(), run.fingerprint
+    )
 
 
 def train_loop(

@@ -41,12 +41,13 @@ from deepnet_jax.interop.torchscale.configs import (
 )
 from deepnet_jax.interop.torchscale.params import params_from_torchscale, params_to_torchscale
 from deepnet_jax.runs import checkpoint
-from deepnet_jax.runs import loading as run_loading
 from deepnet_jax.runs.workdir import CONFIG_JSON, RunDir
 from deepnet_jax.scale import sharding
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import data as train_data
 from deepnet_jax.training import fingerprint, optimizers, train
+from deepnet_jax.training import loading as run_loading
+from deepnet_jax.training.run_config import RunConfig
 
 # Model fields that choose how the model runs, not what it computes: kept from the training config
 RUNTIME_FIELDS = (
@@ -70,12 +71,12 @@ import os
 
 import ml_collections
 
-from deepnet_jax.runs import checkpoint
+from deepnet_jax import training
 
 
 def get_config() -> ml_collections.ConfigDict:
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "{config_json}")) as f:
-        return checkpoint.upgrade_saved(ml_collections.ConfigDict(json.load(f)))
+        return training.upgrade_saved(json.load(f))
 '''
 
 
@@ -152,19 +153,20 @@ def import_checkpoint(
         raise ValueError(
             f"--spm={spm} has more pieces than the model's vocab_size={config.model.vocab_size}"
         )
-    mesh = run_loading.run_mesh(config)
-    data = train_data.make_data(config, sharding.data_parallel_size(mesh))
+    typed = RunConfig.from_config(config)  # validated by run_config
+    mesh = run_loading.run_mesh(typed)
+    data = train_data.make_data(typed, sharding.data_parallel_size(mesh))
     data_state = data.train_iterator().get_state()
     tokenizer = fetch.sha256_file(spm) if spm else fingerprint.tokenizer_sha256(data)
-    opt_state = optimizers.make_optimizer(config).init(params)
+    opt_state = optimizers.make_optimizer(typed).init(params)
     run_dir = RunDir(workdir)
-    writer = checkpoint.Checkpointer(run_dir, every=1, max_to_keep=config.max_to_keep)
+    writer = checkpoint.Checkpointer(run_dir, every=1, max_to_keep=typed.max_to_keep)
     try:
         state = {"params": params, "opt_state": opt_state, "step": np.asarray(0, np.int64)}
-        writer.save(0, state, data_state, config, fingerprint.record(tokenizer))
+        writer.save(0, state, data_state, typed.to_dict(), fingerprint.record(tokenizer))
     finally:
         writer.close()
-    _write_json(run_dir.config_json, config.to_dict())
+    _write_json(run_dir.config_json, typed.to_dict())
     with open(run_dir.finetune_config, "w") as f:
         source_text = FINETUNE_SOURCE.format(
             config_json=CONFIG_JSON.name, finetune=run_dir.finetune_config
@@ -218,7 +220,7 @@ def export_run(
     if not workdir or not os.path.isdir(workdir):
         raise ValueError(f"--workdir={workdir} does not exist")
     run = run_loading.load_run(workdir, checkpoint_choice, average_last)
-    model = run.config.model
+    model = run.config.to_config().model  # the conversions read a model ConfigDict
     args = torchscale_args_from_config(model)
     state_dict = reoffset_positions(params_to_torchscale(jax.device_get(run.params), model), model)
     prefix = ""

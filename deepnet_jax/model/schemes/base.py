@@ -190,10 +190,20 @@ class Scheme:
 
     @property
     def completep_ok(self) -> bool:
-        """``model.parameterization="completep"`` applies (CompleteP's Table 1 is for pre-norm
-        Transformers): the pre-norm residual form x ← α·x + β·G(N(x)) in a stack of layers
-        alone, and no init of its own for CompleteP's to replace."""
-        return self.family == "pre" and self.scannable and not self.own_init
+        """``model.parameterization="completep"`` applies (:meth:`completep_refused` is None)."""
+        return self.completep_refused() is None
+
+    def completep_refused(self) -> str | None:
+        """Why CompleteP (its Table 1 is for pre-norm Transformers) does not apply, or None: it
+        needs the pre-norm residual form x ← α·x + β·G(N(x)) in a stack of layers alone, and no
+        init of its own for CompleteP's to replace."""
+        if self.family != "pre":
+            return "its residual form is not the pre-norm x + β·G(N(x))"
+        if not self.scannable:
+            return "Table 1 has no rule for its combination weights"
+        if self.own_init:
+            return "it has an init of its own, which CompleteP's would replace"
+        return None
 
     @property
     def per_layer(self) -> Scheme:

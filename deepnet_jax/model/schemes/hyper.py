@@ -48,12 +48,11 @@ class Stream(Scheme):
 
     family: ClassVar[str] = "pre"  # the norm on the branch input, a final norm
 
-    @property
-    def completep_ok(self) -> bool:
-        """No: CompleteP's residual multiplier (its Table 1) scales the branch of one residual
-        stream, and a stream scheme writes its branch into n streams with learned weights that
-        take no multiplier (its sublayer reads no ``Residual.beta``)."""
-        return False
+    def completep_refused(self) -> str | None:
+        """CompleteP's residual multiplier (its Table 1) scales the branch of one residual
+        stream; a stream scheme writes its branch into n streams with learned weights that take
+        no multiplier (its sublayer reads no ``Residual.beta``)."""
+        return "its branch joins n streams through learned weights, not one residual x + β·G"
 
     def expand(self, config: Any, x_BTD: jax.Array) -> jax.Array:
         """H⁰ = (x … x)ᵀ: the embedded input [B, T, D] copied into n streams [B, T, n, D]."""

@@ -25,7 +25,6 @@ from typing import Any
 
 import flax.linen as nn
 import jax
-import ml_collections
 import numpy as np
 
 from deepnet_jax.data.tokenizer import Tokenizer
@@ -35,15 +34,18 @@ from deepnet_jax.model.config import AUTO
 from deepnet_jax.runs import checkpoint
 from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.scale import sharding
+from deepnet_jax.scale.sharding import MeshFields
+from deepnet_jax.training.run_config import RunConfig
 
 
 @dataclasses.dataclass
 class LoadedRun:
-    """A run's config, model, parameters (on ``mesh``) and tokenizer (None for synthetic
-    data); ``description`` says which parameters were loaded."""
+    """A run's config (typed: fields added since it was saved filled, ``auto`` choices made),
+    model, parameters (on ``mesh``) and tokenizer (None for synthetic data); ``description``
+    says which parameters were loaded."""
 
     workdir: str
-    config: ml_collections.ConfigDict
+    config: RunConfig
     model: nn.Module
     params: Any
     mesh: jax.sharding.Mesh
@@ -81,15 +83,27 @@ def parse_checkpoint(value: str) -> str | int:
     raise ValueError(f"checkpoint={value!r}; allowed values are 'latest', 'best' or a step number")
 
 
-def run_mesh(config: ml_collections.ConfigDict) -> jax.sharding.Mesh:
+def run_mesh(config: RunConfig) -> jax.sharding.Mesh:
     """The run's mesh if it fits this machine's devices, else all devices on ``data``."""
     try:
         return sharding.make_mesh(config.mesh)
     except ValueError:  # e.g. a pod run evaluated on one host: same rules, data-parallel mesh
-        return sharding.make_mesh(sharding.default_config())
+        return sharding.make_mesh(MeshFields())
 
 
-def abstract_params(model: nn.Module, config: ml_collections.ConfigDict, mesh) -> Any:
+def saved_run_config(saved: dict[str, Any]) -> RunConfig:
+    """A checkpoint's config typed (``RunConfig.from_dict``: fields added since filled), its
+    ``auto`` choices made for inference: an imported run not trained yet has them unplanned
+    (training plans the policy; inference saves nothing, and any kernel computes the same)."""
+    config = RunConfig.from_dict(saved)
+    if config.model.remat_policy == AUTO:
+        config = config.replace(model={"remat_policy": "none"})
+    if config.model.attention_impl == AUTO:
+        config = config.replace(model={"attention_impl": "reference"})
+    return config
+
+
+def abstract_params(model: nn.Module, config: RunConfig, mesh) -> Any:
     """The model's parameters as sharded ``jax.ShapeDtypeStruct``s (nothing allocated)."""
     arch = config.model.arch
     dummy = np.zeros((1, 8), np.int32)
@@ -118,11 +132,7 @@ def load_run(
         steps = ckpt.all_steps()
         if not steps:
             raise ValueError(f"workdir={workdir!r} holds no complete checkpoint in {directory}")
-        config = ckpt.read_config(steps[-1])
-        if config.model.remat_policy == AUTO:  # an imported run not trained yet: its policy
-            config.model.remat_policy = "none"  # is planned by training; inference saves nothing
-        if config.model.attention_impl == AUTO:  # the same run's kernel: any computes the same
-            config.model.attention_impl = "reference"
+        config = saved_run_config(ckpt.read_config(steps[-1]))
         model = architectures.build(config.model)
         mesh = run_mesh(config)
         target = abstract_params(model, config, mesh)
