@@ -88,8 +88,8 @@ def test_the_generated_added_fields_are_the_hand_written_table():
 @pytest.mark.parametrize("name", configs.NAMES)
 def test_a_shipped_config_typed_gives_back_its_dict(name):
     c = _shipped(name)
-    train.validate(c)
-    run = RunConfig.from_config(c)
+    run = train.validate(c)  # the check types the config: what a command passes on
+    assert run == RunConfig.from_config(c)
     assert _json(run.to_dict()) == _json(c.to_dict())  # what checkpoints save, order included
     assert RunConfig.from_dict(json.loads(_json(run.to_dict()))) == run  # and read back
     assert isinstance(run.model, TransformerConfig) and isinstance(run.data, DataOptions)

@@ -31,7 +31,6 @@ from deepnet_jax.cli import command
 from deepnet_jax.common import records
 from deepnet_jax.scale import targets
 from deepnet_jax.training import config_checks, memory_plan, plan_report, remat_auto, train
-from deepnet_jax.training.run_config import RunConfig
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file.", lock_config=True)
 _TARGET = flags.DEFINE_string(
@@ -72,8 +71,7 @@ def _devices(target: targets.Target) -> list[jax.Device]:
 
 def _plan(target: targets.Target) -> memory_plan.Plan:
     devices = _devices(target)
-    train.validate(_CONFIG.value, len(devices))
-    config = RunConfig.from_config(_CONFIG.value)  # what the planner takes
+    config = train.validate(_CONFIG.value, len(devices))  # typed: what the planner takes
     if config_checks.is_auto(config):  # the chosen candidate's plan
         return remat_auto.choose(config, devices, print, target)[1]
     return memory_plan.plan(config, devices, target)

@@ -6,10 +6,9 @@ light)::
     from deepnet_jax import training
     config = training.default_config()       # every field: docs/config.md
     config.total_steps = 1000
-    training.validate(config)                  # one clear error for a bad field
-    run = training.RunConfig.from_config(config)  # the typed value everything below takes
+    run = training.validate(config)            # one clear error for a bad field; typed
     results = training.run(config, workdir)    # progress bar, checkpoints, eval.json
-    plan = training.plan(config, jax.devices())   # compiled per-device memory, before a run
+    plan = training.plan(run, jax.devices())   # compiled per-device memory, before a run
 """
 
 from __future__ import annotations

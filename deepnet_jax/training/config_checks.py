@@ -25,11 +25,12 @@ from deepnet_jax.training.config import GROUPS, default_config
 from deepnet_jax.training.run_config import RunConfig
 
 
-def validate(config: ml_collections.ConfigDict, device_count: int | None = None) -> None:
+def validate(config: ml_collections.ConfigDict, device_count: int | None = None) -> RunConfig:
     """One clear error for the first invalid training field, before any data is prepared or
     anything compiled: unknown and missing fields, each group's own check (:data:`GROUPS`),
-    then the relations across groups, on the typed config (:class:`RunConfig`).
-    ``device_count``: the devices the mesh spans (default: all)."""
+    then the relations across groups, on the typed config. Returns that typed config
+    (:class:`RunConfig`, its derived fields and ``auto`` choices as given): what a command
+    passes on. ``device_count``: the devices the mesh spans (default: all)."""
     check_fields(config)  # typos and missing fields first
     check_groups(config)  # each group on its own
     run = RunConfig.from_config(config)
@@ -41,6 +42,7 @@ def validate(config: ml_collections.ConfigDict, device_count: int | None = None)
         _check_synthetic(resolved)
     else:
         _check_corpus(resolved)
+    return run
 
 
 def _check_cudnn_lengths(data: DataOptions) -> None:

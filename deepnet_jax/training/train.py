@@ -18,7 +18,6 @@ import ml_collections
 from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.scale import distributed, sharding
 from deepnet_jax.training import config_checks, trainer
-from deepnet_jax.training.run_config import RunConfig
 
 validate = config_checks.validate  # one clear error for the first invalid training field
 
@@ -30,8 +29,9 @@ def run(
 ) -> dict[str, Any]:
     """Train for ``config.total_steps`` updates with a progress bar, then evaluate.
 
-    ``config`` (a ``ConfigDict``: ``default_config()`` or a ``configs/*.py``) is validated,
-    then typed once (``RunConfig.from_config``): the trainer and everything below take that.
+    ``config`` (a ``ConfigDict``: ``default_config()`` or a ``configs/*.py``) is validated and
+    typed once (``validate`` returns the ``RunConfig``): the trainer and everything below take
+    that; ``auto`` choices and the fields derived from the data are made by the trainer.
 
     With a ``workdir`` (``runs.workdir.RunDir`` names its files): metrics go to a JSON-lines
     file and TensorBoard files, the curves to a PNG, the final results to ``eval.json``, and
@@ -51,8 +51,7 @@ def run(
     """
     distributed.initialize(config.distributed)  # before anything touches a backend
     devices = jax.devices() if devices is None else list(devices)
-    validate(config, len(devices))  # model.remat_policy='auto' is resolved by build_run
-    typed = RunConfig.from_config(config)  # what everything below takes
+    typed = validate(config, len(devices))  # the config typed once: what all below takes
     if workdir:
         RunDir(workdir).check_writable()
     mesh = sharding.make_mesh(typed.mesh, devices)
