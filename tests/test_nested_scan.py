@@ -58,7 +58,7 @@ FAST = {
     ("decoder", "pre_ln"),
     ("decoder", "mix_ln"),
     ("encoder", "ln_scaling"),
-    ("encdec", "hyper_connections"),  # the n streams: a carry [B, T, n, D]
+    ("decoder", "hyper_connections"),  # the n streams: a carry [B, T, n, D]
     ("decoder", "mhc"),
 }
 
