@@ -36,8 +36,10 @@ row is compiled first so that the first row does not pay JAX's one-time
 start-up costs (``--no_warmup`` skips it).
 
 Output: one JSON line per row (``depth``, ``layout``, ``remat_policy``, ``lower_s``,
-``compile_s``, ``hlo_chars``, ``temp_bytes``, ``step_s_median``, ``params``, ``group_size``),
-then one summary JSON line: the compile-time ratio scanned 1000 / scanned 6 (target ≤ 1.5), the
+``compile_s``, ``compile_cpu_s`` — the process's CPU seconds while compiling —,
+``hlo_chars``, ``temp_bytes``, ``step_s_median``, ``params``, ``group_size``),
+then one summary JSON line: the compile-time ratio scanned 1000 / scanned 6 (target ≤ 1.5; wall
+clock, and the same ratio of compile CPU time), the
 temp-bytes slope per layer of the scanned "full" policy between depths 100 and 1000 against the
 limit of one layer's float32 gradient bytes + 2·B·T·d_model·4 bytes and, where both layouts
 have rows at two or more depths, how temp bytes grow from each depth to the next (flat: ~the
@@ -193,11 +195,15 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 def lower_and_compile(step: Callable, abstract_args: tuple) -> dict[str, Any]:
     """Lower and compile ``step`` on abstract args; times, HLO size and temp bytes."""
     lowered, lower_s = timed(lambda: step.lower(*abstract_args))
+    cpu = time.process_time()
     compiled, compile_s = timed(lowered.compile)
     return {
         "compiled": compiled,
         "lower_s": round(lower_s, 3),
         "compile_s": round(compile_s, 3),
+        # the process's CPU seconds (all threads) while compiling: less sensitive than the
+        # wall-clock time to other processes sharing the cores
+        "compile_cpu_s": round(time.process_time() - cpu, 3),
         "hlo_chars": len(lowered.as_text()),
         "temp_bytes": int(compiled.memory_analysis().temp_size_in_bytes),
     }
