@@ -160,21 +160,18 @@ def table(record: dict) -> str:
         )
     step = [r for r in record["rows"] if r["row"] == "step"]
     if step:
-        hash_s = next(r["dropout_s"] for r in step if r["variant"] == "hash")
+        hash_s = next(r["median_step_s"] for r in step if r["variant"] == "hash")
         lines += [
             "",
-            "| train step | step ÷ no dropout | dropout's share (step − no dropout) "
-            "| share ÷ `hash`'s | median step (s) |",
+            "| train step | step ÷ no dropout | step ÷ `hash` "
+            "| dropout's share (step − no dropout) | median step (s) |",
             "|---|---:|---:|---:|---:|",
         ]
         for r in step:
-            ratio = (
-                "—" if r["variant"] == "none" or hash_s <= 0 else f"{r['dropout_s'] / hash_s:.1f}"
-            )
-            share = "—" if r["variant"] == "none" else f"{r['dropout_s']:.3f} s"
+            share = "—" if r["variant"] == "none" else f"{r['dropout_s']:+.3f} s"
             lines.append(
-                f"| {r['variant']} | {r['vs_none']:.2f} | {share} | {ratio} "
-                f"| {r['median_step_s']:.3f} |"
+                f"| {r['variant']} | {r['vs_none']:.2f} | {r['median_step_s'] / hash_s:.2f} "
+                f"| {share} | {r['median_step_s']:.3f} |"
             )
     return "\n".join(lines)
 
