@@ -19,6 +19,13 @@ Summary of a saved, possibly partial, run::
 
     python -m benchmarks.compile_vs_depth --summarize=results.jsonl
 
+The committed record and the docs' tables (block ``compile-vs-depth`` of docs/benchmarks.md,
+rendered by ``compile_vs_depth_report.table``; ``tests/test_compile_vs_depth_record.py``
+regenerates it from the record)::
+
+    python -m benchmarks.compile_vs_depth --rows=scan:6,scan:100,scan:1000,unroll:6,unroll:12 \
+--out=docs/records/compile_vs_depth.json --docs=docs/benchmarks.md
+
 Each row builds a tiny-width decoder-only model, jits one train step (``value_and_grad`` of
 ``deepnet_jax.training.steps.make_loss_fn`` followed by an Adam update taking the learning rate as
 an argument), lowers it on abstract inputs (``jax.eval_shape`` of the init,
@@ -29,12 +36,18 @@ row is compiled first so that the first row does not pay JAX's one-time
 start-up costs (``--no_warmup`` skips it).
 
 Output: one JSON line per row (``depth``, ``layout``, ``remat_policy``, ``lower_s``,
-``compile_s``, ``hlo_chars``, ``temp_bytes``, ``step_s_median``, ``params``, ``group_size``),
-then one summary JSON line: the compile-time ratio scanned 1000 / scanned 6 (target ≤ 1.5), the
+``compile_s``, ``compile_cpu_s`` — the process's CPU seconds while compiling —,
+``hlo_chars``, ``temp_bytes``, ``step_s_median``, ``params``, ``group_size``),
+then one summary JSON line: the compile-time ratio scanned 1000 / scanned 6 (target ≤ 1.5; wall
+clock, and the same ratio of compile CPU time), the
 temp-bytes slope per layer of the scanned "full" policy between depths 100 and 1000 against the
 limit of one layer's float32 gradient bytes + 2·B·T·d_model·4 bytes and, where both layouts
 have rows at two or more depths, how temp bytes grow from each depth to the next (flat: ~the
-depth ratio; grouped: ~its square root) and grouped ÷ flat temp bytes, step and compile time.
+depth ratio; grouped: ~its square root) and grouped ÷ flat temp bytes, step and compile time;
+for the unrolled rows, how compile time, HLO size, temp bytes and step time grow from each
+depth to the next and unrolled ÷ scanned at equal depth (``compile_vs_depth_report``).
+``--out`` writes a record: the header (command, commit, date, machine, jax), the setup, every
+row and the summary.
 
 ``--rows`` is a comma-separated list of ``layout:depth[:policy]`` (layout ``scan``, ``group``
 — the nested scan, ``model.scan_group_size=-1``: groups of ⌈√depth⌉ layers — or ``unroll``,
@@ -53,7 +66,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import itertools
 import json
 import statistics
 import time
@@ -66,6 +78,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from benchmarks import compile_vs_depth_report as report
+from deepnet_jax.common import records
 from deepnet_jax.data import synthetic
 from deepnet_jax.model import architectures, remat
 from deepnet_jax.model import inputs as model_inputs
@@ -76,7 +90,6 @@ from deepnet_jax.training import steps as train_steps
 DEFAULT_ROWS = "scan:6,scan:100,scan:1000,unroll:6,unroll:12,unroll:24"
 DEFAULT_POLICIES = "none,dots,qkv_fc1"
 LAYOUTS = ("scan", "group", "unroll")
-COMPILE_RATIO_TARGET = 1.5
 ARCH = "decoder"
 SIDE = "decoder"  # the layer stack of a decoder-only model
 F32_BYTES = 4
@@ -182,11 +195,15 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 def lower_and_compile(step: Callable, abstract_args: tuple) -> dict[str, Any]:
     """Lower and compile ``step`` on abstract args; times, HLO size and temp bytes."""
     lowered, lower_s = timed(lambda: step.lower(*abstract_args))
+    cpu = time.process_time()
     compiled, compile_s = timed(lowered.compile)
     return {
         "compiled": compiled,
-        "lower_s": lower_s,
-        "compile_s": compile_s,
+        "lower_s": round(lower_s, 3),
+        "compile_s": round(compile_s, 3),
+        # the process's CPU seconds (all threads) while compiling: less sensitive than the
+        # wall-clock time to other processes sharing the cores
+        "compile_cpu_s": round(time.process_time() - cpu, 3),
         "hlo_chars": len(lowered.as_text()),
         "temp_bytes": int(compiled.memory_analysis().temp_size_in_bytes),
     }
@@ -243,7 +260,7 @@ def measure_row(setup: Setup, row: Row) -> dict[str, Any]:
         "layout": row.layout,
         "remat_policy": row.policy,
         **stats,
-        "step_s_median": step_s,
+        "step_s_median": round(step_s, 5),
         "params": param_count(params_abs),
         "group_size": remat.group_size(TransformerConfig.from_config(config), row.depth),
     }
@@ -258,83 +275,11 @@ def one_layer_param_bytes(setup: Setup) -> int:
     return F32_BYTES * param_count(params[SIDE]["layers"])
 
 
-def find(results: list[dict], layout: str, depth: int, policy: str) -> dict | None:
-    for r in results:
-        if (r["layout"], r["depth"], r["remat_policy"]) == (layout, depth, policy):
-            return r
-    return None
-
-
-def compile_ratio(results: list[dict]) -> dict[str, Any]:
-    """compile_s (and lower_s + compile_s) of scanned depth 1000 over scanned depth 6."""
-    deep, shallow = find(results, "scan", 1000, "full"), find(results, "scan", 6, "full")
-    if deep is None or shallow is None:
-        return {"compile_ratio_scan1000_over_scan6": None}
-    ratio = deep["compile_s"] / shallow["compile_s"]
-    total = (deep["lower_s"] + deep["compile_s"]) / (shallow["lower_s"] + shallow["compile_s"])
-    return {
-        "compile_ratio_scan1000_over_scan6": ratio,
-        "lower_plus_compile_ratio_scan1000_over_scan6": total,
-        "compile_ratio_target": COMPILE_RATIO_TARGET,
-        "compile_ratio_meets_target": ratio <= COMPILE_RATIO_TARGET,
-    }
-
-
-def temp_slope(results: list[dict], setup: Setup) -> dict[str, Any]:
-    """Temp bytes per extra layer (scan, full, depth 100 → 1000) against the per-layer limit."""
-    deep, shallow = find(results, "scan", 1000, "full"), find(results, "scan", 100, "full")
-    if deep is None or shallow is None:
-        return {"temp_slope_bytes_per_layer": None}
-    slope = (deep["temp_bytes"] - shallow["temp_bytes"]) / 900
-    grad_bytes = one_layer_param_bytes(setup)
-    activation_bytes = 2 * setup.batch_size * setup.seq_len * setup.d_model * F32_BYTES
-    limit = grad_bytes + activation_bytes
-    return {
-        "temp_slope_bytes_per_layer": slope,
-        "temp_slope_limit_bytes_per_layer": limit,
-        "limit_layer_grad_bytes": grad_bytes,
-        "limit_activation_bytes": activation_bytes,
-        "temp_slope_within_limit": slope <= limit,
-    }
-
-
-def grouped_vs_flat(results: list[dict]) -> dict[str, Any]:
-    """For the depths both layouts have (policy "full"): temp-bytes growth from each depth to
-    the next, per layout, and grouped ÷ flat temp bytes, step time and compile time per depth."""
-    pairs = {}
-    for r in results:
-        if r["layout"] == "group" and r["remat_policy"] == "full":
-            flat = find(results, "scan", r["depth"], "full")
-            if flat is not None:
-                pairs[r["depth"]] = (flat, r)
-    if len(pairs) < 2:
-        return {"temp_growth": None}
-    depths = sorted(pairs)
-    growth = {
-        f"{lo}->{hi}": {
-            layout: pairs[hi][i]["temp_bytes"] / pairs[lo][i]["temp_bytes"]
-            for i, layout in enumerate(("flat", "grouped"))
-        }
-        for lo, hi in itertools.pairwise(depths)
-    }
-    ratios = {
-        str(d): {
-            "temp_bytes": g["temp_bytes"] / f["temp_bytes"],
-            "step_s": g["step_s_median"] / f["step_s_median"],
-            "compile_s": g["compile_s"] / f["compile_s"],
-        }
-        for d, (f, g) in sorted(pairs.items())
-    }
-    return {"temp_growth": growth, "grouped_over_flat": ratios}
-
-
 def summary(results: list[dict], setup: Setup) -> dict[str, Any]:
-    return {
-        "summary": True,
-        **compile_ratio(results),
-        **temp_slope(results, setup),
-        **grouped_vs_flat(results),
-    }
+    """The summary line (``compile_vs_depth_report.summary``) with this setup's per-layer
+    limit: one layer's float32 gradient + 2·B·T·d_model·4 bytes."""
+    activation_bytes = 2 * setup.batch_size * setup.seq_len * setup.d_model * F32_BYTES
+    return report.summary(results, one_layer_param_bytes(setup), activation_bytes)
 
 
 def warm_up(setup: Setup) -> None:
@@ -349,8 +294,8 @@ def emit(record: dict[str, Any]) -> None:
 def read_results(path: str) -> list[dict[str, Any]]:
     """The row records of a saved run (its JSON lines other than summaries)."""
     with open(path) as f:
-        records = [json.loads(line) for line in f if line.startswith("{")]
-    return [r for r in records if not r.get("summary")]
+        lines = [json.loads(line) for line in f if line.startswith("{")]
+    return [r for r in lines if not r.get("summary")]
 
 
 def parse_args() -> argparse.Namespace:
@@ -372,6 +317,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--summarize", metavar="FILE", help="print only the summary of a saved (partial) run"
     )
+    p.add_argument("--out", help="write the rows and the summary as a JSON record here")
+    p.add_argument("--docs", help="write the compile-vs-depth block of this file from the record")
     return p.parse_args()
 
 
@@ -385,6 +332,7 @@ def main() -> None:
     if args.summarize:
         emit(summary(read_results(args.summarize), setup))
         return
+    header = records.header()  # the commit as the run starts
     rows = parse_rows(args.rows, args.policies, args.policy_depth)
     if not args.no_warmup:
         warm_up(setup)
@@ -392,7 +340,20 @@ def main() -> None:
     for row in rows:
         results.append(measure_row(setup, row))
         emit(results[-1])
-    emit(summary(results, setup))
+    record = {
+        **header,
+        "setup": dataclasses.asdict(setup),
+        "warmup_row": not args.no_warmup,
+        "rows": results,
+        "summary": summary(results, setup),
+    }
+    emit(record["summary"])
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(record, f, indent=1)
+            f.write("\n")
+    if args.docs:
+        records.replace_block(args.docs, "compile-vs-depth", report.table(record))
 
 
 if __name__ == "__main__":

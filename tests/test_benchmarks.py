@@ -68,6 +68,23 @@ def test_step_efficiency_benchmark_smoke():
     assert isinstance(rows[-1]["malloc_env"], dict)
 
 
+@pytest.mark.slow  # a benchmark's smoke run; CI runs the library tests
+def test_dropout_masks_benchmark_smoke(tmp_path):
+    from benchmarks import dropout_masks
+
+    doc = tmp_path / "page.md"
+    doc.write_text("<!-- generated: dropout-masks -->\n<!-- end: dropout-masks -->\n")
+    out = tmp_path / "record.json"
+    record = dropout_masks.main(["--smoke", f"--out={out}", f"--docs={doc}"])
+    assert json.loads(out.read_text()) == record
+    masks = [r for r in record["rows"] if r["row"] == "masks"]
+    assert [r["generator"] for r in masks] == list(dropout_masks.GENERATORS)
+    assert all(r["median_s"] > 0 for r in masks)
+    steps = [r for r in record["rows"] if r["row"] == "step"]
+    assert [r["variant"] for r in steps] == list(dropout_masks.STEP_VARIANTS)
+    assert "| `philox4x32` |" in doc.read_text()
+
+
 def test_step_efficiency_rejects_bad_variants_before_compiling():
     from benchmarks import step_efficiency
 

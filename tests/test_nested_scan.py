@@ -212,6 +212,7 @@ def test_benchmark_rows_and_summary():
     """benchmarks/compile_vs_depth.py: `group` rows run after the flat ones, and the summary
     compares the two layouts depth by depth."""
     from benchmarks import compile_vs_depth as bench
+    from benchmarks import compile_vs_depth_report as report
 
     rows = bench.parse_rows("group:64,unroll:6,scan:64", "dots", 100)
     assert [(r.layout, r.depth, r.policy) for r in rows] == [
@@ -237,8 +238,8 @@ def test_benchmark_rows_and_summary():
         row("group", 64, 50, 1.5),
         row("group", 256, 100, 5.0),
     ]
-    summary = bench.grouped_vs_flat(results)
+    summary = report.grouped_vs_flat(results)
     assert summary["temp_growth"] == {"64->256": {"flat": 4.0, "grouped": 2.0}}
     assert summary["grouped_over_flat"]["256"]["temp_bytes"] == 0.25
     assert summary["grouped_over_flat"]["64"]["step_s"] == 1.5
-    assert bench.grouped_vs_flat(results[:2]) == {"temp_growth": None}
+    assert report.grouped_vs_flat(results[:2]) == {"temp_growth": None}

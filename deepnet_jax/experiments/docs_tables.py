@@ -125,6 +125,14 @@ _SUITE = (
 _SHARDING = (
     "python -m benchmarks.sharding --out=docs/records/sharding.json --docs=docs/benchmarks.md"
 )
+_COMPILE_VS_DEPTH = (
+    "python -m benchmarks.compile_vs_depth --rows=scan:6,scan:100,scan:1000,unroll:6,unroll:12 "
+    "--out=docs/records/compile_vs_depth.json --docs=docs/benchmarks.md"
+)
+_DROPOUT_MASKS = (
+    "python -m benchmarks.dropout_masks --out=docs/records/dropout_masks.json "
+    "--docs=docs/benchmarks.md"
+)
 _MAIN_JOB = (
     "python -m benchmarks.main_job --seeds=0,1,2 --jobs=2 --out=docs/records/main_job.json "
     "--docs=README.md --docs=docs/main_job.md"
@@ -134,6 +142,8 @@ ELSEWHERE = {
     ("docs/install.md", "tested-sets"): _SUITE,
     **{(doc, "main-job"): _MAIN_JOB for doc in ("README.md", "docs/main_job.md")},
     ("docs/benchmarks.md", "sharding-state"): _SHARDING,
+    ("docs/benchmarks.md", "compile-vs-depth"): _COMPILE_VS_DEPTH,
+    ("docs/benchmarks.md", "dropout-masks"): _DROPOUT_MASKS,
 }
 _MARKER = re.compile(r"<!-- generated: (\S+) -->")
 
