@@ -11,10 +11,10 @@ import os
 
 import pytest
 
-from deepnet_jax.experiments import common, docs_tables
 from deepnet_jax.experiments import compact_results as cr
 from deepnet_jax.experiments import depth_table_costs as costs
 from deepnet_jax.experiments import depth_table_report as table_report
+from deepnet_jax.experiments import docs_tables, results_file
 
 _FILES = sorted({path for table in docs_tables.TABLES for path in table.results})
 # the largest a compact run of each experiment is (bytes, its JSON line): the committed files'
@@ -120,7 +120,7 @@ def test_values_kept_to_nine_significant_digits():
 
 def test_an_experiment_writes_its_results_compact(tmp_path):
     settings = {"steps": 10, "every": 5}
-    results = common.Results(str(tmp_path), "model_update", "gated", settings)
+    results = results_file.Results(str(tmp_path), "model_update", "gated", settings)
     diagnostics = [
         {"split": "diagnostics", "step": s, "model_update": s / 3, "grad_norm/encoder/all": [1.0]}
         for s in (0, 5, 10)

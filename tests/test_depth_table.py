@@ -21,6 +21,7 @@ from deepnet_jax.experiments import (
     lr_tolerance,
     model_update,
     opening,
+    results_file,
     resumable,
     thousand_layers,
 )
@@ -339,12 +340,12 @@ def test_the_corpus_report_states_the_source_rule_beside_the_nll_bar():
 
 def test_two_results_objects_on_one_file_keep_both_runs(tmp_path):
     """What two shards do: each adds under the lock to what the other wrote."""
-    a = common.Results(str(tmp_path), "grid", "smoke", {"steps": 4})
-    b = common.Results(str(tmp_path), "grid", "smoke", {"steps": 4})
+    a = results_file.Results(str(tmp_path), "grid", "smoke", {"steps": 4})
+    b = results_file.Results(str(tmp_path), "grid", "smoke", {"steps": 4})
     a.add({"seed": 0}, {"eval_loss": 1.0})
     b.add({"seed": 1}, {"eval_loss": 2.0})
     a.add({"seed": 2}, {"eval_loss": 3.0})
-    again = common.Results(str(tmp_path), "grid", "smoke", {"steps": 4})
+    again = results_file.Results(str(tmp_path), "grid", "smoke", {"steps": 4})
     assert [r["seed"] for r in again.runs] == [0, 1, 2]
 
 

@@ -20,6 +20,7 @@ from deepnet_jax.experiments import (
     lr_tolerance,
     model_update,
     opening,
+    results_file,
     resumable,
     thousand_layers,
     thousand_layers_report,
@@ -71,13 +72,13 @@ def test_a_grid_started_again_skips_the_runs_it_finished(tmp_path, capsys):
     """The results file keeps each finished run; a second start with the same setting trains
     only what is missing."""
     settings = {"steps": 4}
-    first = common.Results(str(tmp_path), "grid", "smoke", settings)
+    first = results_file.Results(str(tmp_path), "grid", "smoke", settings)
     first.add({"scheme": "deepnorm", "layers": 2}, {"eval_loss": 1.5, "nonfinite_step": None})
 
     def untrainable(key):
         raise AssertionError(f"{key} was trained again")
 
-    again = common.Results(str(tmp_path), "grid", "smoke", settings)
+    again = results_file.Results(str(tmp_path), "grid", "smoke", settings)
     keys = [{"scheme": "deepnorm", "layers": 2}]
     runs = common.run_grid(again, keys, untrainable, None, str(tmp_path / "runs"))
     assert runs == [{"scheme": "deepnorm", "layers": 2, "eval_loss": 1.5, "nonfinite_step": None}]
@@ -89,19 +90,19 @@ def test_a_results_file_is_kept_across_grid_changes_and_refused_across_settings(
     finished runs; another setting or another recipe is refused with the differing fields,
     and the file is left as it was."""
     settings = {"schemes": ["deepnorm"], "steps": 4}
-    first = common.Results(str(tmp_path), "grid", "smoke", settings, grid=["schemes"])
+    first = results_file.Results(str(tmp_path), "grid", "smoke", settings, grid=["schemes"])
     first.add({"scheme": "deepnorm"}, {"eval_loss": 1.5, "nonfinite_step": None})
     wider = {"schemes": ["deepnorm", "pre_ln+dyt"], "steps": 4}
-    again = common.Results(str(tmp_path), "grid", "smoke", wider, grid=["schemes"])
+    again = results_file.Results(str(tmp_path), "grid", "smoke", wider, grid=["schemes"])
     assert [r["scheme"] for r in again.runs] == ["deepnorm"]
     again.add({"scheme": "pre_ln+dyt"}, {"eval_loss": 1.2, "nonfinite_step": None})
     with open(again.path) as f:
         on_disk = f.read()
     with pytest.raises(SystemExit, match=r"other settings \(setting differ\)"):
-        common.Results(str(tmp_path), "grid", "quick", wider, grid=["schemes"])
+        results_file.Results(str(tmp_path), "grid", "quick", wider, grid=["schemes"])
     longer = {**wider, "steps": 8}
     with pytest.raises(SystemExit, match=r"grid\.json holds .* other settings \(settings\.steps "):
-        common.Results(str(tmp_path), "grid", "smoke", longer, grid=["schemes"])
+        results_file.Results(str(tmp_path), "grid", "smoke", longer, grid=["schemes"])
     with open(again.path) as f:
         assert f.read() == on_disk
 
@@ -284,11 +285,11 @@ def test_a_run_stopped_by_a_signal_is_not_recorded(tmp_path, monkeypatch):
     monkeypatch.setattr(
         resumable.train, "run", lambda config, workdir: {"stopped": True, "message": message}
     )
-    results = common.Results(str(tmp_path), "grid", "smoke", {"steps": 8})
+    results = results_file.Results(str(tmp_path), "grid", "smoke", {"steps": 8})
     config = common.base_config("smoke")
     with pytest.raises(SystemExit, match=r"stopped by SIGTERM after update 3/8.*not recorded"):
         common.run_grid(results, [{"seed": 0}], lambda key: config, None, str(tmp_path / "r"))
-    assert common.Results(str(tmp_path), "grid", "smoke", {"steps": 8}).runs == []
+    assert results_file.Results(str(tmp_path), "grid", "smoke", {"steps": 8}).runs == []
 
 
 @pytest.mark.parametrize("setting", ["gated", "gated_first"])

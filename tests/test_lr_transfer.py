@@ -11,7 +11,7 @@ import pathlib
 import pytest
 
 from deepnet_jax.experiments import depth_table_settings as dts
-from deepnet_jax.experiments import lr_transfer
+from deepnet_jax.experiments import lr_transfer, results_file
 from deepnet_jax.experiments import lr_transfer_report as ltr
 from deepnet_jax.training import config_checks
 
@@ -87,7 +87,7 @@ def test_reuse_takes_the_depth_tables_runs_at_the_recipe_rate_and_refuses_other_
     grid = {**GRID, "tasks": {"reversal64": GRID["tasks"]["reversal64"]}}
     payload = json.loads((ROOT / "docs/reproduction/depth_table_quick.json").read_text())
     settings = {"grid": grid, "levels": {}, "recipes": {}}
-    results = lr_transfer.common.Results(str(tmp_path), "lr_transfer", "quick", settings)
+    results = results_file.Results(str(tmp_path), "lr_transfer", "quick", settings)
     path = str(ROOT / "docs/reproduction/depth_table_quick.json")
     added = lr_transfer.reuse(results, path, bases, grid)
     expected = [
@@ -105,7 +105,7 @@ def test_reuse_takes_the_depth_tables_runs_at_the_recipe_rate_and_refuses_other_
     other = {**payload, "settings": {**payload["settings"], "warmup": 50}}
     other["runs"] = [{**r, "warmup": 50} for r in payload["runs"]]
     (tmp_path / "other.json").write_text(json.dumps(other))
-    fresh = lr_transfer.common.Results(str(tmp_path / "b"), "lr_transfer", "quick", settings)
+    fresh = results_file.Results(str(tmp_path / "b"), "lr_transfer", "quick", settings)
     assert lr_transfer.reuse(fresh, str(tmp_path / "other.json"), bases, grid) == 0
 
 

@@ -78,7 +78,14 @@ import ml_collections
 from absl import flags
 
 from deepnet_jax.common import console
-from deepnet_jax.experiments import common, opening, report, resumable, thousand_layers
+from deepnet_jax.experiments import (
+    common,
+    opening,
+    report,
+    results_file,
+    resumable,
+    thousand_layers,
+)
 from deepnet_jax.experiments import depth_table_costs as depth_costs
 from deepnet_jax.experiments import depth_table_plot as table_plot
 from deepnet_jax.experiments import depth_table_report as table_report
@@ -118,7 +125,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     grid = table_settings.GRIDS[args.setting]
     levels = {task: task_levels(table_settings.task_config(base, task)) for task in grid["tasks"]}
     settings = {"grid": grid, "levels": levels, **run_recipe(base, "recipes" not in grid)}
-    results = common.Results(out, NAME, args.setting, settings, grid=["grid"])
+    results = results_file.Results(out, NAME, args.setting, settings, grid=["grid"])
     for path in _MERGE.value:
         print(f"merged {merge(results, path, chosen)} runs from {path}")
     if not _MERGE.value:
@@ -149,7 +156,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return results.payload
 
 
-def merge(results: common.Results, path: str, wanted: list[dict[str, Any]]) -> int:
+def merge(results: results_file.Results, path: str, wanted: list[dict[str, Any]]) -> int:
     """Add to ``results`` the runs of the results file at ``path`` whose key is one of
     ``wanted`` and which ``results`` lacks; returns how many. SystemExit if that file was made
     with another setting or recipe (its runs would not belong in this table)."""
@@ -165,7 +172,7 @@ def merge(results: common.Results, path: str, wanted: list[dict[str, Any]]) -> i
         raise SystemExit(console.error_line(message))
     added = 0
     for key in wanted:
-        run = common.find_run(theirs.get("runs", []), key)
+        run = results_file.find_run(theirs.get("runs", []), key)
         if run is not None and results.find(key) is None:
             results.add(key, run)
             added += 1

@@ -36,7 +36,7 @@ import os
 import sys
 from typing import Any
 
-from deepnet_jax.experiments import common, opening, report
+from deepnet_jax.experiments import common, opening, report, results_file
 
 NAME = "lr_tolerance"
 SETTINGS = {
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args, base, out = opening.start(argv, NAME, _base_config, tuple(SETTINGS))
     s = SETTINGS[args.setting]
     entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
-    results = common.Results(
+    results = results_file.Results(
         out, NAME, args.setting, {**s, "unigram_entropy": entropy}, grid=["schemes", "lrs"]
     )
     keys = [{"scheme": scheme, "lr": lr} for scheme in s["schemes"] for lr in s["lrs"]]

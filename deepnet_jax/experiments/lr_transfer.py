@@ -49,7 +49,7 @@ import ml_collections
 from absl import flags
 
 from deepnet_jax.common import console
-from deepnet_jax.experiments import common, depth_table, opening, report, resumable
+from deepnet_jax.experiments import common, depth_table, opening, report, results_file, resumable
 from deepnet_jax.experiments import depth_table_settings as table_settings
 from deepnet_jax.experiments import lr_transfer_report as transfer_report
 
@@ -199,7 +199,9 @@ def make_config(bases: dict[str, Any], key: dict[str, Any]) -> ml_collections.Co
     return c
 
 
-def reuse(results: common.Results, path: str, bases: dict[str, Any], grid: dict[str, Any]) -> int:
+def reuse(
+    results: results_file.Results, path: str, bases: dict[str, Any], grid: dict[str, Any]
+) -> int:
     """Add the runs of the depth-table results file ``path`` whose configs are this
     experiment's (a plain scheme's row, the grid's task, depth, seed and rate, and the task's
     recipe), each marked ``"reused_from"``; returns how many were added."""
@@ -249,7 +251,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     levels = {task: depth_table.task_levels(c) for task, c in bases.items()}
     recipes = {task: depth_table.run_recipe(c, with_rates=False) for task, c in bases.items()}
     settings = {"grid": GRIDS[args.setting], "levels": levels, "recipes": recipes}
-    results = common.Results(out, NAME, args.setting, settings, grid=["grid"])
+    results = results_file.Results(out, NAME, args.setting, settings, grid=["grid"])
     for path in _REUSE.value:
         print(f"reused {reuse(results, path, bases, grid)} runs from {path}")
     if not _REPORT.value:
@@ -264,7 +266,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return results.payload
 
 
-def train_all(grid: dict[str, Any], results: common.Results, train, index: int, count: int):
+def train_all(grid: dict[str, Any], results: results_file.Results, train, index: int, count: int):
     """This shard's runs, depth by depth: the sweep, then its follow-ups until none is left;
     then the follow-ups of cells whose sweeps other shards finished meanwhile.
     ``train(keys)`` trains those not yet in ``results`` and returns how many it trained."""

@@ -60,7 +60,7 @@ import ml_collections
 from absl import flags
 
 from deepnet_jax.common.tokens import FIRST_CONTENT_ID
-from deepnet_jax.experiments import common, opening, report
+from deepnet_jax.experiments import common, opening, report, results_file
 from deepnet_jax.experiments import thousand_layers_report as tl_report
 from deepnet_jax.experiments.thousand_layers_report import MARGIN_NATS
 from deepnet_jax.runs import metrics
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     entropy = common.unigram_entropy(base)
     settings = {**s, "task": TASK, "chance": chance, "unigram_entropy": entropy}
     grid = ["runs", "lr", "warmup", "steps", "dropout"]  # each run's key holds these
-    results = common.Results(out, NAME, args.setting, settings, grid=grid)
+    results = results_file.Results(out, NAME, args.setting, settings, grid=grid)
     keys = [
         {"scheme": scheme, "layers": n, **{k: s[k] for k in ("lr", "warmup", "steps", "dropout")}}
         for scheme, n in s["runs"]
