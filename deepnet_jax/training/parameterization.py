@@ -16,15 +16,17 @@ one chain.
 
 from __future__ import annotations
 
-import ml_collections
+from typing import Any
+
 import optax
 
 from deepnet_jax.model import parameterization
 
 
-def grouped_adamw(config: ml_collections.ConfigDict) -> optax.GradientTransformationExtraArgs:
-    """Adam's direction, the decoupled weight decay and the group's learning-rate factor, per
-    parameter group of ``config.model``'s parameterization: ``optax.partition`` over
+def grouped_adamw(config: Any) -> optax.GradientTransformationExtraArgs:
+    """For a run's config (a ``RunConfig``: its ``optimizer`` and ``model`` groups), Adam's
+    direction, the decoupled weight decay and the group's learning-rate factor, per parameter
+    group of ``config.model``'s parameterization: ``optax.partition`` over
     ``parameterization.labels`` of the parameters, each label's chain
     ``scale_by_adam(ε·ε_g) → add_decayed_weights(λ·λ_g) → scale(lr_g)``. The learning rate
     itself (η_t) is applied after, to every group alike."""
