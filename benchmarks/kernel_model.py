@@ -47,6 +47,7 @@ _PROFILE = {  # ms per class, the reference step's xprof profile (the same secti
     "loss": 3.0,
     "copies": 55.0,
 }
+H200_RECORD = "docs/records/h200/on_device.jsonl"  # benchmarks/on_device_calibration.sh's
 _CUDNN = ["model.attention_impl=cudnn", "model.attention_dropout=0.0"]
 _ONE_GPU = ["data.max_tokens=8192"]
 _FSDP8 = ["mesh.data=1", "mesh.fsdp=8"]
@@ -81,6 +82,33 @@ CASES: list[dict[str, Any]] = [
         "set": [*_CUDNN, "model.remat_policy=dots"],
         "ms": 182.7,
     },
+    # the same steps measured on one H200, their figures read from the record
+    # (benchmarks/on_device_calibration.sh's on_device.jsonl; "record": its line)
+    {
+        "name": "wmt17_ende",
+        "target": "h200-1",
+        "set": [_REF, "model.remat_policy=dots"],
+        "record": 4,
+    },
+    {
+        "name": "wmt17_ende",
+        "target": "h200-1",
+        "set": [*_CUDNN, "model.remat_policy=none"],
+        "record": 3,
+    },
+    {
+        "name": "wmt17_ende",
+        "target": "h200-1",
+        "set": [*_CUDNN, "model.remat_policy=dots"],
+        "record": 1,
+    },
+    {
+        "name": "wmt17_ende",
+        "target": "h200-1",
+        "set": [*_CUDNN, "model.remat_policy=full"],
+        "record": 0,
+    },
+    {"name": "wmt17_ende", "target": "h200-1", "set": [], "record": 5},
     # what the trainer now runs by default (attention_impl and remat_policy auto: cuDNN's
     # attention on a GPU, the fastest predicted policy that fits), and the chunked loss
     {"name": "wmt17_ende", "target": "h100-1", "set": []},
@@ -91,7 +119,12 @@ CASES: list[dict[str, Any]] = [
     # candidates of it): 8,192 tokens a GPU (the config's 65,536 over 8), the state sharded
     # over the GPUs of a node (fsdp) and over a v5p-8's 4 chips
     {"name": "deepnet_3b", "target": "h100-1", "set": [*_ONE_GPU, "model.remat_policy=full"]},
-    {"name": "deepnet_3b", "target": "h200-1", "set": [*_ONE_GPU, "model.remat_policy=dots"]},
+    {
+        "name": "deepnet_3b",
+        "target": "h200-1",
+        "set": [*_ONE_GPU, "model.remat_policy=dots"],
+        "record": 2,
+    },
     {"name": "deepnet_3b", "target": "h100-8", "set": [*_FSDP8, "model.remat_policy=dots"]},
     {"name": "deepnet_3b", "target": "v5p-8", "set": [*_FSDP4, "model.remat_policy=dots"]},
 ]
@@ -139,7 +172,15 @@ def _plan(config: RunConfig, target: targets.Target) -> tuple[RunConfig, memory_
 
 
 def _measured(case: dict[str, Any]) -> dict[str, Any]:
-    """The case's measurement copied from the docs (none where it has none)."""
+    """The case's measurement: read from the H200 record, or copied from the docs (the H100's,
+    which kept none); none where it has none."""
+    if "record" in case:
+        with open(H200_RECORD) as f:
+            row = [json.loads(line) for line in f if line.strip()][case["record"]]
+        if row["config"] != case["name"] or row["target"] != case["target"]:
+            raise ValueError(f"{H200_RECORD} line {case['record']} is {row['config']}")
+        source = f"{H200_RECORD}, line {case['record']} (benchmarks.on_device, jax {row['jax']})"
+        return {"measured": {"ms_per_update": row["step_s"] * 1e3, "source": source}}
     if "ms" not in case:
         return {}
     measured = {"ms_per_update": case["ms"], "source": _MEASURED_SOURCE}
@@ -172,7 +213,7 @@ def summary_table(record: dict[str, Any]) -> str:
             f"| {case['config']} | {case['target']} | {_set(case)} | "
             f"{chosen['attention_impl']}, {policy} | {ms:.1f} | "
             f"{100 * case['predicted_mfu']:.1f}% | {100 * case['roofline_mfu_bound']:.0f}% | "
-            + (f"{measured:g} | {ms / measured:.2f} |" if measured else "– | – |")
+            + (f"{measured:.1f} | {ms / measured:.2f} |" if measured else "– | – |")
         )
     return "\n".join(rows)
 

@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import glob
+import gzip
 import json
+import os
 import subprocess
 import sys
 import time
@@ -89,6 +92,26 @@ def _run(step: memory_plan.CompiledStep, batch: dict, warmup: int, steps: int) -
     return {"step_s": seconds, "first_loss": losses[0], "last_loss": losses[-1]}
 
 
+def _profile(step: memory_plan.CompiledStep, batch: dict, folder: str, steps: int) -> dict:
+    """Trace ``steps`` updates with ``jax.profiler`` (its Perfetto JSON beside the XPlane) into
+    ``folder`` and write the executable's optimized HLO there (``step.hlo.txt.gz``): what
+    :mod:`benchmarks.device_profile` matches kernel by kernel. The files written."""
+    os.makedirs(folder, exist_ok=True)
+    hlo = os.path.join(folder, "step.hlo.txt.gz")
+    with gzip.open(hlo, "wt") as f:
+        f.write(step.executable.as_text())
+    params, opt_state = step.state.create()
+    args = (np.float32(1e-4), np.int32(0))
+    params, opt_state, _ = step.executable(params, opt_state, batch, np.int32(0), *args)
+    jax.block_until_ready((params, opt_state))
+    with jax.profiler.trace(folder, create_perfetto_trace=True):
+        for i in range(steps):
+            params, opt_state, _ = step.executable(params, opt_state, batch, np.int32(i), *args)
+        jax.block_until_ready((params, opt_state))
+    traces = glob.glob(os.path.join(folder, "**", "*.*"), recursive=True)
+    return {"steps": steps, "files": sorted(os.path.relpath(t, folder) for t in traces)}
+
+
 def _resolve(config: RunConfig, devices: list, target: targets.Target) -> RunConfig:
     """The config with ``remat_policy='auto'`` replaced by the candidate the planner picks on
     these devices (the trainer's choice)."""
@@ -105,9 +128,12 @@ def measure(
     steps: int = 20,
     deviceless: bool = False,
     compile_only: bool = False,
+    profile: str = "",
+    profile_steps: int = 3,
 ) -> dict:
     """One config's figures on this process's devices (see the module docstring); with
-    ``compile_only`` the step is compiled, not run."""
+    ``compile_only`` the step is compiled, not run; with ``profile`` (a folder) the run's
+    compiled HLO and a trace of ``profile_steps`` more updates are written there."""
     devices = jax.devices()
     config = load_config(name, overrides)
     train.validate(config, len(devices))
@@ -120,6 +146,8 @@ def measure(
         ran = _run(step, batch, warmup, steps)
         stats = devices[0].memory_stats() or {}
         ran["allocator_peak"] = int(stats.get("peak_bytes_in_use", 0))
+        if profile:
+            ran["profile"] = _profile(step, batch, profile, profile_steps)
     n = len(devices)
     chip = target.chip
     rows, length = plan.batch_shape
@@ -201,6 +229,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--deviceless", action="store_true")
     parser.add_argument("--compile_only", action="store_true", help="plan, do not run")
     parser.add_argument("--json", default="", help="append each result as a JSON line here")
+    parser.add_argument("--profile", default="", help="a folder: the HLO and a trace go there")
+    parser.add_argument("--profile_steps", type=int, default=3)
     args = parser.parse_args(argv)
     names = [n for n in args.configs.split(",") if n]
     if len(names) > 1:  # the allocator's peak is a process's: one process per config
@@ -216,7 +246,15 @@ def _measure_here(name: str, args: argparse.Namespace) -> dict:
     if target.platform == "cpu":
         jax.config.update("jax_num_cpu_devices", target.num_devices)
     result = measure(
-        name, target, args.set, args.warmup, args.steps, args.deviceless, args.compile_only
+        name,
+        target,
+        args.set,
+        args.warmup,
+        args.steps,
+        args.deviceless,
+        args.compile_only,
+        args.profile,
+        args.profile_steps,
     )
     print(json.dumps(result), flush=True)
     if args.json:

@@ -1,5 +1,6 @@
 """The benchmark scripts run end to end in their --smoke setting (with -m slow)."""
 
+import gzip
 import json
 import os
 import subprocess
@@ -173,12 +174,13 @@ def test_profile_step_benchmark_smoke():
 def test_on_device_benchmark_runs_the_planned_step(tmp_path):
     """The planned step runs on the process's own devices (here 2 simulated CPUs): timed,
     the allocator's figures read, and the loss falls on its fixed batch; compile-only rows have
-    no timings, and several configs run one process each. On a GPU the same code gave
+    no timings, and several configs run one process each; ``--profile`` writes the run's HLO
+    and a trace. On a GPU the same code gave
     docs/scaling.md's "Measured on one H100"."""
     out = tmp_path / "rows.jsonl"
     common = [sys.executable, "-m", "benchmarks.on_device", "--target=cpu:2", f"--json={out}"]
     for extra in (
-        ["--configs=default", "--warmup=1", "--steps=2"],
+        ["--configs=default", "--warmup=1", "--steps=2", f"--profile={tmp_path / 'p'}"],
         ["--configs", "default,labml_shakespeare", "--compile_only"],
     ):
         proc = subprocess.run(
@@ -195,6 +197,10 @@ def test_on_device_benchmark_runs_the_planned_step(tmp_path):
     assert ran["last_loss"] < ran["first_loss"]  # three Adam updates on one batch
     assert ran["planned_peak"] > ran["planned_temporaries"] > 0
     assert "mfu" not in ran  # a simulated CPU has no datasheet peak
+    files = ran["profile"]["files"]  # the HLO and the trace benchmarks.device_profile reads
+    assert "step.hlo.txt.gz" in files and any(f.endswith("perfetto_trace.json.gz") for f in files)
+    with gzip.open(tmp_path / "p" / "step.hlo.txt.gz", "rt") as f:
+        assert "ENTRY" in f.read()
     assert [r["config"] for r in compiled] == ["default", "labml_shakespeare"]
     assert all("step_s" not in r for r in compiled)
     assert compiled[1]["overrides"] == ["model.num_decoder_layers=2"]

@@ -82,10 +82,77 @@ def test_a_scanned_step_adds_up_and_matches_the_census():
 
 def test_hidden_flops_go_to_the_custom_calls():
     visible = kernels.Kernel("f", "fusion", "ffn", 1, 100.0, 10.0, 1e-10, "")
-    call = kernels.Kernel("c", "custom-call __cudnn$fmhaSoftmax", "attention", 1, 0.0, 10.0, 0, "")
+    call = kernels.Kernel("c", "custom-call tpu_custom_call", "attention", 1, 0.0, 10.0, 0, "")
     out = kernels._with_hidden_flops([visible, call], model_flops=1000.0, chip=CHIP)
     assert out[0] == visible and out[1].flops == 900.0
     assert out[1].seconds == max(900.0 / CHIP.peak_flops, 10.0 / CHIP.memory_bytes_per_s)
+
+
+_ASYNC_DUS = """HloModule m, is_scheduled=true
+
+%fused_dus (p0: bf16[18,128,64], p1: s32[], p2: bf16[128,64]) -> bf16[18,128,64] {
+  %p0 = bf16[18,128,64]{2,1,0} parameter(0)
+  %p2 = bf16[128,64]{1,0} parameter(2)
+  %b = bf16[1,128,64]{2,1,0} bitcast(%p2)
+  %p1 = s32[] parameter(1)
+  %z = s32[] constant(0)
+  ROOT %dus = bf16[18,128,64]{2,1,0} dynamic-update-slice(%p0, %b, %p1, %z, %z)
+}
+
+ENTRY %main (a: bf16[18,128,64], i: s32[], u: bf16[128,64]) -> bf16[18,128,64] {
+  %a = bf16[18,128,64]{2,1,0} parameter(0)
+  %i = s32[] parameter(1)
+  %u = bf16[128,64]{1,0} parameter(2)
+  LAUNCH
+}
+"""
+_SYNC = "ROOT %fusion.1 = bf16[18,128,64]{2,1,0} fusion(%a, %i, %u), kind=kLoop, calls=%fused_dus"
+_ASYNC = (
+    "%fusion-start.1 = ((bf16[18,128,64]{2,1,0}, s32[], bf16[128,64]{1,0}), "
+    "bf16[18,128,64]{2,1,0}, u32[]) fusion-start(%a, %i, %u), kind=kLoop, calls=%fused_dus\n"
+    "  ROOT %fusion-done.1 = bf16[18,128,64]{2,1,0} fusion-done(%fusion-start.1)"
+)
+
+
+def test_an_async_fusion_costs_what_its_synchronous_form_costs():
+    """jax 0.11's XLA:GPU runs a scan's per-layer writes as fusion-start/-done pairs (the
+    H200 profiles of docs/records/h200): the in-place rule holds for them too."""
+    (sync,) = kernels.kernels(_ASYNC_DUS.replace("LAUNCH", _SYNC), CHIP)
+    (start,) = kernels.kernels(_ASYNC_DUS.replace("LAUNCH", _ASYNC), CHIP)
+    assert start.opcode == "fusion-start" and start.kind == sync.kind
+    assert start.bytes == sync.bytes < 18 * 128 * 64 * 2  # the bf16 buffer is not moved
+
+
+def _fmha(target: str, mask: str) -> str:
+    q = "bf16[4,256,8,64]{3,2,1,0}"
+    call = (
+        f'custom_call_target="__cudnn$fmha{target}", '
+        f'backend_config={{"cudnn_fmha_backend_config":{{"mask_type":"{mask}"}}}}'
+    )
+    return f"""HloModule m
+
+ENTRY %main (q: bf16[4,256,8,64], k: bf16[4,512,8,64], v: bf16[4,512,8,64]) -> bf16[4,8,256,64] {{
+  %q = {q} parameter(0)
+  %k = bf16[4,512,8,64]{{3,2,1,0}} parameter(1)
+  %v = bf16[4,512,8,64]{{3,2,1,0}} parameter(2)
+  %a = (bf16[4,8,256,64]{{3,1,2,0}}, u8[256]{{0}}) custom-call(%q, %k, %v), {call}
+  ROOT %o = bf16[4,8,256,64]{{3,1,2,0}} get-tuple-element(%a), index=0
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    "target, mask, matmuls",
+    [("Softmax", "NO_MASK", 4), ("SoftmaxBackward", "NO_MASK", 10), ("Softmax", "CAUSAL", 2)],
+)
+def test_cudnn_attention_counts_its_matmuls_from_q_and_k(target, mask, matmuls):
+    """cuDNN's fused attention hides its matmuls in a custom call: q·kᵀ and p·v forward (4·B·H·
+    T·S·K), 2.5 times that backward, half of either under a causal mask."""
+    text = _fmha(target, mask)
+    flops = matmuls * 4 * 8 * 256 * 512 * 64
+    assert hlo_census.matmul_flops(text) == flops
+    (k,) = kernels.kernels(text, CHIP, model_flops=10 * flops)  # visible: nothing is spread
+    assert k.flops == flops
 
 
 @needs_cuda_plugin

@@ -132,6 +132,25 @@ def gemm_call_flops(module: Module, ins: Instruction) -> int:
     return 2 * int(np.prod(out, dtype=np.int64)) * int(np.prod([lhs[d] for d in dims]))
 
 
+FMHA_CALL = re.compile(r'custom_call_target="__cudnn\$fmha(\w*)"')  # cuDNN's fused attention
+
+
+def fmha_call_flops(module: Module, ins: Instruction) -> int:
+    """FLOPs of one execution of cuDNN's fused attention (``__cudnn$fmha…``): its matmuls,
+    read off the shapes of q [B, T, H, K] and k [B, S, H, K] (its first two operands). The
+    forward pass is q·kᵀ and p·v, 4·B·H·T·S·K; the backward pass (``…Backward``) recomputes
+    q·kᵀ and takes the gradients of q, k, v and p, 10·B·H·T·S·K (FlashAttention-2's count, Dao
+    2023, §3.2). A causal mask (``mask_type`` CAUSAL) halves both: cuDNN skips the blocks above
+    the diagonal."""
+    names = [n.strip().lstrip("%") for n in ins.rest.split(")")[0].split(",")[:2]]
+    (_, q), (_, k) = (arrays(module.shapes[n])[0] for n in names)
+    batch, length, heads, size = q
+    flops = 4 * batch * heads * length * k[1] * size
+    if FMHA_CALL.search(ins.rest).group(1).endswith("Backward"):
+        flops = flops * 10 // 4
+    return flops // 2 if '"mask_type":"CAUSAL' in ins.rest else flops
+
+
 def is_matmul(ins: Instruction) -> bool:
     """A ``dot``, a ``convolution`` or a cuBLAS gemm custom call."""
     return ins.opcode in ("dot", "convolution") or (
@@ -140,11 +159,14 @@ def is_matmul(ins: Instruction) -> bool:
 
 
 def instruction_flops(module: Module, ins: Instruction) -> int:
-    """Matmul FLOPs of one execution of ``ins`` (0 unless :func:`is_matmul`)."""
+    """Matmul FLOPs of one execution of ``ins``: a matmul's (:func:`is_matmul`), or cuDNN's
+    fused attention's (:func:`fmha_call_flops`); 0 for anything else."""
     if ins.opcode == "dot":
         return dot_flops(module, ins)
     if ins.opcode == "convolution":
         return conv_flops(module, ins)
+    if ins.opcode == "custom-call" and FMHA_CALL.search(ins.rest):
+        return fmha_call_flops(module, ins)
     return gemm_call_flops(module, ins) if is_matmul(ins) else 0
 
 

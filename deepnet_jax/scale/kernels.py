@@ -10,11 +10,12 @@ a transpose, a collective or any other unfused op. Its figures, per execution, t
 its computation runs (``hlo_module.execution_counts``: loop bodies per trip):
 
 * **FLOPs**: ``2·(result elements)·(contracted size)`` of every ``dot`` it holds (inside its
-  fused computation too), and the valid taps of every ``convolution`` (XLA:TPU's form of
-  batched matmuls) — the census's rules, so the kernels' FLOPs add up to
-  ``hlo_census.matmul_flops`` of the same module; elementwise arithmetic is not counted. A
-  custom call's matmuls are invisible (cuDNN's fused attention): where the model's FLOPs
-  (``flops.py``) exceed the visible ones, the difference is spread over the custom calls
+  fused computation too), the valid taps of every ``convolution`` (XLA:TPU's form of
+  batched matmuls), and cuDNN's fused attention's matmuls from its q and k shapes
+  (``hlo_census.fmha_call_flops``) — the census's rules, so the kernels' FLOPs add up to
+  ``hlo_census.matmul_flops`` of the same module; elementwise arithmetic is not counted. Any
+  other custom call's matmuls are invisible (a Pallas kernel): where the model's FLOPs
+  (``flops.py``) exceed the visible ones, the difference is spread over those custom calls
   (:func:`kernels`' ``model_flops``), as the roofline takes the model's.
 * **Bytes**: its operands read and its result written once, as they are after fusion; an
   operand the kernel only slices (``dynamic-slice``, ``slice``, ``gather``) counts the slices,
@@ -76,6 +77,9 @@ _FREE = {
 }
 _MOVES = {"copy", "transpose", "bitcast", "reshape", "parameter", "copy-start", "copy-done"}
 _SLICES = {"dynamic-slice", "slice", "gather"}
+# a fusion, and XLA:GPU's asynchronous form of one (``fusion-start``, waited on by a
+# ``fusion-done`` that launches nothing)
+_FUSIONS = {"fusion", "fusion-start"}
 _VIEWS = {"bitcast", "reshape"}
 _SEQUENTIAL = re.compile(r"\b(body|condition|true_computation|false_computation)=%?([\w.\-]+)")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
@@ -143,15 +147,17 @@ def _fused(module: Module, ins: Instruction) -> list[Instruction]:
 
 def kernel_flops(module: Module, ins: Instruction) -> int:
     """Matmul FLOPs of one execution of a kernel: its own matmul (a ``dot``, a ``convolution``:
-    XLA:TPU's form of many matmuls, a cuBLAS gemm call) or the fused ones."""
-    body = [ins] if hlo_census.is_matmul(ins) else _fused(module, ins)
+    XLA:TPU's form of many matmuls, a cuBLAS gemm call, cuDNN's fused attention) or the fused
+    ones."""
+    own = hlo_census.is_matmul(ins) or hlo_census.FMHA_CALL.search(ins.rest)
+    body = [ins] if own else _fused(module, ins)
     return sum(hlo_census.instruction_flops(module, i) for i in body)
 
 
 def kernel_bytes(module: Module, ins: Instruction) -> int:
     """HBM bytes one execution of a kernel reads and writes (module docstring's rules)."""
     operands = _operand_names(ins)
-    if ins.opcode != "fusion":
+    if ins.opcode not in _FUSIONS:
         sizes = [hlo_module.nbytes(module.shapes.get(n, "")) for n in operands]
         if ins.opcode in _SLICES:
             return 2 * hlo_module.nbytes(ins.result)
@@ -188,8 +194,22 @@ def kernel_bytes(module: Module, ins: Instruction) -> int:
         else:
             total += hlo_module.nbytes(param.result)
     if not in_place:
-        total += hlo_module.nbytes(ins.result)
+        total += hlo_module.nbytes(_fusion_result(ins))
     return total
+
+
+def _fusion_result(ins: Instruction) -> str:
+    """A fusion's result type; an async ``fusion-start``'s is the middle element of its
+    ``((operands), result, context)`` tuple (the ``fusion-done``'s value)."""
+    if ins.opcode != "fusion-start":
+        return ins.result
+    depth, parts, start = 0, [], 1
+    for i, ch in enumerate(ins.result):
+        depth += (ch in "({[") - (ch in ")}]")
+        if ch == "," and depth == 1:
+            parts.append(ins.result[start:i].strip())
+            start = i + 1
+    return parts[1] if len(parts) > 1 else ins.result
 
 
 def _readers(name: str, users: dict[str, list[Instruction]]) -> list[Instruction]:
@@ -225,7 +245,7 @@ def classify(module: Module, ins: Instruction) -> str:
         return "copies"
     if ins.opcode in ("broadcast", "iota"):
         return "elementwise"  # a buffer filled
-    if ins.opcode == "fusion":
+    if ins.opcode in _FUSIONS:
         inner = {i.opcode for i in _fused(module, ins)}
         if inner <= {"broadcast", "constant", "parameter", "bitcast", "tuple"}:
             return "elementwise"  # buffers filled with a constant (zeros for the gradients)
@@ -329,7 +349,7 @@ def _with_hidden_flops(found: list[Kernel], model_flops: float, chip: Chip) -> l
         k
         for k in found
         if k.opcode.startswith("custom-call")
-        and not k.opcode.startswith("custom-call __cublas$")  # its FLOPs are visible
+        and not k.opcode.startswith(("custom-call __cublas$", "custom-call __cudnn$fmha"))
         and k.kind != "collectives"
     ]
     moved = sum(k.bytes for k in calls)
