@@ -4,14 +4,22 @@ import json
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 import orbax.checkpoint as ocp
 import pytest
+from conftest import init_params, tiny_config
 from test_training import small_config
 
 from deepnet_jax.data import synthetic
-from deepnet_jax.training import actions, train
+from deepnet_jax.model import architectures
+from deepnet_jax.training import actions, optimizers, train
+from deepnet_jax.training import config as train_config
+from deepnet_jax.training import steps as train_steps
+from deepnet_jax.training.run_config import RunConfig
 
+BAD = train_steps.BAD_IN_A_ROW
 ORIGINAL_NEXT = synthetic.SyntheticIterator.__next__
 
 
@@ -116,3 +124,74 @@ def test_the_gate_selects_the_state_instead_of_branching_around_the_update():
     step = memory_plan.compile_step(config, jax.devices()[:1], targets.parse("cpu:1"))
     text = step.executable.as_text()
     assert " while(" in text and " conditional(" not in text
+
+
+def _accumulating(policy: str, updates: int):
+    c = _config(policy, updates)
+    c.grad_accum_steps = c.log_every = 2  # log_every counts micro-batches: a line per update
+    return c
+
+
+@pytest.mark.parametrize("policy", train_config.NAN_POLICIES)
+def test_each_policy_trains_with_accumulation(policy, tmp_path):
+    """grad_accum_steps > 1 under every nan_policy, through the trainer (under "skip",
+    apply_if_finite around MultiSteps once lost the learning-rate argument: a TypeError)."""
+    result = train.run(_accumulating(policy, 3), str(tmp_path))
+    assert np.isfinite(result["eval_loss"])
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["split"] == "train"] == [1, 2, 3]
+
+
+def test_skip_with_accumulation_drops_the_bad_micro_batch(monkeypatch, tmp_path):
+    _poison(monkeypatch, {2})  # the first micro-batch of the second update
+    result = train.run(_accumulating("skip", 3), str(tmp_path))
+    assert np.isfinite(result["eval_loss"])
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train_records = [r for r in records if r["split"] == "train"]
+    assert sum(r["skipped_steps"] for r in train_records) == 1
+    assert all(np.isfinite(r["loss"]) for r in train_records)
+
+
+def test_halt_with_accumulation_stops_at_the_bad_micro_step(monkeypatch, tmp_path):
+    _poison(monkeypatch, {2})
+    with pytest.raises(actions.NonFiniteError, match=r"^step 3: non-finite loss=nan \(nan_policy"):
+        train.run(_accumulating("halt", 3), str(tmp_path))
+    assert (tmp_path / "diagnostic" / "3").is_dir()
+
+
+def _skipping_step(k: int):
+    """The jitted step of a tiny encoder-decoder under "skip" with ``grad_accum_steps`` = k, its
+    optimizer, initial parameters, and a clean and a poisoned (NaN weights) micro-batch."""
+    c = _config("skip")
+    c.model, c.grad_accum_steps = tiny_config("encdec", "deepnorm"), k
+    run = RunConfig.from_config(c)
+    model, optimizer = architectures.build(run.model), optimizers.make_optimizer(run)
+    loss_fn = train_steps.make_loss_fn(model, "encdec")
+    halt_after = actions.halt_after(run)
+    step = train_steps.make_train_step(loss_fn, optimizer, jax.random.key(0), halt_after=halt_after)
+    rng = np.random.default_rng(0)
+    clean = {n: rng.integers(4, 40, (4, 6)).astype(np.int32) for n in ("src", "inputs", "targets")}
+    clean["weights"] = np.ones((4, 6), np.float32)
+    bad = {**clean, "weights": np.full((4, 6), np.nan, np.float32)}
+    params = init_params(model, "encdec", jnp.asarray(clean["src"]), jnp.asarray(clean["inputs"]))
+    return step, optimizer, params, clean, bad
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_skip_leaves_the_state_unchanged_with_and_without_accumulation(k):
+    """A non-finite micro-batch under "skip" changes neither the parameters nor the optimizer
+    state beneath apply_if_finite (Adam's moments; with k > 1 the accumulated gradient and the
+    micro-step count), and advances the gate's count; the next clean micro-batch goes on as if
+    the bad one never came (k clean micro-batches, not k calls, make an update)."""
+    step, optimizer, params, clean, bad = _skipping_step(k)
+    opt_state, lr, gate = optimizer.init(params), np.float32(1e-3), jnp.zeros((), jnp.int32)
+    params, opt_state, metrics = step(params, opt_state, clean, 0, lr, gate)
+    before = jax.device_get((params, opt_state.inner_state))
+    params, opt_state, metrics = step(params, opt_state, bad, 1, lr, metrics[BAD])
+    assert not np.isfinite(float(metrics["loss"]))
+    assert int(metrics[BAD]) == 1 and int(opt_state.notfinite_count) == 1
+    after = jax.device_get((params, opt_state.inner_state))
+    jax.tree.map(np.testing.assert_array_equal, after, before)
+    params, opt_state, metrics = step(params, opt_state, clean, 2, lr, metrics[BAD])
+    assert int(metrics[BAD]) == 0
+    assert int(optax.tree.get(opt_state, "ScaleByAdamState").count) == 2 // k

@@ -268,11 +268,21 @@ def _max_abs_diff(a: jax.Array, b: jax.Array) -> float:
     return float(jnp.abs(a - b).max())
 
 
-def test_multisteps_wraps_the_optimizer_only_when_accumulating():
-    run = RunConfig.from_config(_load("base"))
-    assert not isinstance(optimizers.make_optimizer(run), optax.MultiSteps)
-    run = run.replace(grad_accum_steps=4)
-    assert isinstance(optimizers.make_optimizer(run), optax.MultiSteps)
+@pytest.mark.parametrize("nan_policy", train_config.NAN_POLICIES)
+def test_multisteps_wraps_the_optimizer_only_when_accumulating(nan_policy):
+    """Accumulating or not, under either policy, the optimizer takes the learning rate as an
+    argument (a GradientTransformationExtraArgs: apply_if_finite drops extra arguments on the
+    way to an inner transformation that is not one, as optax.MultiSteps itself is not)."""
+    run = RunConfig.from_config(_load("base")).replace(nan_policy=nan_policy)
+    params = {"w": jnp.ones(3)}
+    for k in (1, 4):
+        optimizer = optimizers.make_optimizer(run.replace(grad_accum_steps=k))
+        assert isinstance(optimizer, optax.GradientTransformationExtraArgs)
+        state = optimizer.init(params)
+        accumulating = optax.tree.get(state, "mini_step", None) is not None
+        assert accumulating == (k > 1)
+        updates, _ = optimizer.update(params, state, params, learning_rate=jnp.float32(0.1))
+        assert all(np.isfinite(u).all() for u in jax.tree.leaves(updates))
 
 
 def test_a_saved_config_lacking_fields_added_since_reads_as_the_code_that_saved_it():

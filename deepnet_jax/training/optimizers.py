@@ -159,7 +159,11 @@ def make_optimizer(config: Optimized) -> optax.GradientTransformationExtraArgs:
         scale_by_learning_rate_argument(),
     )
     if config.grad_accum_steps > 1:
-        optimizer = optax.MultiSteps(optimizer, every_k_schedule=config.grad_accum_steps)
+        multi = optax.MultiSteps(optimizer, every_k_schedule=config.grad_accum_steps)
+        # MultiSteps is a class, not a GradientTransformationExtraArgs: apply_if_finite (any
+        # wrapper through optax.with_extra_args_support) would call its update without the
+        # learning_rate argument. Its own update passes extra arguments on to the chain.
+        optimizer = optax.GradientTransformationExtraArgs(multi.init, multi.update)
     if config.nan_policy == "skip":
         # a micro-batch with a non-finite gradient changes nothing (not even the accumulated
         # gradient); the trainer counts such steps and halts after nan_max_skips in a row
