@@ -1,10 +1,11 @@
 """docs/scaling.md's tables of the steps measured on a lent GPU, generated from their records
-(``docs/records/h200/``): the steps as ``benchmarks.on_device`` measured them, and the profiled
-steps' time per kernel class against the kernel model (``benchmarks.device_profile``).
+(``docs/records/h200/``, ``docs/records/h100/``): the steps as ``benchmarks.on_device`` measured
+them, and the profiled steps' time per kernel class against the kernel model
+(``benchmarks.device_profile``).
 
     python -m benchmarks.device_tables --docs=docs/scaling.md
 
-``tests/test_device_profile.py`` regenerates both from the committed records.
+``tests/test_device_profile.py`` regenerates them from the committed records.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from deepnet_jax.common import records
 from deepnet_jax.scale import kernels
 
 FOLDER = os.path.join(records.RECORDS_DIR, "h200")
+H100 = os.path.join(records.RECORDS_DIR, "h100", "on_device.jsonl")  # the H100's rerun
 PROFILES = ("wmt_cudnn_dots", "wmt_cudnn_full", "deepnet3b_dots")  # <name>.profile.json
 GIB = 2**30
 
@@ -71,10 +73,15 @@ def classes_table(profiles: list[dict]) -> str:
     return "\n".join(out)
 
 
+def read_rows(path: str) -> list[dict]:
+    """``benchmarks.on_device``'s JSON lines."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def load_from(folder: str = FOLDER) -> tuple[list[dict], list[dict]]:
     """The measured steps (``on_device.jsonl``) and the profiles' records in ``folder``."""
-    with open(os.path.join(folder, "on_device.jsonl")) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = read_rows(os.path.join(folder, "on_device.jsonl"))
     profiles = []
     for name in PROFILES:
         with open(os.path.join(folder, f"{name}.profile.json")) as f:
@@ -88,10 +95,12 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     rows, profiles = load_from()
     steps, classes = steps_table(rows), classes_table(profiles)
+    h100 = steps_table(read_rows(H100))
     if args.docs:
         records.replace_block(args.docs, "h200-steps", steps)
         records.replace_block(args.docs, "h200-classes", classes)
-    print(steps + "\n\n" + classes)
+        records.replace_block(args.docs, "h100-steps", h100)
+    print(steps + "\n\n" + classes + "\n\n" + h100)
 
 
 if __name__ == "__main__":

@@ -47,7 +47,10 @@ _PROFILE = {  # ms per class, the reference step's xprof profile (the same secti
     "loss": 3.0,
     "copies": 55.0,
 }
-H200_RECORD = "docs/records/h200/on_device.jsonl"  # benchmarks/on_device_calibration.sh's
+# benchmarks.on_device's records: the H200's (benchmarks/on_device_calibration.sh) and the
+# H100's rerun (docs/scaling.md); a case's "record" is (file, line)
+H200 = "docs/records/h200/on_device.jsonl"
+H100 = "docs/records/h100/on_device.jsonl"
 _CUDNN = ["model.attention_impl=cudnn", "model.attention_dropout=0.0"]
 _ONE_GPU = ["data.max_tokens=8192"]
 _FSDP8 = ["mesh.data=1", "mesh.fsdp=8"]
@@ -55,13 +58,23 @@ _FSDP4 = ["mesh.data=1", "mesh.fsdp=4", "data.max_tokens=32768"]
 _REF = "model.attention_impl=reference"
 CASES: list[dict[str, Any]] = [
     # the measured steps, as they were measured (every config names its attention and remat)
-    {"name": "default", "target": "h100-1", "set": [_REF, "model.remat_policy=none"], "ms": 5.5},
-    {"name": "bert_mlm", "target": "h100-1", "set": [_REF, "model.remat_policy=none"], "ms": 14.2},
+    {
+        "name": "default",
+        "target": "h100-1",
+        "set": [_REF, "model.remat_policy=none"],
+        "record": (H100, 0),
+    },
+    {
+        "name": "bert_mlm",
+        "target": "h100-1",
+        "set": [_REF, "model.remat_policy=none"],
+        "record": (H100, 1),
+    },
     {
         "name": "magneto_lm",
         "target": "h100-1",
         "set": [_REF, "model.remat_policy=none"],
-        "ms": 30.9,
+        "record": (H100, 2),
     },
     {
         "name": "wmt17_ende",
@@ -80,7 +93,7 @@ CASES: list[dict[str, Any]] = [
         "name": "wmt17_ende",
         "target": "h100-1",
         "set": [*_CUDNN, "model.remat_policy=dots"],
-        "ms": 182.7,
+        "record": (H100, 3),
     },
     # the same steps measured on one H200, their figures read from the record
     # (benchmarks/on_device_calibration.sh's on_device.jsonl; "record": its line)
@@ -88,27 +101,27 @@ CASES: list[dict[str, Any]] = [
         "name": "wmt17_ende",
         "target": "h200-1",
         "set": [_REF, "model.remat_policy=dots"],
-        "record": 4,
+        "record": (H200, 4),
     },
     {
         "name": "wmt17_ende",
         "target": "h200-1",
         "set": [*_CUDNN, "model.remat_policy=none"],
-        "record": 3,
+        "record": (H200, 3),
     },
     {
         "name": "wmt17_ende",
         "target": "h200-1",
         "set": [*_CUDNN, "model.remat_policy=dots"],
-        "record": 1,
+        "record": (H200, 1),
     },
     {
         "name": "wmt17_ende",
         "target": "h200-1",
         "set": [*_CUDNN, "model.remat_policy=full"],
-        "record": 0,
+        "record": (H200, 0),
     },
-    {"name": "wmt17_ende", "target": "h200-1", "set": [], "record": 5},
+    {"name": "wmt17_ende", "target": "h200-1", "set": [], "record": (H200, 5)},
     # what the trainer now runs by default (attention_impl and remat_policy auto: cuDNN's
     # attention on a GPU, the fastest predicted policy that fits), and the chunked loss
     {"name": "wmt17_ende", "target": "h100-1", "set": []},
@@ -123,7 +136,7 @@ CASES: list[dict[str, Any]] = [
         "name": "deepnet_3b",
         "target": "h200-1",
         "set": [*_ONE_GPU, "model.remat_policy=dots"],
-        "record": 2,
+        "record": (H200, 2),
     },
     {"name": "deepnet_3b", "target": "h100-8", "set": [*_FSDP8, "model.remat_policy=dots"]},
     {"name": "deepnet_3b", "target": "v5p-8", "set": [*_FSDP4, "model.remat_policy=dots"]},
@@ -172,14 +185,19 @@ def _plan(config: RunConfig, target: targets.Target) -> tuple[RunConfig, memory_
 
 
 def _measured(case: dict[str, Any]) -> dict[str, Any]:
-    """The case's measurement: read from the H200 record, or copied from the docs (the H100's,
-    which kept none); none where it has none."""
+    """The case's measurement: read from its record, or copied from the docs (the H100 steps
+    that kept none); none where it has none."""
     if "record" in case:
-        with open(H200_RECORD) as f:
-            row = [json.loads(line) for line in f if line.strip()][case["record"]]
-        if row["config"] != case["name"] or row["target"] != case["target"]:
-            raise ValueError(f"{H200_RECORD} line {case['record']} is {row['config']}")
-        source = f"{H200_RECORD}, line {case['record']} (benchmarks.on_device, jax {row['jax']})"
+        path, line = case["record"]
+        with open(path) as f:
+            row = [json.loads(text) for text in f if text.strip()][line]
+        if (row["config"], row["target"], row["overrides"]) != (
+            case["name"],
+            case["target"],
+            case["set"],
+        ):
+            raise ValueError(f"{path} line {line} is {row['config']} {row['overrides']}")
+        source = f"{path}, line {line} (benchmarks.on_device, jax {row['jax']})"
         return {"measured": {"ms_per_update": row["step_s"] * 1e3, "source": source}}
     if "ms" not in case:
         return {}
@@ -187,6 +205,20 @@ def _measured(case: dict[str, Any]) -> dict[str, Any]:
     if "classes" in case:
         measured["profile_ms"] = case["classes"]
     return {"measured": measured}
+
+
+def refresh_measured(path: str) -> dict[str, Any]:
+    """The record at ``path`` with every case's measurement read again (:func:`_measured`):
+    its plans as they were, its header saying this command refreshed them."""
+    with open(path) as f:
+        record = json.load(f)
+    for planned in record["cases"]:
+        key = (planned["config"], planned["target"], planned["set"])
+        case = next(c for c in CASES if (c["name"], c["target"], c["set"]) == key)
+        planned.pop("measured", None)
+        planned.update(_measured(case))
+    record["measured_refreshed_by"] = records.header()
+    return record
 
 
 def summary_table(record: dict[str, Any]) -> str:
@@ -248,12 +280,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", required=True, help="the record (JSON) to write")
     parser.add_argument("--docs", help="a markdown file whose generated tables to rewrite")
     parser.add_argument("--only", type=int, nargs="*", help="case indices (default: all)")
+    parser.add_argument(
+        "--refresh_measured",
+        action="store_true",
+        help="keep --out's plans, read each case's measurement again (a new device record)",
+    )
     args = parser.parse_args(argv)
-    chosen = [CASES[i] for i in args.only] if args.only else CASES
-    record = {**records.header(), "cases": []}
-    for case in chosen:
-        print(f"planning {case['name']} on {case['target']} {case['set']}", flush=True)
-        record["cases"].append(plan_case(case))
+    if args.refresh_measured:
+        record = refresh_measured(args.out)
+    else:
+        chosen = [CASES[i] for i in args.only] if args.only else CASES
+        record = {**records.header(), "cases": []}
+        for case in chosen:
+            print(f"planning {case['name']} on {case['target']} {case['set']}", flush=True)
+            record["cases"].append(plan_case(case))
     with open(args.out, "w") as f:
         json.dump(record, f, indent=1)
         f.write("\n")

@@ -106,3 +106,5 @@ def test_the_docs_tables_are_the_records():
     docs = os.path.join(ROOT, "docs", "scaling.md")
     assert records.block(docs, "h200-steps") == device_tables.steps_table(rows)
     assert records.block(docs, "h200-classes") == device_tables.classes_table(profiles)
+    h100 = device_tables.read_rows(os.path.join(ROOT, device_tables.H100))
+    assert records.block(docs, "h100-steps") == device_tables.steps_table(h100)
