@@ -137,8 +137,11 @@ _MAIN_JOB = (
     "python -m benchmarks.main_job --seeds=0,1,2 --jobs=2 --out=docs/records/main_job.json "
     "--docs=README.md --docs=docs/main_job.md"
 )
+# checked by tests/test_device_profile.py
+_DEVICE = "python -m benchmarks.device_tables --docs=docs/scaling.md"
 ELSEWHERE = {
     **{("docs/scaling.md", name): _KERNEL_MODEL for name in ("kernel-model", "kernel-classes")},
+    **{("docs/scaling.md", n): _DEVICE for n in ("h200-steps", "h200-classes", "h100-steps")},
     ("docs/install.md", "tested-sets"): _SUITE,
     **{(doc, "main-job"): _MAIN_JOB for doc in ("README.md", "docs/main_job.md")},
     ("docs/benchmarks.md", "sharding-state"): _SHARDING,
