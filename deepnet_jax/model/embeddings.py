@@ -11,6 +11,7 @@ from deepnet_jax.model import parameterization, schemes
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.model.initializers import embedding_normal, sinusoidal_table, token_embedding_init
 from deepnet_jax.model.sublayers import Dropout
+from deepnet_jax.model.vocab_matmul import vocab_logits
 
 
 class TokenEmbedding(nn.Module):
@@ -56,13 +57,8 @@ class TokenEmbedding(nn.Module):
 
     def attend(self, x_BTD: jax.Array) -> jax.Array:
         c = self.config
-        logits = jnp.einsum(
-            "btd,vd->btv",
-            x_BTD.astype(c.compute_dtype),
-            self.embedding.astype(c.compute_dtype),
-            preferred_element_type=jnp.float32,
-        )
-        return scaled_logits(c, logits)
+        x, table = x_BTD.astype(c.compute_dtype), self.embedding.astype(c.compute_dtype)
+        return scaled_logits(c, vocab_logits("btd,vd->btv", x, table))
 
 
 def scaled_logits(config: TransformerConfig, logits: jax.Array) -> jax.Array:
@@ -91,13 +87,8 @@ class OutputProjection(nn.Module):
             (c.d_model, c.vocab_size),
             c.storage_dtype,
         )
-        logits = jnp.einsum(
-            "btd,dv->btv",
-            x_BTD.astype(c.compute_dtype),
-            kernel.astype(c.compute_dtype),
-            preferred_element_type=jnp.float32,
-        )
-        return scaled_logits(c, logits)
+        x, w = x_BTD.astype(c.compute_dtype), kernel.astype(c.compute_dtype)
+        return scaled_logits(c, vocab_logits("btd,dv->btv", x, w))
 
 
 class PositionEmbedding(nn.Module):

@@ -8,7 +8,6 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 
 def cross_entropy(
@@ -23,19 +22,32 @@ def cross_entropy(
     Szegedy et al. 2016), computed without materializing q:
     (1−ε)·(lse − z_y) + ε·(lse − mean_v z_v), with lse = logsumexp_v z_v (the same value as
     ``optax.softmax_cross_entropy(z, optax.smooth_labels(onehot(y), ε))``, without the
-    [B, T, V] one-hot and its backward pass). ``weights_BT`` is 0 on padding. Returns
+    [B, T, V] one-hot and its backward pass; z_y is :func:`label_logits`'). ``weights_BT`` is
+    0 on padding. Returns
     ``(Σ w·loss, Σ w)``, both float32 scalars, so callers can average across micro-batches and
     devices exactly.
     """
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"label_smoothing={label_smoothing!r} must be in [0, 1)")
     logits = logits_BTV.astype(jnp.float32)
-    loss_BT = optax.softmax_cross_entropy_with_integer_labels(logits, targets_BT)
+    loss_BT = jax.nn.logsumexp(logits, axis=-1) - label_logits(logits, targets_BT)
     if label_smoothing:
         uniform_BT = jax.nn.logsumexp(logits, axis=-1) - jnp.mean(logits, axis=-1)
         loss_BT = (1.0 - label_smoothing) * loss_BT + label_smoothing * uniform_BT
     weights = weights_BT.astype(jnp.float32)
     return jnp.sum(loss_BT * weights), jnp.sum(weights)
+
+
+def label_logits(logits_BTV: jax.Array, targets_BT: jax.Array) -> jax.Array:
+    """z_y [B, T]: each position's logit of its target, picked by comparing the vocabulary
+    index with the target (exactly optax's ``take_along_axis`` pick: one term is kept, the
+    others are 0). Its gradient, g·[v = y], is elementwise, so XLA fuses the loss's whole
+    backward pass (softmax·g − g·[v = y]) into one kernel over the [B, T, V] logits, where a
+    gather's gradient is a scatter into a zeroed [B, T, V] buffer and a second pass to add it
+    (docs/scaling.md, "The kernel model")."""
+    vocab = jax.lax.broadcasted_iota(jnp.int32, logits_BTV.shape, logits_BTV.ndim - 1)
+    hit = vocab == targets_BT[..., None].astype(jnp.int32)
+    return jnp.sum(jnp.where(hit, logits_BTV, 0.0), axis=-1)
 
 
 def accuracy(logits_BTV: jax.Array, targets_BT: jax.Array, weights_BT: jax.Array) -> jax.Array:
