@@ -34,12 +34,14 @@ ALLOWED = ("pre_ln", "subln", "peri_ln", "ln_scaling")  # pre-norm, layers alone
 
 
 def completep(arch="encdec", scheme="pre_ln", **overrides):
-    """A tiny CompleteP model config (L_base = 2, N_base = 32)."""
+    """A tiny CompleteP model config (L_base = 2, N_base = 32; learned positions: the model
+    refuses fixed sinusoids under CompleteP)."""
     base = dict(
         parameterization="completep",
         scale_embedding=False,
         completep_base_layers=BASE_LAYERS,
         completep_base_width=BASE_WIDTH,
+        positions="learned",
     )
     return tiny_config(arch, scheme, **{**base, **overrides})
 
@@ -380,6 +382,7 @@ def test_standard_weights_and_multipliers_are_exactly_one():
         (dict(scheme="deepscalelm", activation="relu"), "init of its own"),
         (dict(init="torchscale"), "model.init='torchscale' is invalid"),
         (dict(scale_embedding=True), "model.scale_embedding=True is invalid"),
+        (dict(positions="sinusoidal"), "outweigh the tokens' N(0, 0.02²) 35-fold"),
         (dict(completep_base_layers=0), "model.completep_base_layers=0 is invalid"),
         (dict(completep_init_std=0.0), "model.completep_init_std=0.0 is invalid"),
         (dict(parameterization="mup"), "model.parameterization='mup' is invalid"),
@@ -422,7 +425,7 @@ def test_completep_trains_through_the_trainer(arch):
     with accumulation on the encoder-decoder), the jitted steps; the loss falls."""
     c = small_config(arch, "pre_ln", steps=30)
     m = c.model
-    m.parameterization, m.scale_embedding = "completep", False
+    m.parameterization, m.scale_embedding, m.positions = "completep", False, "learned"
     m.completep_base_layers, m.completep_base_width, m.completep_init_std = 1, 16, 0.1
     if arch == "encdec":  # optax.MultiSteps around the groups
         c.grad_accum_steps = 2

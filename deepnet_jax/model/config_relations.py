@@ -109,7 +109,9 @@ def _check_scheme_fields(c: Any, defaults: dict[str, Any]) -> None:
 
 def _check_parameterization(c: Any, defaults: dict[str, Any]) -> None:
     """CompleteP's fields at their defaults under ``standard``; under ``completep`` a scheme it
-    applies to (``Scheme.completep_ok``), its own init and no width-dependent embedding scale."""
+    applies to (``Scheme.completep_ok``), its own init, no width-dependent embedding scale and
+    positions that are embeddings too (learned) or none at the input (rope), not fixed sinusoids
+    whose scale ``completep_init_std`` does not set."""
     if not parameterization.completep(c):
         for name in parameterization.FIELDS:
             if getattr(c, name) != defaults[name]:
@@ -143,6 +145,17 @@ def _check_parameterization(c: Any, defaults: dict[str, Any]) -> None:
             True,
             "√d_model is a width-dependent embedding multiplier that CompleteP's Table 1 does "
             "not have (its embeddings are N(0, completep_init_std²), unscaled); set it to False",
+        )
+    if c.positions == "sinusoidal":
+        sigma = c.completep_init_std
+        fail(
+            "positions",
+            "sinusoidal",
+            f"CompleteP's positions are an embedding table N(0, completep_init_std²) trained as "
+            f"an embedding (Table 1's 'Embed'; the authors' code); fixed sinusoids (RMS 1/√2, "
+            f"whatever completep_init_std) would outweigh the tokens' N(0, {sigma}²) "
+            f"{2**-0.5 / sigma:.0f}-fold at the first layer's input, which then barely sees the "
+            f"tokens; use 'learned' or 'rope'",
         )
 
 
