@@ -16,7 +16,10 @@ batch is fixed, so the loss must fall). ``--deviceless`` plans the same step aga
 target's compile-only devices (the path CI takes without the accelerator) for the memory
 comparison. Of several configs, each runs in its own process (the allocator's peak is a
 process's). On a CPU host (``--target=cpu:N``) the same code runs on simulated devices: that
-is what the tests check.
+is what the tests check. ``--profile=DIR`` also writes the executable's optimized HLO and a
+``jax.profiler`` trace of ``--profile_steps`` more updates into DIR, for
+:mod:`benchmarks.device_profile`; ``benchmarks/on_device_calibration.sh`` runs the rows of
+docs/scaling.md's "Measured on one H200" this way.
 """
 
 from __future__ import annotations
