@@ -179,7 +179,8 @@ def test_since_deepnet_setting_is_quicks_recipe_for_the_new_schemes_seed_by_seed
     quick = dts.base_config("quick")
     assert base.to_dict() == quick.to_dict()  # the same recipe, task and model as quick's rows
     keys = dts.keys("since_deepnet", base)
-    rows = (*common.SINCE_DEEPNET, "pre_ln+dyt")  # every scheme, and Pre-LN with DyT
+    # every scheme, Pre-LN with DyT and Pre-LN under CompleteP
+    rows = (*common.SINCE_DEEPNET, "pre_ln+dyt", "pre_ln+completep")
     assert rows == common.SINCE_DEEPNET_ROWS
     per_seed = len(rows) * 2
     assert len(keys) == per_seed * 3
@@ -192,10 +193,10 @@ def test_since_deepnet_setting_is_quicks_recipe_for_the_new_schemes_seed_by_seed
     ]
     configs = [dts.make_config(base, k) for k in keys[:per_seed]]
     assert [c.model.scan_layers for c in configs] == [True] * (per_seed - 2) + [False] * 2
-    for key, c in zip(keys[:per_seed], configs, strict=True):  # the row's scheme and norm
-        assert (c.model.scheme, c.model.norm) == (
-            ("pre_ln", "dyt") if key["scheme"] == "pre_ln+dyt" else (key["scheme"], "layernorm")
-        )
+    for key, c in zip(keys[:per_seed], configs, strict=True):  # the row's fields and norm
+        for name, value in common.row_fields(key["scheme"]).items():
+            assert c.model[name] == value, (key, name)
+        assert c.model.norm == ("dyt" if key["scheme"] == "pre_ln+dyt" else "layernorm")
         typed = config_checks.stand_in(RunConfig.from_config(c))
         architectures.build(typed.model)  # an accepted config is a model
     for experiment in (model_update, lr_tolerance):  # the other instruments' rows

@@ -42,12 +42,17 @@ corpus     post_ln, pre_ln, deepnorm × 6, 18           the main job's corpus   
 modern_lm  pre_ln, deepnorm, subln × 6, 100 (1 stack)  char-level Shakespeare      2
 since_     mix_ln, peri_ln, ln_scaling, deepscalelm,   reversal64                  3
 deepnet    rezero, skipinit, admin, denseformer,
-           pre_ln+dyt × 6, 18
+           hyper_connections, mhc, pre_ln+dyt,
+           pre_ln+completep × 6, 18
 =========  ==========================================  ==========================  =====
 
 ``since_deepnet`` puts the schemes since DeepNet (docs/schemes.md) beside quick's rows under the
 same recipe and verdict rules, seed 0 of every cell before seeds 1 and 2; its row ``pre_ln+dyt``
-is Pre-LN with Dynamic Tanh in place of every norm (``model.norm="dyt"``).
+is Pre-LN with Dynamic Tanh in place of every norm (``model.norm="dyt"``), its row
+``pre_ln+completep`` Pre-LN under CompleteP with its base at the setting's shallowest depth and
+its width, 6 layers per side and d_model 64, so that its multipliers are 1 at 6L-6L and 3 deep
+(m_L) at 18L-18L (``common.ROW_FIELDS``; positions learned: ``common.set_row``). Rows are keyed
+by name (``"scheme"`` in a run's key), so a row added to the grid trains only its own runs.
 
 ``modern_lm`` trains configs/deepnorm_lm.py's modern decoder (rotary positions, SwiGLU,
 grouped-query attention, RMSNorm; docs/blocks.md) at :data:`~depth_table_settings.MODERN_LM`'s

@@ -57,6 +57,17 @@ def cells(runs: Sequence[dict[str, Any]]) -> dict[tuple[str, str, int], list[dic
     return out
 
 
+def grid_rows(grid: dict[str, Any], task: str) -> list[str]:
+    """The rows (schemes, or ``common.ROW_FIELDS`` rows) of a grid's cells on ``task``, its
+    ``more`` parts' too, in the grid's order (none for a grid that lists no cells)."""
+    parts = [grid, *grid.get("more", [])]
+    return list(
+        dict.fromkeys(
+            row for part in parts if task in part["tasks"] for row, _ in part.get("cells", [])
+        )
+    )
+
+
 def values(cell_runs: Sequence[dict[str, Any]], field: str) -> list[float]:
     """Each seed's final metric; a diverged run's is NaN."""
     return [math.nan if r["verdict"] == "diverged" else float(r[field]) for r in cell_runs]
@@ -126,8 +137,9 @@ def _variant(run: dict[str, Any]) -> tuple[float, int, str | None]:
 
 
 def table(runs: Sequence[dict[str, Any]], settings: dict[str, Any]) -> str:
-    """Per task (and recipe): the verdict/metric table (a row per scheme, a column per depth),
-    the onsets of every seed, and the differences called at each depth."""
+    """Per task (and recipe): the verdict/metric table (a row per scheme, a column per depth;
+    the grid's rows without a run yet ``—``), the onsets of every seed, and the differences
+    called at each depth."""
     parts = [_recipe_note(settings)]
     for title, task, mine in panels(runs, settings):
         grouped = cells(mine)
@@ -137,6 +149,8 @@ def table(runs: Sequence[dict[str, Any]], settings: dict[str, Any]) -> str:
         schemes = list(dict.fromkeys(s for (_, s, _) in grouped))
         header = ["scheme"] + [depth_label(n, levels) for n in depths]
         rows = [[s] + [_cell(grouped, task, s, n, field) for n in depths] for s in schemes]
+        unrun = [s for s in grid_rows(settings["grid"], task) if s not in schemes]
+        rows += [[s] + [report.NO_RUN] * len(depths) for s in unrun]  # a row not run yet
         parts.append(f"### {title}: verdicts and {label} (mean, min–max over seeds)\n")
         translates = any("eval_source_sensitivity" in run for run in mine)
         notes = _levels_note(levels, translates) + " " + devices_note(mine, levels)

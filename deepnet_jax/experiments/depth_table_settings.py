@@ -103,8 +103,9 @@ GRIDS: dict[str, dict[str, Any]] = {
         + [(s, n) for n in (6, 12, 18) for s in _DLCL],
         "seeds": [0, 1, 2],
     },
-    # the schemes since DeepNet under the same recipe and verdict rules, beside quick's rows
-    # (docs/schemes.md); seed 0 of every cell first, then seeds 1 and 2
+    # the schemes since DeepNet, DyT and CompleteP (its base at 6L: common.ROW_FIELDS) under
+    # the same recipe and verdict rules, beside quick's rows (docs/schemes.md); seed 0 of every
+    # cell first, then seeds 1 and 2
     "since_deepnet": {
         "tasks": ["reversal64"],
         "cells": [(s, n) for n in (6, 18) for s in common.SINCE_DEEPNET_ROWS],
@@ -157,7 +158,7 @@ def keys(setting: str, base: ml_collections.ConfigDict) -> list[dict[str, Any]]:
 
 def _grid_keys(grid: dict[str, Any], base: ml_collections.ConfigDict) -> list[dict[str, Any]]:
     """One grid's runs (:func:`keys` without the grid's ``more``)."""
-    scannable = {row: schemes.get(common.split_row(row)[0]).scannable for row, _ in grid["cells"]}
+    scannable = {row: schemes.get(common.row_scheme(row)).scannable for row, _ in grid["cells"]}
     cells = sorted(grid["cells"], key=lambda cell: (not scannable[cell[0]], cell[1]))
     recipes = grid.get("recipes", [(base.optimizer.learning_rate, base.schedule.warmup_steps)])
     inits = [{"init": init} for init in grid["inits"]] if "inits" in grid else [{}]

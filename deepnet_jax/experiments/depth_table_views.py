@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from deepnet_jax.experiments import depth_table_report as table_report
+from deepnet_jax.experiments import depth_table_settings as table_settings
 from deepnet_jax.experiments import report
 from deepnet_jax.experiments.depth_table_costs import MILESTONES
 from deepnet_jax.model import schemes
@@ -48,10 +49,23 @@ def _grid(runs: Sequence[Run]) -> tuple[dict, list[str], list[int]]:
     return grouped, schemes, sorted({n for (_, _, n) in grouped})
 
 
+def setting_rows(payload: Payload, task: str) -> list[str]:
+    """The rows of the payload's setting on ``task``: its recorded grid's, then those the
+    setting's grid has now (:data:`depth_table_settings.GRIDS`) and the file's lacks
+    (:func:`report.setting_rows`)."""
+    recorded = table_report.grid_rows(payload["settings"]["grid"], task)
+    now = table_settings.GRIDS.get(payload["setting"], {"tasks": [], "cells": []})
+    return report.setting_rows(recorded, table_report.grid_rows(now, task))
+
+
 def _scheme_by_depth(
-    runs: Sequence[Run], levels: dict[str, Any], text: Callable[[list[Run]], str]
+    runs: Sequence[Run],
+    levels: dict[str, Any],
+    text: Callable[[list[Run]], str],
+    planned: Sequence[str] = (),
 ) -> str:
-    """A row per scheme, a column per depth, ``text(cell_runs)`` in each cell ("" not run)."""
+    """A row per scheme, a column per depth, ``text(cell_runs)`` in each cell ("" not run);
+    then a row of ``—`` for each of the ``planned`` rows that has no run."""
     grouped, schemes, depths = _grid(runs)
     (task,) = {t for (t, _, _) in grouped}
     header = ["scheme"] + [table_report.depth_label(n, levels) for n in depths]
@@ -59,26 +73,31 @@ def _scheme_by_depth(
         [s] + [text(grouped[(task, s, n)]) if (task, s, n) in grouped else "" for n in depths]
         for s in schemes
     ]
+    rows += [[s] + [report.NO_RUN] * len(depths) for s in planned if s not in schemes]
     return report.markdown_table(header, rows)
 
 
 def verdicts(payload: Payload, task: str) -> str:
-    """Each cell's verdicts and final metric, mean (min–max) over its seeds."""
+    """Each cell's verdicts and final metric, mean (min–max) over its seeds; a row of the
+    setting (:func:`setting_rows`) without a run ``—``."""
     levels = payload["settings"]["levels"][task]
     field = table_report.metric(levels)[0]
     runs = task_runs(payload, task)
-    return _scheme_by_depth(runs, levels, lambda cell: table_report.cell_text(cell, field))
+    text = lambda cell: table_report.cell_text(cell, field)  # noqa: E731
+    return _scheme_by_depth(runs, levels, text, setting_rows(payload, task))
 
 
 def since_deepnet_verdicts(since: Payload, quick: Payload) -> str:
     """:func:`verdicts` of the since_deepnet setting under :data:`SINCE_DEEPNET_REFERENCE`'s
-    rows from the quick setting (the same recipe, task and seeds) at its depths."""
+    rows from the quick setting (the same recipe, task and seeds) at its depths; a row of the
+    setting (:func:`setting_rows`) without a run ``—``."""
     (task,) = since["settings"]["grid"]["tasks"]
     depths = sorted({r["layers"] for r in since["runs"]})
     runs = task_runs(quick, task, SINCE_DEEPNET_REFERENCE, depths) + task_runs(since, task)
     levels = since["settings"]["levels"][task]
     field = table_report.metric(levels)[0]
-    return _scheme_by_depth(runs, levels, lambda cell: table_report.cell_text(cell, field))
+    text = lambda cell: table_report.cell_text(cell, field)  # noqa: E731
+    return _scheme_by_depth(runs, levels, text, setting_rows(since, task))
 
 
 def _onset_text(run: Run, levels: dict[str, Any]) -> str:

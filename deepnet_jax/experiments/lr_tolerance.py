@@ -17,9 +17,16 @@ smoke      2L-2L         5e-4, 8e-3                  4        about 1 min (synth
 quick      6L-6L         2e-3 × 4^k, k = 0 … 2       150      13 min (measured)
 full       18L-18L       5e-4 × 2^k, k = 0 … 6       2,000    about 10 hours
 since_     6L-6L         quick's                     150      quick's, for the schemes since
-deepnet                                                       DeepNet and Pre-LN with DyT
+deepnet                                                       DeepNet, Pre-LN with DyT and
+                                                              Pre-LN under CompleteP
                                                               (docs/schemes.md)
 =========  ============  ==========================  =======  =============================
+
+The ``since_deepnet`` setting's rows are ``common.SINCE_DEEPNET_ROWS``, each keyed by its name
+(``"scheme"`` in a run's key); ``pre_ln+completep`` (``common.ROW_FIELDS``) has its base at the
+setting's one depth and the model's width, 6 layers per side and d_model 64: its multipliers
+are 1, so it differs from Pre-LN in its init (N(0, 0.02²)), its unscaled embeddings and learned
+positions and its undecayed norms and biases, not in a depth or width scaling.
 
 The quick grid starts at 2e-3, not 5e-4: over 150 updates with a 75-update warm-up the
 learning rate sums to 0.05 at 5e-4, where every model-update run was still at the unigram
@@ -32,9 +39,12 @@ scheme, crosses for diverged runs) and ``lr_tolerance.md``.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import Any
+
+import ml_collections
 
 from deepnet_jax.experiments import common, opening, report, results_file
 
@@ -76,11 +86,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         out, NAME, args.setting, {**s, "unigram_entropy": entropy}, grid=["schemes", "lrs"]
     )
     keys = [{"scheme": scheme, "lr": lr} for scheme in s["schemes"] for lr in s["lrs"]]
-
-    def make_config(key):
-        steps = s["steps"]
-        return common.with_run(base, key["scheme"], s["layers"], key["lr"], steps // 2, steps)
-
+    make_config = functools.partial(run_config, base, args.setting)
     runs = common.run_grid(results, keys, make_config, entropy, os.path.join(out, "runs"))
     largest = {scheme: largest_trained(runs, scheme) for scheme in s["schemes"]}
     results.payload["largest_trained_lr"] = largest
@@ -107,6 +113,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return results.payload
 
 
+def run_config(
+    base: ml_collections.ConfigDict, setting: str, key: dict[str, Any]
+) -> ml_collections.ConfigDict:
+    """``base`` for one run of ``setting``: the key's row (``"scheme"``: a scheme or a
+    ``common.ROW_FIELDS`` row) at the setting's depth and the key's peak rate, warm-up half the
+    updates."""
+    s = SETTINGS[setting]
+    steps = s["steps"]
+    return common.with_run(base, key["scheme"], s["layers"], key["lr"], steps // 2, steps)
+
+
 def largest_trained(runs: list[dict[str, Any]], scheme: str) -> float | None:
     """The largest learning rate at which ``scheme``'s run was ``trained`` (None: none)."""
     ok = [r["lr"] for r in runs if r["scheme"] == scheme and r["verdict"] == "trained"]
@@ -121,23 +138,33 @@ def lr_text(lr: float) -> str:
 
 def largest_lr_table(payload: dict[str, Any]) -> str:
     """The docs' table of a results payload (``lr_tolerance.json``; written between its
-    markers by deepnet_jax.experiments.docs_tables): a row per scheme, the largest learning
-    rate that trained and the verdict and validation NLL at the grid's largest."""
+    markers by deepnet_jax.experiments.docs_tables): a row per scheme (the setting's rows now:
+    :func:`report.setting_rows`), the largest learning rate that trained and the verdict and
+    validation NLL at the grid's largest; ``—`` where the file has no run."""
     s = payload["settings"]
     top = max(s["lrs"])
     header = ["scheme", "largest lr that trained", f"at {lr_text(top)}"]
     rows = []
-    for scheme in s["schemes"]:
-        largest = payload["largest_trained_lr"][scheme]
-        run = next(r for r in payload["runs"] if (r["scheme"], r["lr"]) == (scheme, top))
-        if run["verdict"] != "diverged":
-            at = f"{run['verdict']} ({run['eval_loss']:.3f})"
-        elif run.get("nonfinite_step") is not None:
-            at = f"diverged ({common.divergence_text(run)})"
-        else:  # a finite blow-up: its final NLL from its first loss
-            at = f"diverged (NLL {_nll(run['eval_loss'])} from {_nll(run['first_train_loss'])})"
-        rows.append([scheme, "none" if largest is None else lr_text(largest), at])
+    now = SETTINGS[payload["setting"]]["schemes"]
+    for scheme in report.setting_rows(s["schemes"], now):
+        mine = [r for r in payload["runs"] if r["scheme"] == scheme]
+        largest = largest_trained(mine, scheme)
+        largest_text = "none" if largest is None else lr_text(largest)
+        run = next((r for r in mine if r["lr"] == top), None)
+        rows.append([scheme, largest_text if mine else report.NO_RUN, _at_text(run)])
     return report.markdown_table(header, rows)
+
+
+def _at_text(run: dict[str, Any] | None) -> str:
+    """A run's verdict and validation NLL (how a diverged run broke); ``—`` for no run."""
+    if run is None:
+        return report.NO_RUN
+    if run["verdict"] != "diverged":
+        return f"{run['verdict']} ({run['eval_loss']:.3f})"
+    if run.get("nonfinite_step") is not None:
+        return f"diverged ({common.divergence_text(run)})"
+    # a finite blow-up: its final NLL from its first loss
+    return f"diverged (NLL {_nll(run['eval_loss'])} from {_nll(run['first_train_loss'])})"
 
 
 def _nll(v: float) -> str:

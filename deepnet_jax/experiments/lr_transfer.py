@@ -52,35 +52,20 @@ from deepnet_jax.common import console
 from deepnet_jax.experiments import common, depth_table, opening, report, results_file, resumable
 from deepnet_jax.experiments import depth_table_settings as table_settings
 from deepnet_jax.experiments import lr_transfer_report as transfer_report
-from deepnet_jax.model import parameterization
 
 NAME = "lr_transfer"
 FLAGS_FROM = ("resumable",)  # --shard, --checkpoint_every (opening.own_flags)
 SETTINGS = ("smoke", "quick")
 EXTEND = 2  # rates a sweep may add past each edge of its grid while its optimum sits there
 
-# a row: its name, and its scheme with the model fields it sets beside it
-ROWS: dict[str, dict[str, Any]] = dict(
-    [
-        *((scheme, {"scheme": scheme}) for scheme in ("pre_ln", "deepnorm")),
-        # CompleteP (model/parameterization.py) with its base at the sweep's shallowest depth
-        # and the tasks' width (d 64): at 6 layers its multipliers are 1, so what transfers is
-        # the rate tuned there; it scales no embedding by √d (its embedding rule is its own),
-        # and where the task's model adds sinusoids its positions are learned instead
-        # (:func:`make_config`)
-        (
-            "pre_ln+completep",
-            {
-                "scheme": "pre_ln",
-                "parameterization": "completep",
-                "completep_base_layers": 6,
-                "completep_base_width": 64,
-                "scale_embedding": False,
-            },
-        ),
-        ("mhc", {"scheme": "mhc"}),  # its paper's defaults: 4 streams, 20 Sinkhorn iterations
-    ]
-)
+# a row: its name, and the model fields it sets (common.row_fields). CompleteP's row
+# (common.COMPLETEP_ROW) has its base at the sweep's shallowest depth and the tasks' width
+# (6 layers, d 64): at 6 layers its multipliers are 1, so what transfers is the rate tuned
+# there; where the task's model adds sinusoids its positions are learned instead
+# (common.set_row). mHC takes its paper's defaults: 4 streams, 20 Sinkhorn iterations
+ROWS: dict[str, dict[str, Any]] = {
+    row: common.row_fields(row) for row in ("pre_ln", "deepnorm", common.COMPLETEP_ROW, "mhc")
+}
 # per setting: the tasks with the centre of their rate grid (the recipe's rate), the grid's
 # exponents k (rate = centre · 2^k), the rows, the depths and the seeds (the second trains at
 # each cell's optimum)
@@ -191,21 +176,11 @@ def task_bases(base: ml_collections.ConfigDict, grid: dict[str, Any], data_dir: 
 
 def make_config(bases: dict[str, Any], key: dict[str, Any]) -> ml_collections.ConfigDict:
     """One run's config: the depth table's (:func:`~depth_table_settings.make_config`) for the
-    row's scheme at the key's rate, with the row's model fields set. Under CompleteP fixed
-    sinusoids (reversal64's model) become a learned table, N(0, σ²_base) in the embeddings'
-    group as in the authors' code: sinusoids of RMS 1/√2 beside tokens of RMS σ_base = 0.02
-    hid the tokens from the model (35-fold; the model refuses them). Rotary positions
-    (Shakespeare's) add nothing to the embeddings and stay."""
+    key's row (its model fields, and CompleteP's learned positions where the task's model adds
+    sinusoids: :func:`common.set_row`) at the key's rate."""
     base = bases[key["task"]]
-    row = ROWS[key["row"]]
-    table_key = {**key, "scheme": row["scheme"], "warmup": base.schedule.warmup_steps}
-    c = table_settings.make_config(base, table_key)
-    for name, value in row.items():
-        if name != "scheme":
-            c.model[name] = value
-    if parameterization.completep(c.model) and c.model.positions == "sinusoidal":
-        c.model.positions = "learned"
-    return c
+    table_key = {**key, "scheme": key["row"], "warmup": base.schedule.warmup_steps}
+    return table_settings.make_config(base, table_key)
 
 
 def reuse(

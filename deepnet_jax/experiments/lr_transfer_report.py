@@ -16,7 +16,7 @@ from typing import Any
 from deepnet_jax.experiments import report
 from deepnet_jax.experiments.lr_tolerance import lr_text
 
-NO_RUN = "—"
+NO_RUN = report.NO_RUN
 
 
 def rates(grid: dict[str, Any], task: str) -> list[float]:

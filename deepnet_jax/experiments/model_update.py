@@ -18,9 +18,15 @@ gated      6, 18, 50, 100,   100      10              docs/blocks.md (DeepNorm, 
            200                                        warm-up; a plain and a gated FFN)
 gated_     6, 18, 50, 100,   10       1               gated's runs, ΔF after each of the
 first      200                                        first 10 updates (docs/blocks.md)
-since_     6, 18             100      5               quick's, for the schemes since DeepNet
-deepnet                                               and Pre-LN with DyT (docs/schemes.md)
+since_     6, 18             100      5               quick's, for the schemes since DeepNet,
+deepnet                                               Pre-LN with DyT and Pre-LN under
+                                                      CompleteP (docs/schemes.md)
 =========  ================  =======  ==============  ======================================
+
+The ``since_deepnet`` setting's rows are ``common.SINCE_DEEPNET_ROWS``, each keyed by its name
+(``"scheme"`` in a run's key); ``pre_ln+completep`` (``common.ROW_FIELDS``) has its base at the
+setting's shallowest depth and the model's width, 6 layers per side and d_model 64, so that its
+multipliers are 1 at 6L-6L and its branches weigh 1/3 at 18L-18L.
 
 The ``gated`` setting asks whether DeepNorm's β and Sub-LN's γ on a gated FFN's fc1 and fc2
 (the gate at gain 1; docs/blocks.md) bound the update as they do on the plain FFN: each scheme
@@ -226,19 +232,23 @@ def gated_table(payload: dict[str, Any], early: int = 10) -> str:
 def warmup_table(
     payload: dict[str, Any], warmup: str = "paper", after: tuple[int, ...] = (5, 25, 100)
 ) -> str:
-    """The runs with ``warmup``: a row per scheme, ΔF after each of ``after`` updates and the
-    validation NLL, each as ``shallowest / … / deepest``."""
+    """The runs with ``warmup``: a row per scheme (the setting's rows now:
+    :func:`report.setting_rows`), ΔF after each of ``after`` updates and the validation NLL,
+    each as ``shallowest / … / deepest`` (``—`` for a depth the file has no run of; a row with
+    none: ``—``)."""
     s = payload["settings"]
     runs = {(r["scheme"], r["layers"]): r for r in payload["runs"] if r["warmup"] == warmup}
     header = ["scheme", *(f"ΔF after {step}" for step in after), "validation NLL"]
+    columns = [lambda r, step=step: delta_f_text(_after(r, step)) for step in after]
+    columns.append(lambda r: f"{r['eval_loss']:.3f}")
     rows = []
-    for scheme in s["schemes"]:
-        mine = [runs[(scheme, n)] for n in s["depths"]]
-        rows.append(
-            [scheme]
-            + [" / ".join(delta_f_text(_after(r, step)) for r in mine) for step in after]
-            + [" / ".join(f"{r['eval_loss']:.3f}" for r in mine)]
-        )
+    for scheme in report.setting_rows(s["schemes"], _schemes(payload["setting"])):
+        mine = [runs.get((scheme, n)) for n in s["depths"]]
+        if not any(mine):
+            rows.append([scheme] + [report.NO_RUN] * len(columns))
+            continue
+        texts = [[report.NO_RUN if r is None else text(r) for r in mine] for text in columns]
+        rows.append([scheme] + [" / ".join(t) for t in texts])
     return report.markdown_table(header, rows)
 
 

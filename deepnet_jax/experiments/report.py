@@ -9,6 +9,15 @@ from typing import Any
 
 from deepnet_jax.experiments.common import STUCK_MARGIN
 
+NO_RUN = "—"  # a table's cell (or row) that the results file has no run of
+
+
+def setting_rows(recorded: Sequence[str], current: Sequence[str]) -> list[str]:
+    """The rows a table of a results file shows: those its settings recorded, then those the
+    experiment's setting has now and the file's lacks (a row added to the setting after the file
+    was written, shown as not run: :data:`NO_RUN`)."""
+    return list(dict.fromkeys([*recorded, *current]))
+
 
 def write_table(out_dir: str, name: str, text: str) -> str:
     """``<out_dir>/<name>.md``; returns its path."""
