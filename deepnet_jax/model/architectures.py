@@ -33,9 +33,9 @@ from deepnet_jax.model.embeddings import (
     embed,
     rotary_positions,
 )
+from deepnet_jax.model.norms import normalization
 from deepnet_jax.model.stack_common import Side, StackInputs
 from deepnet_jax.model.stacks import apply_layers
-from deepnet_jax.model.sublayers import normalization
 
 __all__ = [
     "Decoder",

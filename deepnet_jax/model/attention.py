@@ -17,7 +17,9 @@ import jax.numpy as jnp
 
 from deepnet_jax.model import rotary
 from deepnet_jax.model.config import TransformerConfig
-from deepnet_jax.model.sublayers import Projection, dropout, normalization, record_input_norm
+from deepnet_jax.model.dropout import dropout
+from deepnet_jax.model.norms import normalization, record_input_norm
+from deepnet_jax.model.sublayers import Projection
 
 
 class MultiHeadAttention(nn.Module):
