@@ -8,7 +8,7 @@ the FFN activation.
 
 * ``masks`` rows: one jitted function draws every mask of one step (one key per mask, by
   ``fold_in``) and returns them as booleans. Generators: ``hash`` (``model.dropout_rng="hash"``,
-  ``sublayers.dropout_bits``, the default) and ``jax.random.bernoulli`` with keys of each of
+  ``model.dropout.dropout_bits``, the default) and ``jax.random.bernoulli`` with keys of each of
   JAX's implementations: ``threefry2x32`` (JAX's default, ``dropout_rng="jax"``),
   ``philox4x32``, ``rbg`` and ``unsafe_rbg``. The time of a call is the median over
   ``--rounds`` rounds in which every generator runs once in turn, reported as a ratio to
@@ -44,7 +44,7 @@ import jax.numpy as jnp
 
 from benchmarks import step_efficiency
 from deepnet_jax.common import records
-from deepnet_jax.model import sublayers
+from deepnet_jax.model.dropout import dropout_bits
 
 RATE = 0.1
 GENERATORS = ("hash", "threefry2x32", "philox4x32", "rbg", "unsafe_rbg")
@@ -69,7 +69,7 @@ def generator(name: str) -> tuple[Callable[[jax.Array, tuple[int, ...]], jax.Arr
     """``(mask(key, shape) -> bool keep-mask, key implementation)`` of one generator."""
     if name == "hash":
         threshold = jnp.uint32(int(RATE * 2**32))
-        return (lambda key, shape: sublayers.dropout_bits(key, shape) >= threshold), "threefry2x32"
+        return (lambda key, shape: dropout_bits(key, shape) >= threshold), "threefry2x32"
     return (lambda key, shape: jax.random.bernoulli(key, 1.0 - RATE, shape)), name
 
 

@@ -10,7 +10,7 @@ from test_training import small_config
 
 from deepnet_jax.common.tokens import PAD_ID
 from deepnet_jax.model import layout
-from deepnet_jax.model.sublayers import DIAGNOSTICS
+from deepnet_jax.model.norms import DIAGNOSTICS
 from deepnet_jax.runs import metrics
 from deepnet_jax.training import diagnostics, train
 from deepnet_jax.training import steps as train_steps

@@ -11,7 +11,7 @@ import pytest
 from conftest import jit_apply, random_tokens, tiny_config
 
 from deepnet_jax.model import architectures
-from deepnet_jax.model.sublayers import dropout, dropout_bits
+from deepnet_jax.model.dropout import dropout, dropout_bits
 
 N = 1 << 20  # elements per mask: binomial standard deviation of the drop fraction ≈ 3e-4
 

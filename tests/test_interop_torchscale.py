@@ -17,7 +17,7 @@ from conftest import init_params, jit_apply, tiny_config
 
 from deepnet_jax.cli import torchscale as cli
 from deepnet_jax.interop import torchscale as ts
-from deepnet_jax.interop.torchscale import configs, files, runs
+from deepnet_jax.interop.torchscale import config_fields, files, runs
 from deepnet_jax.model import architectures
 from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.training import loading as run_loading
@@ -141,15 +141,15 @@ def test_unsupported_torchscale_options_are_refused(extra, message):
 def test_every_torchscale_field_is_mapped_refused_ignored_or_inert():
     """The fixtures' configs hold every attribute of torchscale 0.3.0's EncoderConfig,
     DecoderConfig and EncoderDecoderConfig (``vars(config)``): each is in a table of
-    ``configs``; ignored and inert fields are neither read nor refused."""
+    ``config_fields``; ignored and inert fields are neither read nor refused."""
     fields = set()
     for arch, scheme in CASES:
         fields |= set(load_case(arch, scheme)[1]) - {"encoder_learned_pos", "decoder_learned_pos"}
     assert len(fields) == 48 and {"bert_init", "drop_path_rate", "fsdp"} <= fields
-    read = configs.MAPPED.keys() | configs.UNSUPPORTED.keys()
-    unread = configs.IGNORED.keys() | configs.INERT.keys()
+    read = config_fields.MAPPED.keys() | config_fields.UNSUPPORTED.keys()
+    unread = config_fields.IGNORED.keys() | config_fields.INERT.keys()
     assert fields <= read | unread, sorted(fields - read - unread)
-    assert not read & unread and not configs.IGNORED.keys() & configs.INERT.keys()
+    assert not read & unread and not config_fields.IGNORED.keys() & config_fields.INERT.keys()
 
 
 def test_ignored_options_are_listed_in_one_warning(caplog):

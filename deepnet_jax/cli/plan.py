@@ -31,6 +31,7 @@ from deepnet_jax.cli import command
 from deepnet_jax.common import records
 from deepnet_jax.scale import targets
 from deepnet_jax.training import config_checks, memory_plan, plan_report, remat_auto, train
+from deepnet_jax.training.abstract_step import DoesNotFitError
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file.", lock_config=True)
 _TARGET = flags.DEFINE_string(
@@ -83,7 +84,7 @@ def execute(arguments: list[str]) -> None:
     del arguments  # none
     try:
         result = _plan(_target())
-    except memory_plan.DoesNotFitError as e:
+    except DoesNotFitError as e:
         print(str(e), file=sys.stderr)
         sys.exit(2)
     print(plan_report.text(result))

@@ -17,7 +17,9 @@ import jax.numpy as jnp
 
 from deepnet_jax.model import rotary
 from deepnet_jax.model.config import TransformerConfig
-from deepnet_jax.model.sublayers import Projection, dropout, normalization, record_input_norm
+from deepnet_jax.model.dropout import dropout
+from deepnet_jax.model.norms import normalization, record_input_norm
+from deepnet_jax.model.sublayers import Projection
 
 
 class MultiHeadAttention(nn.Module):
@@ -80,27 +82,42 @@ class MultiHeadAttention(nn.Module):
           encoder output replace the cache;
         * cross-attention step (``x_kv`` None): the cached keys/values are used as they are.
         """
-        c = self.config
-        D, H, K = c.d_model, c.num_heads, c.head_dim
         if self.rotary and positions is None:
             raise ValueError("rotary attention needs the queries' positions")
+        q_BTHK, k_BSHK, v_BSHK = self._projections(x_q, x_kv, positions)
+        k_BSHK, v_BSHK = self._update_cache(k_BSHK, v_BSHK, cache, cache_index)
+        out_BTHK = self._attention(q_BTHK, k_BSHK, v_BSHK, mask, dropout_key)
+        out_BTD = self._output(out_BTHK)
+        if cache is None:
+            return out_BTD
+        return out_BTD, {"k": k_BSHK, "v": v_BSHK}
 
-        def proj_in(name: str, gain: float) -> Projection:
-            queries = name == "q_proj"
-            heads, axis = (H, "heads") if queries else (c.kv_heads, "kv_heads")
-            return Projection(
-                (D,),
-                (heads, K),
-                ("embed",),
-                (axis, "kv"),
-                c,
-                gain,
-                tag=name,
-                role="attn_in",
-                std=self._std(name),
-                name=name,
-            )
+    def _in_projection(self, name: str, gain: float) -> Projection:
+        """``q_proj`` [D] → [H, K], or ``k_proj``/``v_proj`` [D] → [N, K] (N kv heads)."""
+        c = self.config
+        queries = name == "q_proj"
+        heads, axis = (c.num_heads, "heads") if queries else (c.kv_heads, "kv_heads")
+        return Projection(
+            (c.d_model,),
+            (heads, c.head_dim),
+            ("embed",),
+            (axis, "kv"),
+            c,
+            gain,
+            tag=name,
+            role="attn_in",
+            std=self._std(name),
+            name=name,
+        )
 
+    def _projections(
+        self, x_q: jax.Array, x_kv: jax.Array | None, positions: jax.Array | None
+    ) -> tuple[jax.Array, jax.Array | None, jax.Array | None]:
+        """(q [B, T, H, K], k [B, S, N, K], v [B, S, N, K]): q and k normalized (qk_norm) and
+        rotated (rotary); k and v None without ``x_kv`` (the cache holds them)."""
+        c = self.config
+        D, H, K = c.d_model, c.num_heads, c.head_dim
+        k_BSHK = v_BSHK = None
         if self.fuse_qkv:
             if x_kv is not x_q:
                 raise ValueError("fuse_qkv is for self-attention: x_kv must be x_q")
@@ -118,52 +135,79 @@ class MultiHeadAttention(nn.Module):
             q_BTHK, k_BSHK, v_BSHK = (qkv_BT3HK[:, :, i] for i in range(3))
             k_BSHK = self._position_keys(k_BSHK, positions)
         else:
-            q_BTHK = proj_in("q_proj", 1.0)(x_q)
+            q_BTHK = self._in_projection("q_proj", 1.0)(x_q)
         q_BTHK = self._position(self._qk_norm("q_norm", q_BTHK), positions)
-        if x_kv is None:
+        if x_kv is not None and not self.fuse_qkv:
+            k_BSHK = self._position_keys(self._in_projection("k_proj", 1.0)(x_kv), positions)
+            v_BSHK = self._in_projection("v_proj", self.value_gain)(x_kv)
+        return q_BTHK, k_BSHK, v_BSHK
+
+    def _update_cache(
+        self,
+        k_BSHK: jax.Array | None,
+        v_BSHK: jax.Array | None,
+        cache: dict[str, jax.Array] | None,
+        cache_index: jax.Array | None,
+    ) -> tuple[jax.Array, jax.Array]:
+        """The keys and values attended to, in the cache's modes (``__call__``): the cache's
+        own when this call computed none, this call's written into the cache at
+        ``cache_index``, or this call's in the cache's dtype (a prefill)."""
+        if k_BSHK is None:
             if cache is None:
                 raise ValueError("attention without x_kv needs a cache holding keys and values")
-            k_BSHK, v_BSHK = cache["k"], cache["v"]
-        else:
-            if not self.fuse_qkv:
-                k_BSHK = self._position_keys(proj_in("k_proj", 1.0)(x_kv), positions)
-                v_BSHK = proj_in("v_proj", self.value_gain)(x_kv)
-            if cache is not None and cache_index is not None:
-                start = (0, cache_index, 0, 0)
-                k_BSHK = jax.lax.dynamic_update_slice(
-                    cache["k"], k_BSHK.astype(cache["k"].dtype), start
-                )
-                v_BSHK = jax.lax.dynamic_update_slice(
-                    cache["v"], v_BSHK.astype(cache["v"].dtype), start
-                )
-            elif cache is not None:
-                k_BSHK = k_BSHK.astype(cache["k"].dtype)
-                v_BSHK = v_BSHK.astype(cache["v"].dtype)
-
-        if c.attention_impl == "reference":
-            out_BTHK = self._reference_attention(q_BTHK, k_BSHK, v_BSHK, mask, dropout_key)
-        else:
-            dtype = c.compute_dtype
-            if mask is not None and c.attention_impl == "cudnn":
-                # cuDNN reads the mask as a bias over every query and key position: a key
-                # padding mask [B, 1, 1, S] is refused ("Bias must have same seq length")
-                B, _, _, S = mask.shape
-                mask = jnp.broadcast_to(mask, (B, mask.shape[1], q_BTHK.shape[1], S))
-            out_BTHK = jax.nn.dot_product_attention(
-                q_BTHK.astype(dtype),
-                k_BSHK.astype(dtype),
-                v_BSHK.astype(dtype),
-                mask=mask,
-                implementation=c.attention_impl,
+            return cache["k"], cache["v"]
+        if cache is not None and cache_index is not None:
+            start = (0, cache_index, 0, 0)
+            k_BSHK = jax.lax.dynamic_update_slice(
+                cache["k"], k_BSHK.astype(cache["k"].dtype), start
             )
+            v_BSHK = jax.lax.dynamic_update_slice(
+                cache["v"], v_BSHK.astype(cache["v"].dtype), start
+            )
+        elif cache is not None:
+            k_BSHK = k_BSHK.astype(cache["k"].dtype)
+            v_BSHK = v_BSHK.astype(cache["v"].dtype)
+        return k_BSHK, v_BSHK
 
+    def _attention(
+        self,
+        q_BTHK: jax.Array,
+        k_BSHK: jax.Array,
+        v_BSHK: jax.Array,
+        mask: jax.Array | None,
+        dropout_key: jax.Array | None,
+    ) -> jax.Array:
+        """softmax(q·kᵀ/√K)·v [B, T, H, K] by ``config.attention_impl``: the reference, or
+        ``jax.nn.dot_product_attention`` (``xla``, ``cudnn``)."""
+        c = self.config
+        if c.attention_impl == "reference":
+            return self._reference_attention(q_BTHK, k_BSHK, v_BSHK, mask, dropout_key)
+        dtype = c.compute_dtype
+        if mask is not None and c.attention_impl == "cudnn":
+            # cuDNN reads the mask as a bias over every query and key position: a key
+            # padding mask [B, 1, 1, S] is refused ("Bias must have same seq length")
+            B, _, _, S = mask.shape
+            mask = jnp.broadcast_to(mask, (B, mask.shape[1], q_BTHK.shape[1], S))
+        return jax.nn.dot_product_attention(
+            q_BTHK.astype(dtype),
+            k_BSHK.astype(dtype),
+            v_BSHK.astype(dtype),
+            mask=mask,
+            implementation=c.attention_impl,
+        )
+
+    def _output(self, out_BTHK: jax.Array) -> jax.Array:
+        """The heads [B, T, H, K] → [B, T, D]: Sub-LN's ``inner_attn_ln`` on the concatenated
+        heads (``inner_norm``), then ``out_proj``."""
+        c = self.config
+        D, H, K = c.d_model, c.num_heads, c.head_dim
         if self.inner_norm:
             B, T = out_BTHK.shape[:2]
             out_BTD = out_BTHK.reshape(B, T, D)
             record_input_norm(self, "inner_attn_ln", out_BTD)
             out_BTD = normalization(c, "inner_attn_ln")(out_BTD)
             out_BTHK = out_BTD.reshape(B, T, H, K)
-        out_BTD = Projection(
+        return Projection(
             (H, K),
             (D,),
             ("heads", "kv"),
@@ -174,9 +218,6 @@ class MultiHeadAttention(nn.Module):
             std=self._std("out_proj"),
             name="out_proj",
         )(out_BTHK)
-        if cache is None:
-            return out_BTD
-        return out_BTD, {"k": k_BSHK, "v": v_BSHK}
 
     def _std(self, name: str) -> Any:
         """The N(0, σ²) std of projection ``name`` under ``stds`` (None: the config's init)."""

@@ -21,6 +21,7 @@ import numpy as np
 
 from deepnet_jax.model import schemes
 from deepnet_jax.model.config import TransformerConfig
+from deepnet_jax.model.norms import normalization
 from deepnet_jax.model.stack_common import (
     Side,
     StackInputs,
@@ -28,7 +29,7 @@ from deepnet_jax.model.stack_common import (
     layer_class,
     stack_caches,
 )
-from deepnet_jax.model.sublayers import constrain, normalization
+from deepnet_jax.model.sublayers import constrain
 
 
 def dlcl_weight_init(size: int, fill: str) -> np.ndarray:

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 from deepnet_jax.common.tokens import PAD_ID
 from deepnet_jax.model import parameterization, schemes
 from deepnet_jax.model.config import TransformerConfig
+from deepnet_jax.model.dropout import Dropout
 from deepnet_jax.model.initializers import embedding_normal, sinusoidal_table, token_embedding_init
-from deepnet_jax.model.sublayers import Dropout
 from deepnet_jax.model.vocab_matmul import vocab_logits
 
 

@@ -29,6 +29,7 @@ from deepnet_jax.model import remat, schemes
 from deepnet_jax.model.combining_stacks import denseformer, dlcl
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.model.grouped_stack import grouped
+from deepnet_jax.model.norms import DIAGNOSTICS, normalization
 from deepnet_jax.model.stack_common import (
     Side,
     StackFn,
@@ -37,7 +38,7 @@ from deepnet_jax.model.stack_common import (
     layer_class,
     stack_caches,
 )
-from deepnet_jax.model.sublayers import DIAGNOSTICS, constrain, normalization
+from deepnet_jax.model.sublayers import constrain
 from deepnet_jax.model.transformer_layer import ADMIN_PROFILE, LayerOps
 
 

@@ -1,5 +1,6 @@
-"""Sublayer building blocks: projections, LayerNorm, dropout and the FFN (multi-head attention
-is :mod:`deepnet_jax.model.attention`).
+"""Sublayer building blocks: projections, the FFN and the activations' sharding constraint
+(multi-head attention is :mod:`deepnet_jax.model.attention`, the norms
+:mod:`deepnet_jax.model.norms`, dropout :mod:`deepnet_jax.model.dropout`).
 
 Every parameter carries logical axis names (``embed``, ``heads``, ``kv``, ``mlp``, ``norm``) via
 ``nn.with_logical_partitioning``; gains are part of each kernel's initializer (SPEC.md), never
@@ -19,7 +20,8 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from deepnet_jax.model import parameterization
-from deepnet_jax.model.config import DROPOUT_RNGS, TransformerConfig
+from deepnet_jax.model.config import TransformerConfig
+from deepnet_jax.model.dropout import dropout
 from deepnet_jax.model.initializers import (
     Initializer,
     fairseq_initializers,
@@ -29,186 +31,13 @@ from deepnet_jax.model.initializers import (
     torchscale_uniform,
     xavier_normal,
 )
+from deepnet_jax.model.norms import normalization, record_input_norm
 
 # Activation layout at sublayer boundaries: [batch, length, embed].
 ACTIVATION_AXES = ("batch", "length", "embed")
 # A stream scheme's residual (Hyper-Connections, mHC): [batch, length, stream, embed], the few
 # streams unsharded.
 STREAM_AXES = ("batch", "length", None, "embed")
-
-
-DIAGNOSTICS = "diagnostics"  # the flax collection the stability instruments sow into
-LN_INPUT_SUFFIX = "_input"  # sown name = LayerNorm name + this (names are shared with modules)
-
-
-def record_input_norm(module: nn.Module, name: str, x: jax.Array) -> None:
-    """Sow ``<name>_input`` = mean over positions of ‖x[..., :]‖₂ (x [B, T, F], padding
-    included) into the ``diagnostics`` collection for the LayerNorm ``name`` about to read x,
-    only when that collection is mutable outside ``init`` (the stability instruments of
-    ``deepnet_jax.training.diagnostics``); otherwise nothing is computed."""
-    if module.is_mutable_collection(DIAGNOSTICS) and not module.is_initializing():
-        norms = jnp.sqrt(jnp.sum(jnp.square(x.astype(jnp.float32)), axis=-1))
-        module.sow(
-            DIAGNOSTICS,
-            f"{name}{LN_INPUT_SUFFIX}",
-            jnp.mean(norms),
-            reduce_fn=lambda _, v: v,
-            init_fn=float,
-        )
-
-
-# lowbias32 (Chris Wellons' hash-prospector, public domain): a 32-bit integer hash with two
-# multiplies; bias 0.17, among the lowest found for 2-multiply hashes.
-_LOWBIAS32 = ((16, 0x7FEB352D), (15, 0x846CA68B), (16, None))
-
-
-def _lowbias32(h: jax.Array) -> jax.Array:
-    for shift, multiplier in _LOWBIAS32:
-        h = h ^ (h >> shift)
-        if multiplier is not None:
-            h = h * jnp.uint32(multiplier)
-    return h
-
-
-def dropout_bits(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    """uint32 ``shape`` of keyed hash bits: lowbias32(lowbias32(i ⊕ k0) + k1) for the flat
-    element index i, where (k0, k1) = ``jax.random.bits(key, (2,))`` are two words of the key's
-    own PRNG (any ``jax.random`` key implementation, or a raw uint32 key). For a fixed key the
-    map i → bits is a bijection of uint32, so the elements of one mask are distinct draws;
-    independence between masks comes from their keys, which the model derives with
-    ``jax.random`` (split, fold_in)."""
-    size = math.prod(shape)
-    if size >= 2**32:
-        raise ValueError(f"dropout over {size} elements: the hash counter is 32-bit (< 2**32)")
-    k0, k1 = jax.random.bits(key, (2,), jnp.uint32)
-    index = jax.lax.iota(jnp.uint32, size).reshape(shape)
-    return _lowbias32(_lowbias32(index ^ k0) + k1)
-
-
-def dropout(
-    x: jax.Array,
-    rate: float,
-    key: jax.Array | None,
-    deterministic: bool,
-    rng: str = "hash",
-) -> jax.Array:
-    """Inverted dropout: ``where(m, x / (1 − rate), 0)``, m ~ Bernoulli(1 − rate) per element.
-
-    ``rng`` picks how the mask is drawn from ``key``:
-
-    * ``"hash"``: m = :func:`dropout_bits` ≥ ⌊rate·2³²⌋ (the rate exact to 2⁻³²). About
-      ten integer operations per element, so cheap wherever XLA puts it. On XLA:CPU this matters:
-      JAX lowers threefry there as a rolled loop that materializes every round, and an unrolled
-      counter RNG (philox) is re-derived inside every fusion that reads the mask (the forward
-      select, the backward one, and again under remat).
-    * ``"jax"``: ``jax.random.bernoulli(key, 1 − rate)`` with the key's own PRNG (threefry by
-      default): the same masks as ``flax.linen.Dropout`` for the same key.
-    """
-    if not 0.0 <= rate < 1.0:
-        raise ValueError(f"dropout rate={rate!r} must be in [0, 1)")
-    if deterministic or rate == 0.0:
-        return x
-    if key is None:
-        raise ValueError("dropout with rate > 0 outside deterministic mode needs a key")
-    keep = 1.0 - rate
-    if rng == "hash":
-        mask = dropout_bits(key, x.shape) >= jnp.uint32(int(rate * 2**32))
-    elif rng == "jax":
-        mask = jax.random.bernoulli(key, keep, x.shape)
-    else:
-        raise ValueError(f"dropout rng={rng!r}; allowed values are {DROPOUT_RNGS}")
-    return jax.lax.select(mask, x / keep, jnp.zeros_like(x))
-
-
-class Dropout(nn.Module):
-    """:func:`dropout` with its key from the module's ``"dropout"`` stream (where no explicit
-    key is at hand, e.g. the embeddings); named like ``flax.linen.Dropout`` (``Dropout_0``), so
-    with ``rng="jax"`` it draws the masks that module drew."""
-
-    rate: float
-    rng: str = "hash"
-
-    @nn.compact
-    def __call__(self, x: jax.Array, deterministic: bool) -> jax.Array:
-        if deterministic or self.rate == 0.0:
-            return x
-        return dropout(x, self.rate, self.make_rng("dropout"), False, self.rng)
-
-
-class DynamicTanh(nn.Module):
-    """Dynamic Tanh (Zhu, Chen, He, LeCun, Liu, CVPR 2025, eq. 1): DyT(x) = g ⊙ tanh(a·x) + b
-    over the last axis [..., F] → [..., F], a one learned scalar (``alpha``, initially
-    ``alpha_init``: the paper's α₀ = 0.5), g (``scale``) ones and b (``bias``, only with
-    ``use_bias``) zeros [F] on logical axis ``axis_name``; tanh in float32."""
-
-    alpha_init: float
-    use_bias: bool
-    dtype: jnp.dtype
-    param_dtype: jnp.dtype
-    axis_name: str = "norm"
-
-    @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        F = x.shape[-1]
-        alpha = self.param(
-            "alpha",
-            nn.with_logical_partitioning(nn.initializers.constant(self.alpha_init), ()),
-            (),
-            jnp.float32,
-        )
-        scale = self.param(
-            "scale",
-            nn.with_logical_partitioning(nn.initializers.ones, (self.axis_name,)),
-            (F,),
-            self.param_dtype,
-        )
-        y = jnp.tanh(alpha * x.astype(jnp.float32)) * scale.astype(jnp.float32)
-        if self.use_bias:
-            bias = self.param(
-                "bias",
-                nn.with_logical_partitioning(nn.initializers.zeros, (self.axis_name,)),
-                (F,),
-                self.param_dtype,
-            )
-            y = y + bias.astype(jnp.float32)
-        return y.astype(self.dtype)
-
-
-def normalization(
-    config: TransformerConfig, name: str, axis_name: str = "norm"
-) -> nn.LayerNorm | nn.RMSNorm | DynamicTanh:
-    """The config's norm over the last axis, float32 statistics, its scale (and bias) on logical
-    axis ``axis_name``: ``model.norm="layernorm"`` (x − mean)/√(var + ε)·g + b (b only with
-    ``use_bias``), ``"rmsnorm"`` x/√(mean(x²) + ε)·g (Zhang & Sennrich 2019), ε =
-    ``layernorm_eps``; ``"dyt"`` :class:`DynamicTanh` (a = ``dyt_alpha``)."""
-    if config.norm == "dyt":
-        return DynamicTanh(
-            config.dyt_alpha,
-            config.use_bias,
-            config.compute_dtype,
-            config.storage_dtype,
-            axis_name,
-            name=name,
-        )
-    scale_init = nn.with_logical_partitioning(nn.initializers.ones, (axis_name,))
-    if config.norm == "rmsnorm":
-        return nn.RMSNorm(
-            epsilon=config.layernorm_eps,
-            dtype=config.compute_dtype,
-            param_dtype=config.storage_dtype,
-            scale_init=scale_init,
-            name=name,
-        )
-    return nn.LayerNorm(
-        epsilon=config.layernorm_eps,
-        dtype=config.compute_dtype,
-        param_dtype=config.storage_dtype,
-        use_bias=config.use_bias,
-        use_fast_variance=False,
-        scale_init=scale_init,
-        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (axis_name,)),
-        name=name,
-    )
 
 
 class Projection(nn.Module):

@@ -28,14 +28,10 @@ import jax.numpy as jnp
 from deepnet_jax.model import schemes
 from deepnet_jax.model.attention import MultiHeadAttention
 from deepnet_jax.model.config import TransformerConfig
+from deepnet_jax.model.dropout import dropout
+from deepnet_jax.model.norms import normalization, record_input_norm
 from deepnet_jax.model.schemes.base import Sublayer
-from deepnet_jax.model.sublayers import (
-    FeedForward,
-    constrain,
-    dropout,
-    normalization,
-    record_input_norm,
-)
+from deepnet_jax.model.sublayers import FeedForward, constrain
 
 ADMIN_PROFILE = "admin_profile"  # the collection Admin's profiling pass sows ω into
 

@@ -32,6 +32,10 @@ _ARRAY = re.compile(
 )
 _HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 _CONSTANT = re.compile(r"\bs(?:32|64)\[\]\S*\s+constant\((-?\d+)\)")
+_CALLS = re.compile(r"\bcalls=%?([\w.\-]+)")
+# a fusion, and XLA:GPU's asynchronous form of one (``fusion-start``, waited on by a
+# ``fusion-done`` that launches nothing)
+FUSIONS = {"fusion", "fusion-start"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +161,29 @@ def execution_counts(module: Module) -> dict[str, int]:
         for ins in module.computations[name]:
             stack += [(callee, times * n) for callee, n in _callees(module, ins)]
     return dict(counts)
+
+
+def fused(module: Module, ins: Instruction) -> list[Instruction]:
+    """Every instruction a fusion or custom call runs (nested fusions flattened)."""
+    out, stack = [], [ins]
+    while stack:
+        for callee in _CALLS.findall(stack.pop().rest):
+            for inner in module.computations.get(callee, []):
+                out.append(inner)
+                if inner.opcode == "fusion":
+                    stack.append(inner)
+    return out
+
+
+def operand_names(ins: Instruction) -> list[str]:
+    """The instructions an instruction reads (its operand list, before the attributes)."""
+    depth, end = 0, len(ins.rest)
+    for i, ch in enumerate(ins.rest):
+        depth += (ch in "({[") - (ch in ")}]")
+        if depth < 0:
+            end = i
+            break
+    return re.findall(r"%([\w.\-]+)", ins.rest[:end])
 
 
 def tuple_elements(type_text: str) -> list[str]:

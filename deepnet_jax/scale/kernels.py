@@ -20,7 +20,8 @@ its computation runs (``hlo_module.execution_counts``: loop bodies per trip):
 * **Bytes**: its operands read and its result written once, as they are after fusion; an
   operand the kernel only slices (``dynamic-slice``, ``slice``, ``gather``) counts the slices,
   and a buffer updated in place (``dynamic-update-slice`` of a fusion's parameter, the scanned
-  stack's per-layer writes) counts the update read and written, not the whole buffer.
+  stack's per-layer writes) counts the update read and written, not the whole buffer
+  (:func:`deepnet_jax.scale.hbm_bytes.kernel_bytes`).
 * **Time**: ``max(FLOPs ÷ peak, bytes ÷ HBM bandwidth)``; a collective: the bytes one device
   sends (``hlo_census``'s ring volumes) ÷ the interconnect bandwidth. An fp32 matmul runs at
   :data:`FP32_MATMUL_RATE` of the bf16 peak (TF32 on NVIDIA GPUs; one bf16 pass on TPUs, jax's
@@ -37,9 +38,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections import defaultdict
 
 from deepnet_jax.scale import hlo_census, hlo_module
+from deepnet_jax.scale.hbm_bytes import kernel_bytes
 from deepnet_jax.scale.hlo_module import Instruction, Module
 from deepnet_jax.scale.targets import Chip
 
@@ -76,14 +77,8 @@ _FREE = {
     "add-dependency",
 }
 _MOVES = {"copy", "transpose", "bitcast", "reshape", "parameter", "copy-start", "copy-done"}
-_SLICES = {"dynamic-slice", "slice", "gather"}
-# a fusion, and XLA:GPU's asynchronous form of one (``fusion-start``, waited on by a
-# ``fusion-done`` that launches nothing)
-_FUSIONS = {"fusion", "fusion-start"}
-_VIEWS = {"bitcast", "reshape"}
 _SEQUENTIAL = re.compile(r"\b(body|condition|true_computation|false_computation)=%?([\w.\-]+)")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
-_CALLS = re.compile(r"\bcalls=%?([\w.\-]+)")
 _TARGET = re.compile(r'custom_call_target="([^"]+)"')
 # op_name keywords → class, first match wins (norms before attention: "self_attn_layer_norm")
 _NAME_RULES = (
@@ -133,106 +128,13 @@ def sequential_computations(module: Module) -> dict[str, int]:
     return {name: counts.get(name, 0) for name in found}
 
 
-def _fused(module: Module, ins: Instruction) -> list[Instruction]:
-    """Every instruction a fusion or custom call runs (nested fusions flattened)."""
-    out, stack = [], [ins]
-    while stack:
-        for callee in _CALLS.findall(stack.pop().rest):
-            for inner in module.computations.get(callee, []):
-                out.append(inner)
-                if inner.opcode == "fusion":
-                    stack.append(inner)
-    return out
-
-
 def kernel_flops(module: Module, ins: Instruction) -> int:
     """Matmul FLOPs of one execution of a kernel: its own matmul (a ``dot``, a ``convolution``:
     XLA:TPU's form of many matmuls, a cuBLAS gemm call, cuDNN's fused attention) or the fused
     ones."""
     own = hlo_census.is_matmul(ins) or hlo_census.FMHA_CALL.search(ins.rest)
-    body = [ins] if own else _fused(module, ins)
+    body = [ins] if own else hlo_module.fused(module, ins)
     return sum(hlo_census.instruction_flops(module, i) for i in body)
-
-
-def kernel_bytes(module: Module, ins: Instruction) -> int:
-    """HBM bytes one execution of a kernel reads and writes (module docstring's rules)."""
-    operands = _operand_names(ins)
-    if ins.opcode not in _FUSIONS:
-        sizes = [hlo_module.nbytes(module.shapes.get(n, "")) for n in operands]
-        if ins.opcode in _SLICES:
-            return 2 * hlo_module.nbytes(ins.result)
-        if ins.opcode == "dynamic-update-slice":
-            update = sizes[1] if len(sizes) > 1 else 0
-            return 2 * update
-        return sum(sizes) + hlo_module.nbytes(ins.result)
-    body = _fused(module, ins)
-    params = {i.name: i for i in body if i.opcode == "parameter"}
-    users: dict[str, list[Instruction]] = defaultdict(list)
-    for inner in body:
-        for name in _operand_names(inner):
-            users[name].append(inner)
-    origin = {}  # what each view (bitcast, reshape) of a parameter is a view of
-    for inner in body:
-        if inner.opcode in _VIEWS:
-            source = (_operand_names(inner) or [""])[0]
-            origin[inner.name] = origin.get(source, source)
-    total = 0
-    in_place = set()
-    for inner in body:  # an in-place update writes its update, not the buffer
-        if inner.opcode == "dynamic-update-slice":
-            buffer, update = [*_operand_names(inner), "", ""][:2]
-            buffer = origin.get(buffer, buffer)
-            if buffer in params:
-                in_place.add(buffer)
-                total += 2 * hlo_module.nbytes(module.shapes.get(update, ""))
-    for name, param in params.items():
-        if name in in_place:
-            continue
-        readers = _readers(name, users)
-        if readers and all(r.opcode in _SLICES for r in readers):
-            total += sum(hlo_module.nbytes(r.result) for r in readers)
-        else:
-            total += hlo_module.nbytes(param.result)
-    if not in_place:
-        total += hlo_module.nbytes(_fusion_result(ins))
-    return total
-
-
-def _fusion_result(ins: Instruction) -> str:
-    """A fusion's result type; an async ``fusion-start``'s is the middle element of its
-    ``((operands), result, context)`` tuple (the ``fusion-done``'s value)."""
-    if ins.opcode != "fusion-start":
-        return ins.result
-    depth, parts, start = 0, [], 1
-    for i, ch in enumerate(ins.result):
-        depth += (ch in "({[") - (ch in ")}]")
-        if ch == "," and depth == 1:
-            parts.append(ins.result[start:i].strip())
-            start = i + 1
-    return parts[1] if len(parts) > 1 else ins.result
-
-
-def _readers(name: str, users: dict[str, list[Instruction]]) -> list[Instruction]:
-    """The instructions reading ``name``, looking through views (bitcast, reshape)."""
-    out, stack = [], list(users.get(name, []))
-    while stack:
-        inner = stack.pop()
-        if inner.opcode in _VIEWS:
-            stack += users.get(inner.name, [])
-        else:
-            out.append(inner)
-    return out
-
-
-def _operand_names(ins: Instruction) -> list[str]:
-    """The instructions an instruction reads (its operand list, before the attributes)."""
-    depth, end = 0, len(ins.rest)
-    for i, ch in enumerate(ins.rest):
-        depth += (ch in "({[") - (ch in ")}]")
-        if depth < 0:
-            end = i
-            break
-    return re.findall(r"%([\w.\-]+)", ins.rest[:end])
 
 
 def classify(module: Module, ins: Instruction) -> str:
@@ -245,8 +147,8 @@ def classify(module: Module, ins: Instruction) -> str:
         return "copies"
     if ins.opcode in ("broadcast", "iota"):
         return "elementwise"  # a buffer filled
-    if ins.opcode in _FUSIONS:
-        inner = {i.opcode for i in _fused(module, ins)}
+    if ins.opcode in hlo_module.FUSIONS:
+        inner = {i.opcode for i in hlo_module.fused(module, ins)}
         if inner <= {"broadcast", "constant", "parameter", "bitcast", "tuple"}:
             return "elementwise"  # buffers filled with a constant (zeros for the gradients)
         if inner <= _MOVES | {"convert", "broadcast", "constant", "tuple"}:
@@ -271,7 +173,7 @@ def op_name(module: Module, ins: Instruction) -> str:
     found = _OP_NAME.search(ins.rest)
     if found:
         return found.group(1)
-    body = _fused(module, ins)
+    body = hlo_module.fused(module, ins)
     for inner in sorted(body, key=lambda i: not hlo_census.is_matmul(i)):
         found = _OP_NAME.search(inner.rest)
         if found:
@@ -325,10 +227,10 @@ def _kernel(
 
 def _fp32_dot(module: Module, ins: Instruction) -> bool:
     """Whether the kernel's matmul takes fp32 operands (slower on NVIDIA's tensor cores)."""
-    body = [ins] if hlo_census.is_matmul(ins) else _fused(module, ins)
+    body = [ins] if hlo_census.is_matmul(ins) else hlo_module.fused(module, ins)
     for inner in body:
         if hlo_census.is_matmul(inner):
-            lhs = _operand_names(inner)[:1]
+            lhs = hlo_module.operand_names(inner)[:1]
             return bool(lhs) and module.shapes.get(lhs[0], "").startswith("f32")
     return False
 

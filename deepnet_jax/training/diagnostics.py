@@ -42,7 +42,7 @@ import numpy as np
 from deepnet_jax.common import tokens
 from deepnet_jax.common.config_schema import field
 from deepnet_jax.model import inputs as model_inputs
-from deepnet_jax.model.sublayers import DIAGNOSTICS, LN_INPUT_SUFFIX
+from deepnet_jax.model.norms import DIAGNOSTICS, LN_INPUT_SUFFIX
 from deepnet_jax.runs.workdir import RunDir
 
 SIDES = ("encoder", "decoder")

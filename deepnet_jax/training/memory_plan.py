@@ -5,7 +5,8 @@ compute and communicate? (The command line is :mod:`deepnet_jax.cli.plan`.)
 backward, AdamW, donated state) for a target's devices — a TPU slice or GPU node through the
 accelerator's own compiler, deviceless (:mod:`deepnet_jax.scale.targets`), or simulated CPU
 devices — on abstract inputs: ``jax.ShapeDtypeStruct``s carrying the mesh shardings, so nothing the
-size of the model is ever allocated. Per device it gives:
+size of the model is ever allocated (the step and its compile:
+:mod:`deepnet_jax.training.abstract_step`). Per device it gives:
 
 * ``params`` and ``opt_state``: bytes of this device's shards, from the shardings;
 * ``batch``: the batch's shards (the bucket with the longest rows, ``data.max_len``);
@@ -26,38 +27,21 @@ and fusion differ from a TPU's or GPU's (docs/scaling.md compares them).
 from __future__ import annotations
 
 import dataclasses
-import re
-import time
-import warnings
 from typing import Any
 
-import flax.linen as nn
 import jax
 import ml_collections
 import numpy as np
 
-from deepnet_jax.common import jax_compat
-from deepnet_jax.data import batching, synthetic
-from deepnet_jax.data.options import DataOptions
-from deepnet_jax.model import architectures
-from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.scale import flops, hlo_census, hlo_module, kernels, roofline, sharding, targets
-from deepnet_jax.training import actions as train_actions
-from deepnet_jax.training import attention_auto, optimizers, run_config
-from deepnet_jax.training import steps as train_steps
+from deepnet_jax.training import abstract_step, attention_auto, run_config
+from deepnet_jax.training.abstract_step import GIB, AbstractStep
 from deepnet_jax.training.run_config import RunConfig
-
-GIB = 2**30
-
 
 # Outputs of the step that do not reuse a donated input's buffer are its metrics (scalars and
 # per-layer norms: kilobytes); more than this means the new state is not written in place.
 NOT_ALIASED_LIMIT = 2**20
-
-
-class DoesNotFitError(ValueError):
-    """XLA refused to compile the step: it needs more memory per device than the target has."""
 
 
 @dataclasses.dataclass
@@ -120,15 +104,6 @@ def decode_cache_bytes(m: TransformerConfig, length: int) -> int:
     return m.num_decoder_layers * positions * 2 * m.kv_heads * m.head_dim * itemsize
 
 
-def batch_shape(data: DataOptions, row_multiple: int) -> tuple[int, int]:
-    """(rows, length) of the run's longest batch bucket."""
-    buckets = batching.make_buckets(
-        data.max_len, data.batch_size, data.max_tokens, data.bucket_boundaries, row_multiple
-    )
-    longest = max(buckets, key=lambda b: (b.length, b.rows))
-    return longest.rows, longest.length
-
-
 def plan(
     config: RunConfig | ml_collections.ConfigDict,
     devices: list[jax.Device] | None = None,
@@ -138,7 +113,8 @@ def plan(
     ``target``'s compile-only devices (TPU, GPU) or the process's own (``cpu:N``, no target).
     ``config``: a run's, or a validated ``ConfigDict`` (typed once here).
 
-    Raises :class:`DoesNotFitError` (one line) when XLA refuses to compile it for lack of memory."""
+    Raises :class:`~deepnet_jax.training.abstract_step.DoesNotFitError` (one line) when XLA
+    refuses to compile it for lack of memory."""
     if devices is None:
         on_chip = target is not None and target.platform != "cpu"
         devices = targets.compile_devices(target) if on_chip else jax.devices()
@@ -170,98 +146,14 @@ def compile_step(
 ) -> CompiledStep:
     """:func:`plan`'s compile on ``devices`` (real or compile-only), keeping the executable.
 
-    Raises :class:`DoesNotFitError` (one line) when XLA refuses to compile it for lack of memory."""
+    Raises :class:`~deepnet_jax.training.abstract_step.DoesNotFitError` (one line) when XLA
+    refuses to compile it for lack of memory."""
     config = run_config.typed(config).resolved()  # model fields derived from the data
     config = attention_auto.resolve(config, target.platform)  # the target's kernel
-    step = _Step.build(config, devices)
-    lowered, compiled, compile_s = _compile(step, target)
+    step = AbstractStep.build(config, devices)
+    lowered, compiled, compile_s = abstract_step.lower_and_compile(step, target)
     figures = _plan(config, target, devices[0], step, lowered, compiled, compile_s)
     return CompiledStep(figures, compiled, step.state, step.batch)
-
-
-@dataclasses.dataclass
-class _Step:
-    """The trainer's jitted step and its abstract arguments on a mesh."""
-
-    mesh: jax.sharding.Mesh
-    rules: Any
-    state: sharding.ShardedState
-    batch: dict[str, jax.ShapeDtypeStruct]
-    fn: Any
-
-    @classmethod
-    def build(cls, config: RunConfig, devices: list[jax.Device]) -> _Step:
-        mesh = sharding.make_mesh(config.mesh, devices)
-        rules = sharding.logical_axis_rules(config.mesh)
-        arch = config.model.arch
-        model = architectures.build(config.model)
-        rows, length = batch_shape(config.data, sharding.data_parallel_size(mesh))
-        example = synthetic.batch(
-            arch, 1, max(config.model.vocab_size, 8), length, np.random.default_rng(0)
-        )
-        rows_sharding = sharding.batch_sharding(mesh)
-        batch = {
-            k: jax.ShapeDtypeStruct((rows, length), v.dtype, sharding=rows_sharding)
-            for k, v in example.items()
-            if k in _batch_keys(arch)
-        }
-        optimizer = optimizers.make_optimizer(config)
-        small = {k: v[:, :8] for k, v in example.items()}  # shapes for init only
-        state = sharding.sharded_state(
-            lambda: model_inputs.init_variables(model, arch, small), optimizer.init, mesh, rules
-        )
-        fn = train_steps.make_train_step(  # the trainer's step, with its non-finite gate
-            train_steps.make_loss_fn(model, arch, config.label_smoothing, config.loss_chunk),
-            optimizer,
-            jax.random.key(0),
-            layer_grad_norms=bool(config.diagnostics.every),
-            halt_after=train_actions.halt_after(config),
-            state_shardings=sharding.state_shardings(state),
-        )
-        return cls(mesh, rules, state, batch, fn)
-
-    def args(self) -> tuple[Any, ...]:
-        scalar = jax.ShapeDtypeStruct((), np.int32)
-        lr = jax.ShapeDtypeStruct((), np.float32)
-        abstract = self.state.abstract
-        return abstract["params"], abstract["opt_state"], self.batch, scalar, lr, scalar
-
-
-def _compile(step: _Step, target: targets.Target) -> tuple[Any, Any, float]:
-    """(lowered, compiled, seconds to lower and compile); :class:`DoesNotFitError` when XLA runs out
-    of memory."""
-    start = time.perf_counter()
-    # a compile-only (deviceless) compiler cannot load an executable from jax's persistent
-    # compilation cache (it has no client): leave the cache out of it, and where the process
-    # has already decided to use one (jax decides once), drop the warning of the failed read
-    cache = jax_compat.compilation_cache(target.platform == "cpu")
-    quiet = warnings.catch_warnings()
-    with jax.set_mesh(step.mesh), nn.logical_axis_rules(step.rules), cache, quiet:
-        warnings.filterwarnings("ignore", "Error reading persistent compilation cache")
-        lowered = step.fn.lower(*step.args())
-        try:
-            compiled = lowered.compile()
-        except Exception as e:  # XLA's runtime error type is not public
-            message = " ".join(str(e).split())
-            if "RESOURCE_EXHAUSTED" not in message:
-                raise
-            raise DoesNotFitError(_does_not_fit(message, target)) from None
-    return lowered, compiled, time.perf_counter() - start
-
-
-def _does_not_fit(message: str, target: targets.Target) -> str:
-    """One line from XLA's RESOURCE_EXHAUSTED message ("… required for HLO temporaries (291.12G)
-    exceeds available HBM (15.75G)"): what the step needs and what a device has."""
-    sizes = re.findall(r"\(([\d.]+\s*[KMGT]i?B?)\)", message)
-    if len(sizes) >= 2:
-        return (
-            f"does not fit on {target.name}: the train step needs {sizes[0]} per device, "
-            f"a {target.chip.name} has {sizes[1]} available to it (XLA: RESOURCE_EXHAUSTED)"
-        )
-    return (
-        f"does not fit on {target.name}: a {target.chip.name} has "
-        f"{target.chip.memory_bytes / GIB:.1f} GiB (XLA: {message[:200]})"
-    )
 
 
 def does_not_fit_line(plan: Plan) -> str:
@@ -288,7 +180,7 @@ def _plan(
     config: RunConfig,
     target: targets.Target,
     device: jax.Device,
-    step: _Step,
+    step: AbstractStep,
     lowered: Any,
     compiled: Any,
     compile_s: float,
@@ -303,8 +195,6 @@ def _plan(
     cost = compiled.cost_analysis() or {}
     compiled_hlo = hlo_module.parse(compiled.as_text())  # parsed once for the figures below
     moved = hlo_census.collectives(compiled_hlo, n)
-    parameters = hlo_module.entry_parameters(compiled_hlo)
-    padding = sum(hlo_module.padded_nbytes(t) - hlo_module.nbytes(t) for t in parameters)
     usable = targets.usable_bytes(target)
     hbm = max(
         float(cost.get("bytes accessed", 0.0)),
@@ -316,7 +206,6 @@ def _plan(
         sent = sum(c.bytes for c in moved.values())
         roof = roofline.bound(chip, program_flops / n, model_flops / n, hbm, sent)
         found = kernels.kernels(compiled_hlo, chip, n, model_flops / n)
-    predicted = sum(k.seconds for k in found) if found else None
     abstract = step.state.abstract
     return Plan(
         target=target.name,
@@ -327,7 +216,7 @@ def _plan(
         params=device_bytes(abstract["params"]),
         opt_state=device_bytes(abstract["opt_state"]),
         batch=device_bytes(step.batch),
-        layout_padding=padding,
+        layout_padding=_layout_padding(compiled_hlo),
         temporaries=memory["temp_size_in_bytes"],
         outputs_not_aliased=not_aliased,
         peak=peak,
@@ -344,11 +233,29 @@ def _plan(
         collectives={k: dataclasses.asdict(v) for k, v in moved.items()},
         roofline=dataclasses.asdict(roof) if roof else None,
         warnings=_warnings(not_aliased, hlo_module.unknown_loops(compiled_hlo), target),
-        predicted_step_s=predicted,
-        predicted_mfu=(model_flops / n / chip.peak_flops) / predicted if predicted else None,
-        kernel_classes=kernels.by_class(found) if found else None,
-        kernels=found,
+        **_kernel_figures(found, model_flops / n, chip),
     )
+
+
+def _layout_padding(compiled_hlo: hlo_module.Module) -> int:
+    """What the compiled program's arguments take beyond their elements (XLA:TPU's tiles)."""
+    parameters = hlo_module.entry_parameters(compiled_hlo)
+    return sum(hlo_module.padded_nbytes(t) - hlo_module.nbytes(t) for t in parameters)
+
+
+def _kernel_figures(
+    found: list[kernels.Kernel], model_flops: float, chip: targets.Chip
+) -> dict[str, Any]:
+    """The plan's fields from the kernel-level cost model (``found``, none on a CPU):
+    predicted step seconds, the MFU they imply for ``model_flops`` per device, seconds per
+    kernel class, the kernels."""
+    predicted = sum(k.seconds for k in found) if found else None
+    return {
+        "predicted_step_s": predicted,
+        "predicted_mfu": (model_flops / chip.peak_flops) / predicted if predicted else None,
+        "kernel_classes": kernels.by_class(found) if found else None,
+        "kernels": found,
+    }
 
 
 def _warnings(not_aliased: int, unknown_loops: int, target: targets.Target) -> list[str]:
@@ -371,8 +278,3 @@ def _warnings(not_aliased: int, unknown_loops: int, target: targets.Target) -> l
             "the network is several times slower, so the bound is optimistic"
         )
     return warnings
-
-
-def _batch_keys(arch: str) -> tuple[str, ...]:
-    keys = ("inputs", "targets", "weights")
-    return ("src", *keys) if arch == "encdec" else keys

@@ -77,6 +77,7 @@ def choose(
     the least predicted step time (``scale.kernels``) among those whose planned peak fits,
     every candidate planned; elsewhere (CPU) the first that fits, cheapest first."""
     from deepnet_jax.training import memory_plan as planner
+    from deepnet_jax.training.abstract_step import DoesNotFitError
 
     check_budget(config)
     configs = {pair: candidate(config, *pair) for pair in remat.candidates(config.model)}
@@ -87,7 +88,7 @@ def choose(
     for (policy, group), c in configs.items():
         try:
             result = planner.plan(c, list(devices), judged_on)
-        except planner.DoesNotFitError:  # XLA itself refused it: more than the chip has
+        except DoesNotFitError:  # XLA itself refused it: more than the chip has
             continue
         tried.append((policy, group, result.peak))
         if result.peak <= budget:

@@ -9,7 +9,8 @@ Public API (numpy only; reading or writing a ``.pt`` file needs torch, the ``int
 
 The command line (``python -m deepnet_jax.cli.torchscale import|export``) turns a ``.pt``
 checkpoint into a run workdir and back (:mod:`.runs`). The mapping of names and layouts is in
-:mod:`.state_dict`, the config conventions in :mod:`.configs`.
+:mod:`.state_dict`, the config conventions in :mod:`.configs` (each torchscale field's fate in
+:mod:`.config_fields`).
 """
 
 from deepnet_jax.interop.torchscale.configs import (
