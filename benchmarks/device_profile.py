@@ -32,7 +32,7 @@ from typing import Any
 
 from deepnet_jax.common import records
 from deepnet_jax.scale import kernels, targets
-from deepnet_jax.scale.hlo_module import as_module
+from deepnet_jax.scale.hlo_module import Module, as_module
 
 _RUNTIME = ("memcpy", "memset", "Memset", "Memcpy")
 _CUDNN = ("cudnn", "sdpa")
@@ -60,10 +60,10 @@ def read_profile(path: str) -> tuple[str, list[dict]]:
     return hlo, sorted(found, key=lambda e: e["ts"])
 
 
-def schedule(hlo: str) -> tuple[dict[str, tuple[str, int]], dict[str, list[str]]]:
-    """Kernel name → (computation, position) for every instruction, and each computation's
-    custom calls in schedule order (the printed order of a scheduled module)."""
-    module = as_module(hlo)
+def schedule(module: Module) -> tuple[dict[str, tuple[str, int]], dict[str, list[str]]]:
+    """Kernel name → (computation, position) for every instruction of a parsed module, and
+    each computation's custom calls in schedule order (the printed order of a scheduled
+    module)."""
     where, calls = {}, {}
     for comp, instructions in module.computations.items():
         calls[comp] = []
@@ -77,9 +77,10 @@ def schedule(hlo: str) -> tuple[dict[str, tuple[str, int]], dict[str, list[str]]
 def match(events: list[dict], hlo: str) -> list[str | None]:
     """Per event, the HLO instruction that launched it (None for the runtime's own copies and
     for library kernels with no custom call between their named neighbours)."""
-    where, calls = schedule(hlo)
     module = as_module(hlo)
+    where, calls = schedule(module)
     position = {ins.name: i for c in module.computations.values() for i, ins in enumerate(c)}
+    cudnn_calls = {n for names in calls.values() for n in names if _is_cudnn(module, n)}
     named = [where.get(e["name"]) for e in events]
     out: list[str | None] = [None] * len(events)
     for i, found in enumerate(named):
@@ -101,7 +102,7 @@ def match(events: list[dict], hlo: str) -> list[str | None]:
             events,
             between,
             out,
-            module,
+            cudnn_calls,
         )
         i = j
     return out
@@ -120,13 +121,18 @@ def _calls_between(before, after, calls, position) -> list[str]:
     return out
 
 
-def _assign(indices: list[int], events, between: list[str], out, module) -> None:
+def _is_cudnn(module: Module, name: str) -> bool:
+    """Whether custom call ``name`` is cuDNN's."""
+    ins = next(i for c in module.computations.values() for i in c if i.name == name)
+    return 'custom_call_target="__cudnn' in ins.rest
+
+
+def _assign(indices: list[int], events, between: list[str], out, cudnn_calls: set) -> None:
     """Give the library kernels at ``indices`` to the custom calls ``between``, in order:
     cuDNN's kernels to cuDNN's calls, the others to the rest (one kernel each, the last call
     taking any extra kernels: cuBLAS's split-K reductions, say)."""
-    targets_of = {ins.name: ins.rest for c in module.computations.values() for ins in c}
-    cudnn = [c for c in between if "cudnn" in targets_of[c]]
-    other = [c for c in between if "cudnn" not in targets_of[c]]
+    cudnn = [c for c in between if c in cudnn_calls]
+    other = [c for c in between if c not in cudnn_calls]
     n_cudnn = n_other = 0
     for k in indices:
         if any(s in events[k]["name"] for s in _CUDNN):
