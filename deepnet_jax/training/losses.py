@@ -22,10 +22,9 @@ def cross_entropy(
     Szegedy et al. 2016), computed without materializing q:
     (1−ε)·(lse − z_y) + ε·(lse − mean_v z_v), with lse = logsumexp_v z_v (the same value as
     ``optax.softmax_cross_entropy(z, optax.smooth_labels(onehot(y), ε))``, without the
-    [B, T, V] one-hot and its backward pass; z_y is :func:`label_logits`'). ``weights_BT`` is
-    0 on padding. Returns
-    ``(Σ w·loss, Σ w)``, both float32 scalars, so callers can average across micro-batches and
-    devices exactly.
+    [B, T, V] one-hot and its backward pass; z_y from :func:`label_logits`). ``weights_BT`` is
+    0 on padding. Returns ``(Σ w·loss, Σ w)``, both float32 scalars, so callers can average
+    across micro-batches and devices exactly.
     """
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"label_smoothing={label_smoothing!r} must be in [0, 1)")
