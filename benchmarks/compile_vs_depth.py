@@ -9,11 +9,14 @@ Quick run::
     python -m benchmarks.compile_vs_depth --rows=scan:6,scan:100,unroll:6 --policies=
 
 Nested (√L) scan against the flat one, on a model whose saved residuals dominate (large B·T,
-small d)::
+small d): the committed record and docs/scaling.md's table (block ``grouped-vs-flat``,
+rendered by ``compile_vs_depth_report.grouped_table``; ``tests/test_compile_vs_depth_record.py``
+regenerates it)::
 
     python -m benchmarks.compile_vs_depth --rows=scan:64,scan:256,scan:1024,group:64,\
-group:256,group:1024 --policies= --d_model=8 --num_heads=1 --ffn_dim=16 --batch_size=64 \
---seq_len=128
+group:256,group:1024 --policies= --d_model=8 --num_heads=1 --ffn_dim=16 --vocab_size=16 \
+--batch_size=512 --seq_len=16 --steps=3 --out=docs/records/compile_vs_depth_grouped.json \
+--docs=docs/scaling.md --block=grouped-vs-flat
 
 Summary of a saved, possibly partial, run::
 
@@ -147,7 +150,14 @@ def parse_args() -> argparse.Namespace:
         "--summarize", metavar="FILE", help="print only the summary of a saved (partial) run"
     )
     p.add_argument("--out", help="write the rows and the summary as a JSON record here")
-    p.add_argument("--docs", help="write the compile-vs-depth block of this file from the record")
+    p.add_argument("--docs", help="write the --block block of this file from the record")
+    p.add_argument(
+        "--block",
+        default="compile-vs-depth",
+        choices=tuple(report.BLOCKS),
+        help="which block --docs writes: compile-vs-depth (docs/benchmarks.md) or "
+        "grouped-vs-flat (docs/scaling.md)",
+    )
     return p.parse_args()
 
 
@@ -182,7 +192,7 @@ def main() -> None:
             json.dump(record, f, indent=1)
             f.write("\n")
     if args.docs:
-        records.replace_block(args.docs, "compile-vs-depth", report.table(record))
+        records.replace_block(args.docs, args.block, report.BLOCKS[args.block](record))
 
 
 if __name__ == "__main__":

@@ -186,3 +186,34 @@ def summary_table(record: dict) -> str:
 def table(record: dict) -> str:
     """The ``compile-vs-depth`` block of docs/benchmarks.md: the rows, then the summary."""
     return results_table(record["rows"]) + "\n\n" + summary_table(record)
+
+
+def grouped_table(record: dict) -> str:
+    """The ``grouped-vs-flat`` block of docs/scaling.md: per depth both layouts have (policy
+    ``full``), the group size k, both temp bytes and grouped ÷ flat; then the temp-bytes growth
+    from each depth to the next. Temp bytes only: deterministic for a commit and a jax version."""
+    rows = record["rows"]
+    lines = [
+        "| depth | k | temp bytes flat | temp bytes grouped | grouped ÷ flat |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for depth in sorted({r["depth"] for r in rows if r["layout"] == "group"}):
+        flat, grouped = find(rows, "scan", depth, "full"), find(rows, "group", depth, "full")
+        if flat is None or grouped is None:
+            continue
+        lines.append(
+            f"| {depth} | {grouped['group_size']} | {_mib(flat['temp_bytes'])} "
+            f"| {_mib(grouped['temp_bytes'])} "
+            f"| {grouped['temp_bytes'] / flat['temp_bytes']:.2f} |"
+        )
+    growth = record["summary"].get("temp_growth") or {}
+    if growth:
+        lines += ["", "| depths | temp bytes flat, growth | temp bytes grouped, growth |"]
+        lines.append("|---|---:|---:|")
+        for step, g in growth.items():
+            lo, hi = step.split("->")
+            lines.append(f"| {lo} → {hi} | ×{g['flat']:.2f} | ×{g['grouped']:.2f} |")
+    return "\n".join(lines)
+
+
+BLOCKS = {"compile-vs-depth": table, "grouped-vs-flat": grouped_table}

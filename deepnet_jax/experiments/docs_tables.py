@@ -129,6 +129,11 @@ _COMPILE_VS_DEPTH = (
     "python -m benchmarks.compile_vs_depth --rows=scan:6,scan:100,scan:1000,unroll:6,unroll:12 "
     "--out=docs/records/compile_vs_depth.json --docs=docs/benchmarks.md"
 )
+_GROUPED_VS_FLAT = (
+    "python -m benchmarks.compile_vs_depth --rows=scan:64,scan:256,scan:1024,group:64,"
+    "group:256,group:1024 ... --out=docs/records/compile_vs_depth_grouped.json "
+    "--docs=docs/scaling.md --block=grouped-vs-flat"
+)
 _DROPOUT_MASKS = (
     "python -m benchmarks.dropout_masks --out=docs/records/dropout_masks.json "
     "--docs=docs/benchmarks.md"
@@ -146,6 +151,7 @@ ELSEWHERE = {
     **{(doc, "main-job"): _MAIN_JOB for doc in ("README.md", "docs/main_job.md")},
     ("docs/benchmarks.md", "sharding-state"): _SHARDING,
     ("docs/benchmarks.md", "compile-vs-depth"): _COMPILE_VS_DEPTH,
+    ("docs/scaling.md", "grouped-vs-flat"): _GROUPED_VS_FLAT,
     ("docs/benchmarks.md", "dropout-masks"): _DROPOUT_MASKS,
 }
 _MARKER = re.compile(r"<!-- generated: (\S+) -->")
