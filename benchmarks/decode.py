@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from deepnet_jax.common import records
 from deepnet_jax.common.tokens import BOS_ID, EOS_ID, FIRST_CONTENT_ID
 from deepnet_jax.configs import default as default_config
 from deepnet_jax.decoding import search
@@ -208,7 +209,7 @@ def beam_row(config, workdir: str | None, sentences: int, batch: int) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", default=None, help="a trained default run for the beam row")
     parser.add_argument("--batch", type=int, default=32)
@@ -217,13 +218,21 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sentences", type=int, default=256)
     parser.add_argument("--smoke", action="store_true", help="tiny model and sizes (CI)")
-    args = parser.parse_args()
+    parser.add_argument("--out", help="write the rows as a JSON record here (common.records)")
+    args = parser.parse_args(argv)
+    head = records.header()
     if args.smoke:
         args.batch, args.src_len, args.length, args.repeats, args.sentences = 4, 8, 8, 1, 8
     config = _model_config(args.smoke)
-    print(json.dumps({"device": str(jax.devices()[0]), "backend": jax.default_backend()}))
-    print(json.dumps(generation_row(config, args.batch, args.src_len, args.length, args.repeats)))
-    print(json.dumps(beam_row(config, args.workdir, args.sentences, args.batch)), flush=True)
+    rows = [{"device": str(jax.devices()[0]), "backend": jax.default_backend()}]
+    print(json.dumps(rows[-1]), flush=True)
+    rows.append(generation_row(config, args.batch, args.src_len, args.length, args.repeats))
+    print(json.dumps(rows[-1]), flush=True)
+    rows.append(beam_row(config, args.workdir, args.sentences, args.batch))
+    print(json.dumps(rows[-1]), flush=True)
+    if args.out:
+        records.write(args.out, {"rows": rows}, head)
+    return rows
 
 
 if __name__ == "__main__":

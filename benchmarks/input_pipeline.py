@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from deepnet_jax.common import records
 from deepnet_jax.common.tokens import PAD_ID
 from deepnet_jax.configs import default as default_config
 from deepnet_jax.model import architectures
@@ -123,17 +124,27 @@ ROWS = {
 }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data_dir", default="/tmp/deepnet_data")
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--rows", default=",".join(ROWS))
-    args = parser.parse_args()
+    parser.add_argument("--out", help="write the rows as a JSON record here (common.records)")
+    args = parser.parse_args(argv)
+    head, rows = records.header(), []
     for name in args.rows.split(","):
         dataset, overrides = ROWS[name]
         result = measure(_config(dataset, args.data_dir, **overrides), args.batches, args.steps)
-        print(json.dumps({"row": name, **result}), flush=True)
+        rows.append({"row": name, **result})
+        print(json.dumps(rows[-1]), flush=True)
+    if args.out:
+        settings = {"batches": args.batches, "steps": args.steps, "jax_devices": _devices()}
+        records.write(args.out, {"settings": settings, "rows": rows}, head)
+
+
+def _devices() -> str:
+    return f"{jax.device_count()} × {jax.devices()[0].device_kind}"
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ reads its JSON line. Mesh: models of 1B parameters or more are sharded over ever
 fewer rows than the target has devices gets its batch scaled (``data.batch_size`` and
 ``data.max_tokens`` × k, the smallest k with enough rows; the table says ×k): the configs are
 sized for a 2-core CPU. Then the 1,000-layer model flat vs grouped (``--depth``), and the
-CPU planner's temporaries beside the TPU compiler's (``--cpu_vs_tpu``).
+CPU planner's temporaries beside the TPU compiler's (``--cpu_vs_tpu``). ``--out`` writes every
+plan's JSON as a record (command, commit, date, machine, jax, the compilers' versions).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import subprocess
 import sys
 
 from deepnet_jax import configs
+from deepnet_jax.common import records
 
 CONFIGS = (
     "default",
@@ -120,7 +122,8 @@ HEADER = (
 )
 
 
-def table(configs: list[str], targets: list[str]) -> None:
+def table(configs: list[str], targets: list[str], kept: list[dict]) -> None:
+    """Print the config × target table; append each plan to ``kept``."""
     from deepnet_jax.scale import targets as target_table
 
     print(HEADER, flush=True)
@@ -135,10 +138,12 @@ def table(configs: list[str], targets: list[str]) -> None:
             overrides = mesh_overrides(first, devices)
             scaled = math.ceil(devices / first["batch_shape"][0])
             plan, error = run_plan(config, target, overrides)
+            kept.append({"table": "targets", "config": config, "target": target, "scaled": scaled,
+                         "error": error if plan is None else None, "plan": plan})  # fmt: skip
             print(row(config, target, plan, error, scaled), flush=True)
 
 
-def depth(target: str) -> None:
+def depth(target: str, kept: list[dict]) -> None:
     """The 1,000-layer model flat vs grouped scan, and its 6-layer sibling, on one target."""
     print(f"\n1,000-layer model on {target} (fsdp over every chip):\n")
     print("| model | scan | peak/chip | temporaries | compile |\n|---|---|---|---|---|")
@@ -151,6 +156,8 @@ def depth(target: str) -> None:
             f"--config.model.scan_group_size={group}",
         ]
         plan, error = run_plan("deepnet_1000l", target, mesh + shape)
+        kept.append({"table": "depth", "target": target, "layers": layers, "group": group,
+                     "error": error if plan is None else None, "plan": plan})  # fmt: skip
         name = f"{layers}L-{layers}L"
         scan = "grouped (√L)" if group else "flat"
         if plan is None:
@@ -163,7 +170,7 @@ def depth(target: str) -> None:
         )
 
 
-def cpu_vs_tpu(configs: list[str], target: str) -> None:
+def cpu_vs_tpu(configs: list[str], target: str, kept: list[dict]) -> None:
     """Temporaries per device: the CPU planner's (simulated devices) beside the TPU compiler's."""
     from deepnet_jax.scale import targets as target_table
 
@@ -178,6 +185,8 @@ def cpu_vs_tpu(configs: list[str], target: str) -> None:
         overrides = mesh_overrides(first, devices)
         cpu, _ = run_plan(config, f"cpu:{devices}", overrides)
         tpu, _ = run_plan(config, target, overrides)
+        kept.append({"table": "cpu_vs_tpu", "config": config, "target": target, "cpu": cpu,
+                     "tpu": tpu})  # fmt: skip
         if cpu and tpu:
             a, b = cpu["temporaries"], tpu["temporaries"]
             print(
@@ -186,7 +195,7 @@ def cpu_vs_tpu(configs: list[str], target: str) -> None:
             )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--targets", default=",".join(TARGETS))
@@ -194,13 +203,30 @@ def main() -> None:
         "--depth", default="v5p-8", help="target of the 1,000-layer rows ('' skips)"
     )
     parser.add_argument("--cpu_vs_tpu", default="v5e-8", help="TPU target of that table ('' skips)")
-    args = parser.parse_args()
+    parser.add_argument("--out", help="write every plan as a JSON record here (common.records)")
+    args = parser.parse_args(argv)
+    head, kept = records.header(), []
     configs = [c for c in args.configs.split(",") if c]
-    table(configs, [t for t in args.targets.split(",") if t])
+    table(configs, [t for t in args.targets.split(",") if t], kept)
     if args.depth:
-        depth(args.depth)
+        depth(args.depth, kept)
     if args.cpu_vs_tpu:
-        cpu_vs_tpu(configs, args.cpu_vs_tpu)
+        cpu_vs_tpu(configs, args.cpu_vs_tpu, kept)
+    if args.out:
+        records.write(args.out, {"versions": _versions(), "rows": kept}, head)
+
+
+def _versions() -> dict[str, str | None]:
+    """The compilers' package versions (None where one is not installed)."""
+    from importlib import metadata
+
+    out: dict[str, str | None] = {}
+    for name in ("jax", "libtpu", "jax-cuda12-plugin"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from typing import Any  # noqa: E402
 import jax  # noqa: E402
 
 from benchmarks import step_efficiency  # noqa: E402
+from deepnet_jax.common import records  # noqa: E402
 
 CLASSES = (
     "dot_ynnpack",
@@ -170,7 +171,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--steps", type=int, default=3, help="traced steps")
     p.add_argument("--top", type=int, default=20, help="slowest ops to list")
     p.add_argument("--trace_dir", default="", help="keep the trace here (default: a temp dir)")
+    p.add_argument("--out", help="write the rows as a JSON record here (common.records)")
     args = p.parse_args(argv)
+    head = records.header()
     if args.steps < 1 or args.top < 0:
         raise SystemExit(f"--steps={args.steps} must be ≥ 1 and --top={args.top} ≥ 0")
     size = step_efficiency.SIZES["smoke" if args.smoke else "full"]
@@ -191,6 +194,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     rows[-1].update({"wall_s_per_step": round(wall_s, 5), "fields": fields, "model": size})
     for row in rows:
         print(json.dumps(row), flush=True)
+    if args.out:
+        records.write(args.out, {"rows": rows}, head)
     return rows
 
 

@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks.host_memory import malloc_env, minor_page_faults
+from deepnet_jax.common import records
 from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.scale import flops
@@ -175,7 +176,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--steps", type=int, default=5, help="steps per variant per round")
     p.add_argument("--variants", default=",".join([*VARIANTS, "best"]))
     p.add_argument("--best", default=BEST, help="model fields of the 'best' variant")
+    p.add_argument("--out", help="write the rows as a JSON record here (common.records)")
     args = p.parse_args(argv)
+    head = records.header()
     size = SIZES["smoke" if args.smoke else "full"]
     rounds, steps = (2, 1) if args.smoke else (args.rounds, args.steps)
     table = {**VARIANTS, "best": parse_overrides(args.best)}
@@ -223,6 +226,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "malloc_env": malloc_env(),
     }
     print(json.dumps(summary), flush=True)
+    if args.out:
+        records.write(args.out, {"rows": [*out, summary]}, head)
     return [*out, summary]
 
 

@@ -40,6 +40,7 @@ from benchmarks.host_memory import malloc_env
 from benchmarks.vs_torchscale_ours import OursTrainer, jax_versions, sinusoidal_positions
 from benchmarks.vs_torchscale_setup import TORCH_ADAM, Row, Setup, make_batches
 from benchmarks.vs_torchscale_worker import LocalTheirs, RemoteTheirs
+from deepnet_jax.common import records
 
 # JAX is imported inside the functions of our side only: the torch child process (spawn
 # re-imports this module) should load neither JAX nor XLA's thread pool.
@@ -176,7 +177,7 @@ def pin_cpus(threads: int) -> list[int]:
     return cpus
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--smoke", action="store_true", help="tiny models, 2 rounds (the test)")
     p.add_argument("--rows", default=",".join(ROWS), help="comma-separated: decoder, encdec")
@@ -209,7 +210,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--num_batches", type=int, default=4, help="distinct batches, cycled")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--in_process", action="store_true", help="torch in this process")
-    args = p.parse_args()
+    p.add_argument("--out", help="write the rows as a JSON record here (common.records)")
+    args = p.parse_args(argv)
     if args.smoke:
         args.d_model, args.num_heads, args.ffn_dim, args.vocab_size = 32, 4, 64, 64
         args.batch_size, args.seq_len = 2, 16
@@ -217,16 +219,18 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def main() -> None:
-    args = parse_args()
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     setup = Setup(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Setup)})
     cpus = pin_cpus(setup.threads)
     table = SMOKE_ROWS if args.smoke else ROWS
     rows = [Row(name, *table[name]) for name in args.rows.split(",") if name]
     theirs = LocalTheirs() if args.in_process else RemoteTheirs()
+    head, results = records.header(), []
     try:
         for row in rows:
-            print(json.dumps(measure_row(setup, row, theirs)), flush=True)
+            results.append(measure_row(setup, row, theirs))
+            print(json.dumps(results[-1]), flush=True)
     finally:
         theirs.close()
     environment = {
@@ -241,6 +245,10 @@ def main() -> None:
         "malloc_env": malloc_env(),
     }
     print(json.dumps(environment), flush=True)
+    if args.out:
+        records.write(
+            args.out, {"setup": dataclasses.asdict(setup), "rows": [*results, environment]}, head
+        )
 
 
 if __name__ == "__main__":

@@ -48,9 +48,11 @@ def test_sharding_benchmark_smoke():
     assert len(plans) == 2 and all(p["peak"] > p["params"] + p["opt_state"] for p in plans)
 
 
-def test_step_efficiency_benchmark_smoke():
+def test_step_efficiency_benchmark_smoke(tmp_path):
+    record_path = tmp_path / "record.json"
+    out = [f"--out={record_path}"]
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.step_efficiency", "--smoke", "--variants=best"],
+        [sys.executable, "-m", "benchmarks.step_efficiency", "--smoke", "--variants=best", *out],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -67,6 +69,8 @@ def test_step_efficiency_benchmark_smoke():
         assert isinstance(r["page_faults_per_step"], int) and r["page_faults_per_step"] >= 0
     assert rows[-1]["row"] == "summary" and rows[-1]["matmul_tflops_per_s"] > 0
     assert isinstance(rows[-1]["malloc_env"], dict)
+    record = json.loads(record_path.read_text())  # --out: the printed rows under the header
+    assert record["rows"] == rows and "--out=" in record["command"] and record["commit"]
 
 
 @pytest.mark.slow  # a benchmark's smoke run; CI runs the library tests
@@ -152,10 +156,11 @@ def test_profile_step_summarize_classifies_ops_and_skips_loops():
     assert summary["ms_per_step_by_thread"] == {"pool#0": 6.5}
 
 
-def test_profile_step_benchmark_smoke():
+def test_profile_step_benchmark_smoke(tmp_path):
     pytest.importorskip("xprof")  # the bench extra
+    out = tmp_path / "record.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.profile_step", "--smoke", "--top=3"],
+        [sys.executable, "-m", "benchmarks.profile_step", "--smoke", "--top=3", f"--out={out}"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -169,6 +174,7 @@ def test_profile_step_benchmark_smoke():
     summary = rows[-1]
     assert abs(sum(classes.values()) - summary["ops_ms_per_step"]) < 0.01
     assert summary["wall_s_per_step"] > 0 and summary["model"]["layers"] == 2
+    assert json.loads(out.read_text())["rows"] == rows  # --out
 
 
 def test_on_device_benchmark_runs_the_planned_step(tmp_path):

@@ -12,6 +12,7 @@ A **generated table** sits in a markdown file between two markers,
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import platform
 import shlex
@@ -67,6 +68,21 @@ def commit() -> str | None:
 def _git(root: str, *args: str) -> str:
     out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True)
     return out.stdout.strip()
+
+
+def write(path: str, payload: dict[str, Any], head: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write the record ``{**head, **payload}`` to ``path`` as indented JSON and return it;
+    ``head`` is :func:`header` taken when the measurement started (now where None), so the
+    commit is the one the run started from. ValueError where ``payload`` names a header key."""
+    head = header() if head is None else head
+    clash = sorted(set(head) & set(payload))
+    if clash:
+        raise ValueError(f"payload: {clash[0]!r} is a header key; allowed are other names")
+    record = {**head, **payload}
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    return record
 
 
 def _markers(name: str) -> tuple[str, str]:

@@ -1,0 +1,117 @@
+"""common.records: a record's header, writing one, and the blocks between markers; and the
+benchmarks' ``--out`` records, their measurements replaced by stand-ins (no timing, no compile)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from deepnet_jax.common import records
+
+HEADER_KEYS = {"command", "commit", "date", "machine", "jax"}
+
+
+def test_header_names_the_module_and_the_commit():
+    head = records.header([records.__file__.replace("records.py", "console.py"), "--x=1"])
+    assert set(head) == HEADER_KEYS
+    assert head["command"] == "python -m deepnet_jax.common.console --x=1"
+    assert head["commit"] is None or len(head["commit"].removesuffix("+dirty")) == 40
+
+
+def test_write_puts_the_payload_under_the_given_header(tmp_path):
+    head = {k: f"<{k}>" for k in HEADER_KEYS}
+    path = tmp_path / "r.json"
+    record = records.write(str(path), {"rows": [{"a": 1}]}, head)
+    assert json.loads(path.read_text()) == record == {**head, "rows": [{"a": 1}]}
+    with pytest.raises(ValueError, match="'commit' is a header key"):
+        records.write(str(path), {"commit": "typed by hand"}, head)
+
+
+def test_blocks_are_read_and_replaced_between_their_markers(tmp_path):
+    doc = tmp_path / "d.md"
+    doc.write_text("a\n<!-- generated: t -->\nold\n<!-- end: t -->\nb\n")
+    records.replace_block(str(doc), "t", "new\n")
+    assert doc.read_text() == "a\n<!-- generated: t -->\nnew\n<!-- end: t -->\nb\n"
+    assert records.block(str(doc), "t") == "new"
+    with pytest.raises(ValueError, match="needs one"):
+        records.block(str(doc), "u")
+
+
+def _load(path) -> dict:
+    record = json.loads(path.read_text())
+    assert set(record) >= HEADER_KEYS and record["command"].startswith("python -m benchmarks.")
+    return record
+
+
+def test_input_pipeline_out(tmp_path, monkeypatch):
+    from benchmarks import input_pipeline as bench
+
+    monkeypatch.setattr(bench, "_config", lambda dataset, data_dir, **kw: dataset)
+    monkeypatch.setattr(bench, "measure", lambda config, batches, steps: {"ratio": 2.0})
+    monkeypatch.setattr("sys.argv", ["benchmarks/input_pipeline.py"])
+    out = tmp_path / "r.json"
+    bench.main(["--rows=ding_de_en/fixed,shakespeare/bpe_stream", "--batches=7", f"--out={out}"])
+    record = _load(out)
+    assert record["rows"] == [
+        {"row": "ding_de_en/fixed", "ratio": 2.0},
+        {"row": "shakespeare/bpe_stream", "ratio": 2.0},
+    ]
+    assert record["settings"]["batches"] == 7
+
+
+def test_decode_out(tmp_path, monkeypatch):
+    from benchmarks import decode as bench
+
+    monkeypatch.setattr(bench, "_model_config", lambda smoke: None)
+    monkeypatch.setattr(bench, "generation_row", lambda *a: {"row": "generation", "a": a[1:]})
+    monkeypatch.setattr(bench, "beam_row", lambda *a: {"row": "beam"})
+    monkeypatch.setattr("sys.argv", ["benchmarks/decode.py"])
+    out = tmp_path / "r.json"
+    rows = bench.main(["--batch=3", f"--out={out}"])
+    assert [r.get("row") for r in rows] == [None, "generation", "beam"]
+    assert _load(out)["rows"] == json.loads(json.dumps(rows))
+    assert rows[1]["a"] == (3, 32, 64, 3)
+
+
+def test_vs_torchscale_out(tmp_path, monkeypatch):
+    from benchmarks import vs_torchscale as bench
+
+    class Theirs:
+        def __init__(self):
+            self.info = {"torch": "x", "param_count": 1}
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(bench, "RemoteTheirs", Theirs)
+    monkeypatch.setattr(bench, "pin_cpus", lambda threads: [0])
+    monkeypatch.setattr(bench, "measure_row", lambda setup, row, theirs: {"row": row.name})
+    monkeypatch.setattr("sys.argv", ["benchmarks/vs_torchscale.py"])
+    out = tmp_path / "r.json"
+    bench.main(["--rows=decoder", "--rounds=3", f"--out={out}"])
+    record = _load(out)
+    assert [r["row"] for r in record["rows"]] == ["decoder", "environment"]
+    assert record["setup"]["rounds"] == 3 and record["rows"][1]["torch"] == "x"
+
+
+def test_plan_targets_out(tmp_path, monkeypatch):
+    from benchmarks import plan_targets as bench
+
+    first = {"num_params": 10, "batch_shape": [16, 64]}
+
+    def run_plan(config, target, overrides):
+        return (dict(first), "") if target == "cpu:1" else (None, "error: refused")
+
+    monkeypatch.setattr(bench, "run_plan", run_plan)
+    monkeypatch.setattr("sys.argv", ["benchmarks/plan_targets.py"])
+    out = tmp_path / "r.json"
+    bench.main(
+        ["--configs=default", "--targets=v5e-8", "--depth=", "--cpu_vs_tpu=", f"--out={out}"]
+    )
+    record = _load(out)
+    assert record["rows"] == [
+        {"table": "targets", "config": "default", "target": "v5e-8", "scaled": 1,
+         "error": "error: refused", "plan": None}
+    ]  # fmt: skip
+    assert set(record["versions"]) == {"jax", "libtpu", "jax-cuda12-plugin"}
