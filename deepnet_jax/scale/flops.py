@@ -28,7 +28,8 @@ So, with N encoder and M decoder layers and P = 4d²(1 + r) + 2g·dF per token:
     decoder:  M · B·T · (P + 4·T·d)
     cross:    M · (B·T · (4d² + 4·S·d) + B·S · 4d²·r)   encdec only
     output:   2 · B·T · d·V
-    train step = 3 × (encoder + decoder + cross + output)
+    streams:  the stream schemes' connections (hyper_connections, mhc): scale/stream_flops.py
+    train step = 3 × (encoder + decoder + cross + output + streams)
 
 (r = 1, g = 2: 8d² + 4dF, the papers' layer.)
 
@@ -49,6 +50,7 @@ import jax.numpy as jnp
 
 from deepnet_jax.model import schemes
 from deepnet_jax.model.config import GATED_ACTIVATIONS, TransformerConfig
+from deepnet_jax.scale import stream_flops
 
 # Dense (no 2:4 sparsity) bf16 peak FLOP/s per device, from the vendors' datasheets. TPU kinds
 # are matched exactly, as ``jax.Device.device_kind`` spells them ("TPU v5 lite" is v5e, "TPU v5"
@@ -168,7 +170,7 @@ def forward_flops(
 ) -> float:
     """Matmul FLOPs of one forward pass of ``model_config`` on a batch of these shapes.
 
-    The formula is the module docstring's (encoder + decoder + cross + output); see
+    The formula is the module docstring's (encoder + decoder + cross + output + streams); see
     ``sequence_shapes`` for the keys ``batch_shapes`` needs.
     """
     B, T, S = sequence_shapes(model_config, batch_shapes)
@@ -187,6 +189,7 @@ def forward_flops(
         cross = B * T * (4 * d * d + 4 * S * d) + B * S * 4 * d * d * _kv_ratio(model_config)
         total = self_attention_layers(n_enc, B, S) + self_attention_layers(n_dec, B, T)
         total += n_dec * cross
+    total += stream_flops.forward_flops(model_config, B, T, S)
     return float(total + 2 * B * T * d * v)
 
 
@@ -228,11 +231,14 @@ def remat_flops_ratio(
 
     * ``none``: nothing recomputed, 1;
     * ``dots`` (``dots_with_no_batch_dims_saveable``): projection and FFN outputs are kept, the
-      attention scores and PV (batched dots) are recomputed: ``attention_flops``;
+      attention scores and PV (batched dots) are recomputed: ``attention_flops``, and the stream
+      schemes' mixes by a matrix per position (``stream_flops.batched_forward_flops``) but mHC's
+      last H_res·x of each layer (``stream_flops.unneeded_forward_flops``);
     * ``full``: every layer's forward is recomputed (``forward_flops`` less the vocabulary
-      projection, which is outside the layers), but for the pre-norm schemes (pre_ln, subln:
-      x + F(LN(x))) the FFN's output projection, 2·d·F per token: its output only joins the
-      residual sum, which the backward pass does not need (jax drops that recomputation);
+      projection and DeepSeek-V4's HyperHead, which are outside the layers), but for the
+      pre-norm schemes (pre_ln, subln: x + F(LN(x))) the FFN's output projection, 2·d·F per
+      token: its output only joins the residual sum, which the backward pass does not need (jax
+      drops that recomputation), and for mHC the last sublayer's H_res·x, likewise;
     * a nested scan (``scan_group_size`` ≠ 0) recomputes each group's whole forward once more,
       before its layers' own policy applies: + the layers' forward;
     * ``qkv_fc1``, and the DLCL schemes (whose layer combination is a matmul flops.py leaves
@@ -241,7 +247,7 @@ def remat_flops_ratio(
     The rules were read off the lowered programs (``hlo_census.matmul_flops``) of 4-layer
     decoders of every non-DLCL scheme under each policy, flat and grouped;
     ``tests/test_plan_targets.py`` checks them exactly on decoders, encoder-decoders and an
-    encoder.
+    encoder, ``tests/test_stream_flops.py`` for the stream schemes.
     """
     scheme = schemes.get(model_config.scheme)
     if not scheme.scannable:
@@ -250,12 +256,15 @@ def remat_flops_ratio(
     B, T, S = sequence_shapes(model_config, batch_shapes)
     d, f = model_config.d_model, model_config.ffn_dim
     layers = forward - 2.0 * B * T * d * model_config.vocab_size
+    layers -= stream_flops.end_flops(model_config, B, T, S)
     tokens = model_config.num_decoder_layers * B * T
     tokens += model_config.num_encoder_layers * (S if model_config.arch == "encdec" else T) * B
-    kept = 2.0 * d * f * tokens if scheme.branch_output_kept else 0.0
+    unneeded = stream_flops.unneeded_forward_flops(model_config, B, T, S)
+    kept = unneeded + (2.0 * d * f * tokens if scheme.branch_output_kept else 0.0)
+    batched = stream_flops.batched_forward_flops(model_config, B, T, S) - unneeded
     recompute = {
         "none": 0.0,
-        "dots": attention_flops(model_config, batch_shapes),
+        "dots": attention_flops(model_config, batch_shapes) + batched,
         "full": layers - kept,
     }.get(model_config.remat_policy)
     if recompute is None:
