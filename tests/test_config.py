@@ -1,10 +1,16 @@
 """Model-config validation: one clear error naming the field and the allowed values."""
 
+import dataclasses
+import importlib
+import pkgutil
+
 import ml_collections
 import pytest
 from conftest import tiny_config
 
-from deepnet_jax.model import architectures
+import deepnet_jax.model
+from deepnet_jax.model import architectures, schemes
+from deepnet_jax.model.config import TransformerConfig
 
 BAD = [
     (dict(scheme="t_fixup"), r"model\.scheme='t_fixup'.*'post_ln', 'pre_ln', 'deepnorm', 'subln'"),
@@ -62,3 +68,37 @@ def test_unknown_field():
 def test_default_config_builds():
     model = architectures.build(architectures.default_config())
     assert isinstance(model, architectures.EncoderDecoder)
+
+
+def _field_owners() -> dict[str, dict]:
+    """Every ``deepnet_jax.model`` module that declares model fields: its ``CONFIG_FIELDS``."""
+    owners = {}
+    for info in pkgutil.walk_packages(deepnet_jax.model.__path__, "deepnet_jax.model."):
+        module = importlib.import_module(info.name)
+        if hasattr(module, "CONFIG_FIELDS"):
+            owners[info.name] = module.CONFIG_FIELDS
+    return owners
+
+
+def test_each_field_declared_outside_the_config_is_the_one_it_names():
+    """A field declared in its owner's ``CONFIG_FIELDS`` is the very declaration
+    ``TransformerConfig`` holds under that name: none misnamed, none left out, none twice."""
+    declared = {f.name: f for f in dataclasses.fields(TransformerConfig)}
+    owners = _field_owners()
+    assert set(owners) >= {
+        "deepnet_jax.model.remat",
+        "deepnet_jax.model.parameterization",
+        "deepnet_jax.model.schemes.hyper",
+    }
+    names = [name for fields in owners.values() for name in fields]
+    assert len(names) == len(set(names))
+    for module, fields in owners.items():
+        for name, f in fields.items():
+            assert declared[name] is f, f"{module}.CONFIG_FIELDS[{name!r}]"
+
+
+@pytest.mark.parametrize("name", schemes.NAMES)
+def test_a_schemes_own_fields_are_declared_in_its_familys_module(name):
+    scheme = schemes.get(name)
+    owned = importlib.import_module(type(scheme).__module__).__dict__.get("CONFIG_FIELDS", {})
+    assert set(scheme.fields) <= set(owned)

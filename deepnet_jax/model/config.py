@@ -1,10 +1,16 @@
 """The model configuration: defaults, validation, and the frozen form modules consume.
 
 Users edit an ``ml_collections.ConfigDict`` (``default_config()``); ``validate`` checks every field
-before anything is traced (each against its declaration here, the relations between fields in
+before anything is traced (each against its declaration, the relations between fields in
 :mod:`deepnet_jax.model.config_relations`) and ``TransformerConfig.from_config`` freezes it into a
 hashable dataclass that Flax modules take as an attribute (a training run's is typed once, as
 ``RunConfig.model``; :func:`check` checks a frozen one).
+
+A field is declared (default, allowed values, comment) beside the code it controls: a scheme's
+own fields in its family's module (``model/schemes/``), the remat and nested-scan fields in
+:mod:`deepnet_jax.model.remat`, CompleteP's in :mod:`deepnet_jax.model.parameterization`, each in
+that module's ``CONFIG_FIELDS``; the rest here. :class:`TransformerConfig` names every field in
+the config's order, which the docs' table and ``default_config()`` follow.
 """
 
 from __future__ import annotations
@@ -16,10 +22,11 @@ import ml_collections
 
 from deepnet_jax.common import config_schema
 from deepnet_jax.common.config_schema import field
-from deepnet_jax.model import config_relations, constants, parameterization, schemes
-from deepnet_jax.model.remat import AUTO, POLICIES
+from deepnet_jax.model import config_relations, constants, remat, schemes
+from deepnet_jax.model.parameterization import CONFIG_FIELDS as PARAMETERIZATION_FIELDS
+from deepnet_jax.model.remat import AUTO
+from deepnet_jax.model.schemes import combining, gated, hyper, post_norm, pre_norm
 from deepnet_jax.model.schemes.base import SIDES
-from deepnet_jax.model.schemes.hyper import MHC_VARIANTS
 
 ARCHS = constants.ARCHS
 SCHEMES = schemes.NAMES
@@ -27,10 +34,8 @@ ACTIVATIONS = ("relu", "gelu", "swiglu", "geglu")
 GATED_ACTIVATIONS = ("swiglu", "geglu")  # gated FFNs: fc2(φ(x·W_gate) ⊙ x·W_fc1)
 POSITIONS = ("sinusoidal", "learned", "rope")
 NORMS = ("layernorm", "rmsnorm", "dyt")
-DEEPNORM_VARIANTS = ("paper", "glm")
 ATTENTION_IMPLS = ("reference", "xla", "cudnn")
 DROPOUT_RNGS = ("hash", "jax")
-DLCL_WEIGHTS = ("learnable", "fix_one", "fix_avg")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 PARAM_DTYPES = ("float32", "bfloat16")
 INITS = ("paper", "torchscale", "torchscale_bert", "fairseq")
@@ -41,7 +46,8 @@ DERIVED = ("vocab_size", "max_len")
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
     """The model's fields (``config.model``), each declared once with its default, allowed
-    values and comment; validated, frozen and hashable, as Flax modules take it."""
+    values and comment (here or in its owner's ``CONFIG_FIELDS``: the module docstring);
+    validated, frozen and hashable, as Flax modules take it."""
 
     arch: str = field(
         "encdec", "encoder (MLM), decoder (causal LM) or encdec (translation)", choices=ARCHS
@@ -136,13 +142,7 @@ class TransformerConfig:
         "normalize q and k per head (over head_dim, model.norm) before the dot product",
         before=False,
     )
-    deepnorm_variant: str = field(
-        "paper",
-        "deepnorm only: paper (DeepNet's α, β) or glm (GLM-130B's α = (2N)^(1/2), "
-        "β = (2N)^(-1/2); encoder or decoder only)",
-        choices=DEEPNORM_VARIANTS,
-        before="paper",
-    )
+    deepnorm_variant: str = post_norm.CONFIG_FIELDS["deepnorm_variant"]
     dyt_alpha: float = field(
         0.5,
         "norm=dyt only: the initial a of every DyT (Zhu et al. 2025: 0.5)",
@@ -150,86 +150,20 @@ class TransformerConfig:
         low_open=True,
         before=0.5,
     )
-    mix_ln_ratio: float = field(
-        0.25,
-        "mix_ln only: the first ⌊ratio·L⌋ layers of each stack are Post-LN, the rest Pre-LN "
-        "(Li et al. 2025: 0.25)",
-        low=0,
-        high=1,
-        before=0.25,
-    )
-    deepscalelm_k: float = field(
-        2.0,
-        "deepscalelm only: β² = k/S of x ← λx + βF(x), λ² = 1 − β², S the stack's residual "
-        "branches (2 per layer; 3 in an encoder-decoder's decoder)",
-        low=0,
-        low_open=True,
-        before=2.0,
-    )
-    skipinit_alpha: float = field(
-        0.0,
-        "skipinit only: the initial α of x ← x + α·F(x) on every branch (De & Smith 2020: 0, "
-        "or a small constant <= 1/√(branches))",
-        low=0,
-        before=0.0,
-    )
-    hc_rate: int = field(
-        constants.HC_RATE,
-        "hyper_connections, mhc only: n, the residual streams (Zhu et al. 2025's best and Xie et "
-        "al.'s: 4; 1 is allowed)",
-        low=1,
-        before=constants.HC_RATE,
-    )
-    hc_dynamic: bool = field(
-        True,
-        "hyper_connections only: dynamic (DHC: the weights also predicted from the streams, "
-        "eq. 10–13) or static (SHC: learned matrices only)",
-        before=True,
-    )
-    mhc_sinkhorn_iters: int = field(
-        constants.MHC_SINKHORN_ITERS,
-        "mhc only: Sinkhorn-Knopp iterations t_max of H_res (Xie et al. 2025: 20)",
-        low=1,
-        before=constants.MHC_SINKHORN_ITERS,
-    )
-    mhc_variant: str = field(
-        "paper",
-        "mhc only: paper (eq. 7–9, the streams summed at the end) or deepseek_v4 (Hugging "
-        "Face's DeepSeek-V4: ε = 1e-6 in H_pre and Sinkhorn-Knopp, its HyperHead's learned sum; "
-        "docs/schemes.md)",
-        choices=MHC_VARIANTS,
-        before="paper",
-    )
+    mix_ln_ratio: float = pre_norm.CONFIG_FIELDS["mix_ln_ratio"]
+    deepscalelm_k: float = pre_norm.CONFIG_FIELDS["deepscalelm_k"]
+    skipinit_alpha: float = gated.CONFIG_FIELDS["skipinit_alpha"]
+    hc_rate: int = hyper.CONFIG_FIELDS["hc_rate"]
+    hc_dynamic: bool = hyper.CONFIG_FIELDS["hc_dynamic"]
+    mhc_sinkhorn_iters: int = hyper.CONFIG_FIELDS["mhc_sinkhorn_iters"]
+    mhc_variant: str = hyper.CONFIG_FIELDS["mhc_variant"]
     scan_layers: bool = field(True, "nn.scan over depth (False: a Python loop, for comparison)")
-    scan_group_size: int = field(
-        0,
-        "nested scan: 0 one flat scan; k >= 1 an outer scan over groups of k layers, each "
-        "rematerialized as one unit; -1: k ≈ sqrt(L), a divisor of L when one is near "
-        "(deepnet_jax/model/remat.py)",
-        low=-1,
-        resumable=True,
-        before=0,
-    )
-    remat_policy: str = field(
-        "full",
-        "none, full (nothing saved), dots (matmul outputs), qkv_fc1 (the named projections); "
-        "auto: the least recomputation whose planned peak fits memory_budget_gb (or the "
-        "device's or host's memory), chosen with scan_group_size "
-        "(deepnet_jax/training/remat_auto.py); a training config defaults to auto, a model built "
-        "directly to full",
-        choices=(*POLICIES, AUTO),
-        resumable=True,
-    )
+    scan_group_size: int = remat.CONFIG_FIELDS["scan_group_size"]
+    remat_policy: str = remat.CONFIG_FIELDS["remat_policy"]
     dtype: str = field("float32", "compute dtype", choices=DTYPES)
     param_dtype: str = field("float32", "parameter storage dtype", choices=PARAM_DTYPES)
-    dlcl_weights: str = field(
-        "learnable",
-        "dlcl_* only: learnable, fix_one (all 1), fix_avg (1/(l+1))",
-        choices=DLCL_WEIGHTS,
-    )
-    dlcl_layer_norm: bool = field(
-        True, "dlcl_pre: the per-layer LN_k of DLCL eq. 8 (False: the ablation)"
-    )
+    dlcl_weights: str = combining.CONFIG_FIELDS["dlcl_weights"]
+    dlcl_layer_norm: bool = combining.CONFIG_FIELDS["dlcl_layer_norm"]
     fused_qkv: bool = field(
         False,
         "self-attention q/k/v as one [d_model, 3, heads, head_dim] kernel",
@@ -271,34 +205,10 @@ class TransformerConfig:
         choices=INITS,
         before="paper",
     )
-    parameterization: str = field(
-        "standard",
-        "how multipliers, init and AdamW scale with depth and width (docs/schemes.md, "
-        "'Parameterization'): standard (none scale) or completep (Dey et al. 2025, Table 1 at "
-        "α = 1: residual branches × (L/L_base)^-1, logits × N_base/d_model, its init, and per "
-        "parameter group AdamW η, ε and λ; pre-norm schemes)",
-        choices=parameterization.PARAMETERIZATIONS,
-        before="standard",
-    )
-    completep_base_layers: int = field(
-        2,
-        "completep only: L_base, the base model's layers per stack (the authors' 2)",
-        low=1,
-        before=2,
-    )
-    completep_base_width: int = field(
-        256,
-        "completep only: N_base, the base model's d_model (the authors' 256)",
-        low=1,
-        before=256,
-    )
-    completep_init_std: float = field(
-        0.02,
-        "completep only: σ_base; embeddings and head N(0, σ²), hidden weights N(0, σ²·N_base/N)",
-        low=0,
-        low_open=True,
-        before=0.02,
-    )
+    parameterization: str = PARAMETERIZATION_FIELDS["parameterization"]
+    completep_base_layers: int = PARAMETERIZATION_FIELDS["completep_base_layers"]
+    completep_base_width: int = PARAMETERIZATION_FIELDS["completep_base_width"]
+    completep_init_std: float = PARAMETERIZATION_FIELDS["completep_init_std"]
     dropout_rng: str = field(
         "hash",
         "dropout masks: hash (a keyed integer hash of each "

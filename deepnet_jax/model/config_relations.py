@@ -113,7 +113,7 @@ def _check_parameterization(c: Any, defaults: dict[str, Any]) -> None:
     positions that are embeddings too (learned) or none at the input (rope), not fixed sinusoids
     whose scale ``completep_init_std`` does not set."""
     if not parameterization.completep(c):
-        for name in parameterization.FIELDS:
+        for name in parameterization.COMPLETEP_FIELDS:
             if getattr(c, name) != defaults[name]:
                 fail(
                     name,

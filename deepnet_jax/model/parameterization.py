@@ -28,11 +28,47 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from deepnet_jax.common.config_schema import field
+
 STANDARD = "standard"
 COMPLETEP = "completep"
 PARAMETERIZATIONS = (STANDARD, COMPLETEP)
 ALPHA = 1.0  # CompleteP: depth-µP with α = 1 (Table 1's α column)
-FIELDS = ("completep_base_layers", "completep_base_width", "completep_init_std")
+COMPLETEP_FIELDS = ("completep_base_layers", "completep_base_width", "completep_init_std")
+
+# The model config fields the parameterization owns, each declared once (default, allowed values,
+# comment): ``deepnet_jax.model.config.TransformerConfig`` names them in the config's order.
+CONFIG_FIELDS = {
+    "parameterization": field(
+        "standard",
+        "how multipliers, init and AdamW scale with depth and width (docs/schemes.md, "
+        "'Parameterization'): standard (none scale) or completep (Dey et al. 2025, Table 1 at "
+        "α = 1: residual branches × (L/L_base)^-1, logits × N_base/d_model, its init, and per "
+        "parameter group AdamW η, ε and λ; pre-norm schemes)",
+        choices=PARAMETERIZATIONS,
+        before="standard",
+    ),
+    "completep_base_layers": field(
+        2,
+        "completep only: L_base, the base model's layers per stack (the authors' 2)",
+        low=1,
+        before=2,
+    ),
+    "completep_base_width": field(
+        256,
+        "completep only: N_base, the base model's d_model (the authors' 256)",
+        low=1,
+        before=256,
+    ),
+    "completep_init_std": field(
+        0.02,
+        "completep only: σ_base; embeddings and head N(0, σ²), hidden weights N(0, σ²·N_base/N)",
+        low=0,
+        low_open=True,
+        before=0.02,
+    ),
+}
+
 
 # The parameter groups of Table 1 (one AdamW rule each)
 EMBEDDING = "embedding"  # token tables and learned position tables ("Embed")

@@ -44,6 +44,8 @@ from typing import Any, Protocol
 import jax
 import numpy as np
 
+from deepnet_jax.common.config_schema import field
+
 # Names tagged with ``checkpoint_name`` inside each layer, saved by the "qkv_fc1" policy.
 SAVED_NAMES = ("q_proj", "k_proj", "v_proj", "qkv_proj", "fc1", "gate")
 # model.remat_policy → the jax.checkpoint policy of each layer (None: no remat)
@@ -58,6 +60,31 @@ AUTO = "auto"  # model.remat_policy resolved to a policy and a group size before
 GROUP_POLICY = jax.checkpoint_policies.nothing_saveable
 # (model.remat_policy, model.scan_group_size), least recomputation first (module docstring)
 CANDIDATES = (("none", 0), ("dots", 0), ("qkv_fc1", 0), ("full", 0), ("dots", -1), ("full", -1))
+
+# The model config fields remat owns, each declared once (default, allowed values,
+# comment): ``deepnet_jax.model.config.TransformerConfig`` names them in the config's order.
+CONFIG_FIELDS = {
+    "scan_group_size": field(
+        0,
+        "nested scan: 0 one flat scan; k >= 1 an outer scan over groups of k layers, each "
+        "rematerialized as one unit; -1: k ≈ sqrt(L), a divisor of L when one is near "
+        "(deepnet_jax/model/remat.py)",
+        low=-1,
+        resumable=True,
+        before=0,
+    ),
+    "remat_policy": field(
+        "full",
+        "none, full (nothing saved), dots (matmul outputs), qkv_fc1 (the named projections); "
+        "auto: the least recomputation whose planned peak fits memory_budget_gb (or the "
+        "device's or host's memory), chosen with scan_group_size "
+        "(deepnet_jax/training/remat_auto.py); a training config defaults to auto, a model built "
+        "directly to full",
+        choices=(*POLICIES, AUTO),
+        resumable=True,
+    ),
+}
+
 # Share of a target chip's memory that ``auto`` leaves free when planning deviceless: on TPUs
 # for the runtime's own buffers and fragmentation; on GPUs jax's client preallocates 75% of the
 # memory by default (XLA_PYTHON_CLIENT_MEM_FRACTION), and that is what a run can use.

@@ -30,7 +30,7 @@ from deepnet_jax.model.attention import MultiHeadAttention
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.model.dropout import dropout
 from deepnet_jax.model.norms import normalization, record_input_norm
-from deepnet_jax.model.schemes.base import Sublayer
+from deepnet_jax.model.schemes.base import Residual, Scheme, Sublayer
 from deepnet_jax.model.sublayers import FeedForward, constrain
 
 ADMIN_PROFILE = "admin_profile"  # the collection Admin's profiling pass sows ω into
@@ -85,36 +85,46 @@ class TransformerLayer(nn.Module):
         cache_index: jax.Array | None = None,
         layer_index: int | jax.Array | None = None,
     ):
-        c = self.config
-        scheme = schemes.get(c.scheme).per_layer
+        scheme = schemes.get(self.config.scheme).per_layer
         ratio = None
         if isinstance(x_BTD, tuple):  # Admin's profiling pass: (x, r)
             x_BTD, ratio = x_BTD
-        ops = LayerOps(self)
-        residual = scheme.layer_state(ops, self.side, layer_index, ratio)
+        call = _Call(LayerOps(self), scheme, dropout_key, positions, cache)
+        residual = scheme.layer_state(call.ops, self.side, layer_index, ratio)
+        self_attn, cross_attn, ffn = self._sublayers(scheme, layer_index)
+        x_BTD, residual = call.sublayer(
+            constrain(x_BTD),
+            residual,
+            "self_attn",
+            lambda h: call.attend(self_attn, "self_attn", h, h, self_mask, cache_index),
+        )
+        if cross_attn is not None:
+            if enc_out_BSD is None and cache is None:
+                raise ValueError("a layer with cross-attention needs the encoder output")
+            x_BTD, residual = call.sublayer(
+                x_BTD,
+                residual,
+                "cross_attn",
+                lambda h: call.attend(cross_attn, "cross_attn", h, enc_out_BSD, enc_mask, None),
+            )
+        x_BTD, residual = call.sublayer(
+            x_BTD, residual, "ffn", lambda h: ffn(h, call.key(DROPOUT_KEYS["ffn"][1]))
+        )
+        if residual.ratio is not None:
+            x_BTD = (x_BTD, residual.ratio)
+        if self.carry_output:
+            return x_BTD, (call.new_cache if cache is not None else None)
+        return x_BTD if cache is None else (x_BTD, call.new_cache)
+
+    def _sublayers(
+        self, scheme: Scheme, layer_index: int | jax.Array | None
+    ) -> tuple[MultiHeadAttention, MultiHeadAttention | None, FeedForward]:
+        """The sublayers' functions G (self-attention, cross-attention when ``has_cross``, FFN)
+        as submodules ``self_attn``, ``cross_attn``, ``ffn``, with the scheme's init gain, inner
+        norm and (at init) init stds for this side and layer."""
+        c = self.config
         gain = scheme.init_gain(c, self.side)
         stds = scheme.init_stds(c, self.side, layer_index) if self.is_initializing() else None
-        new_cache: dict[str, dict[str, jax.Array]] = {}
-
-        def key(i: int) -> jax.Array | None:
-            return None if dropout_key is None else jax.random.fold_in(dropout_key, i)
-
-        def attend(module: MultiHeadAttention, h, kv, mask, i: int, slot: str, index):
-            if cache is None:
-                return module(h, kv, mask, key(i), positions=positions)
-            out, new_cache[slot] = module(
-                h, kv, mask, key(i), cache=cache[slot], cache_index=index, positions=positions
-            )
-            return out
-
-        def sublayer(x, residual, name: str, g: Callable, i: int):
-            """Sublayer ``name`` (function g, dropout key i) under the scheme's residual form:
-            the new x and the residual state (Admin's ratio moves on)."""
-            sub = Sublayer(name, NORM_NAMES[name], g, _drop(self, key(i)))
-            x, residual = scheme.sublayer(ops, sub, residual, x)
-            return constrain(x), residual
-
-        x_BTD = constrain(x_BTD)
         self_attn = MultiHeadAttention(
             c,
             gain,
@@ -125,16 +135,8 @@ class TransformerLayer(nn.Module):
             stds=stds and stds[:2],
             name="self_attn",
         )
-        x_BTD, residual = sublayer(
-            x_BTD,
-            residual,
-            "self_attn",
-            lambda h: attend(self_attn, h, h, self_mask, 10, "self", cache_index),
-            0,
-        )
+        cross_attn = None
         if self.has_cross:
-            if enc_out_BSD is None and cache is None:
-                raise ValueError("a layer with cross-attention needs the encoder output")
             cross_attn = MultiHeadAttention(
                 c,
                 gain if scheme.cross_gain else 1.0,
@@ -143,22 +145,58 @@ class TransformerLayer(nn.Module):
                 stds=stds and stds[:2],
                 name="cross_attn",
             )
-            x_BTD, residual = sublayer(
-                x_BTD,
-                residual,
-                "cross_attn",
-                lambda h: attend(cross_attn, h, enc_out_BSD, enc_mask, 11, "cross", None),
-                1,
-            )
         ffn = FeedForward(
             c, gain, scheme.inner_norm, self.deterministic, std=stds and stds[2], name="ffn"
         )
-        x_BTD, residual = sublayer(x_BTD, residual, "ffn", lambda h: ffn(h, key(12)), 2)
-        if residual.ratio is not None:
-            x_BTD = (x_BTD, residual.ratio)
-        if self.carry_output:
-            return x_BTD, (new_cache if cache is not None else None)
-        return x_BTD if cache is None else (x_BTD, new_cache)
+        return self_attn, cross_attn, ffn
+
+
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """One call of a :class:`TransformerLayer`, what its sublayers share: the layer's ``ops``,
+    its ``scheme`` (the per-layer one), the call's ``dropout_key``, ``positions`` and ``cache``,
+    and ``new_cache``, the cache slots its attention writes."""
+
+    ops: LayerOps
+    scheme: Scheme
+    dropout_key: jax.Array | None
+    positions: jax.Array | None
+    cache: dict[str, dict[str, jax.Array]] | None
+    new_cache: dict[str, dict[str, jax.Array]] = dataclasses.field(default_factory=dict)
+
+    def key(self, i: int) -> jax.Array | None:
+        """The dropout key folded with ``i`` (:data:`DROPOUT_KEYS`), None without one."""
+        return None if self.dropout_key is None else jax.random.fold_in(self.dropout_key, i)
+
+    def sublayer(
+        self, x: jax.Array, residual: Residual, name: str, g: Callable
+    ) -> tuple[jax.Array, Residual]:
+        """Sublayer ``name`` (function g) under the scheme's residual form: the new x and the
+        residual state (Admin's ratio moves on)."""
+        branch_dropout = _drop(self.ops.layer, self.key(DROPOUT_KEYS[name][0]))
+        sub = Sublayer(name, NORM_NAMES[name], g, branch_dropout)
+        x, residual = self.scheme.sublayer(self.ops, sub, residual, x)
+        return constrain(x), residual
+
+    def attend(
+        self,
+        module: MultiHeadAttention,
+        name: str,
+        h: jax.Array,
+        kv: jax.Array | None,
+        mask: jax.Array | None,
+        index: jax.Array | None,
+    ) -> jax.Array:
+        """Attention sublayer ``name``'s G(h): queries h, keys and values from ``kv``; with a
+        cache, its slot (:data:`CACHE_SLOTS`) read at ``index`` and the new one kept."""
+        key = self.key(DROPOUT_KEYS[name][1])
+        if self.cache is None:
+            return module(h, kv, mask, key, positions=self.positions)
+        slot = CACHE_SLOTS[name]
+        out, self.new_cache[slot] = module(
+            h, kv, mask, key, cache=self.cache[slot], cache_index=index, positions=self.positions
+        )
+        return out
 
 
 def _drop(layer: TransformerLayer, key: jax.Array | None) -> Callable[[jax.Array], jax.Array]:
@@ -198,3 +236,8 @@ NORM_NAMES = {
     "cross_attn": "cross_attn_layer_norm",
     "ffn": "final_layer_norm",
 }
+# sublayer → the fold_in indices of its dropout keys: its branch's, and its own inside G's
+# (attention probabilities, the FFN's hidden activation)
+DROPOUT_KEYS = {"self_attn": (0, 10), "cross_attn": (1, 11), "ffn": (2, 12)}
+# attention sublayer → its slot of the decoding cache
+CACHE_SLOTS = {"self_attn": "self", "cross_attn": "cross"}

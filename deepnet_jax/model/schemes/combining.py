@@ -15,9 +15,25 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from deepnet_jax.common.config_schema import field
 from deepnet_jax.model.schemes.base import PAPER, SINCE_DEEPNET, Scheme, fail
 from deepnet_jax.model.schemes.post_norm import POST_LN
 from deepnet_jax.model.schemes.pre_norm import PRE_LN
+
+DLCL_WEIGHTS = ("learnable", "fix_one", "fix_avg")
+
+# The model config fields this family owns, each declared once (default, allowed values,
+# comment): ``deepnet_jax.model.config.TransformerConfig`` names them in the config's order.
+CONFIG_FIELDS = {
+    "dlcl_weights": field(
+        "learnable",
+        "dlcl_* only: learnable, fix_one (all 1), fix_avg (1/(l+1))",
+        choices=DLCL_WEIGHTS,
+    ),
+    "dlcl_layer_norm": field(
+        True, "dlcl_pre: the per-layer LN_k of DLCL eq. 8 (False: the ablation)"
+    ),
+}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

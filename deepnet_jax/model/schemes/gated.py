@@ -14,7 +14,20 @@ from typing import Any, ClassVar
 
 import jax
 
+from deepnet_jax.common.config_schema import field
 from deepnet_jax.model.schemes.base import SINCE_DEEPNET, Ops, Residual, Scheme, Sublayer
+
+# The model config fields this family owns, each declared once (default, allowed values,
+# comment): ``deepnet_jax.model.config.TransformerConfig`` names them in the config's order.
+CONFIG_FIELDS = {
+    "skipinit_alpha": field(
+        0.0,
+        "skipinit only: the initial α of x ← x + α·F(x) on every branch (De & Smith 2020: 0, "
+        "or a small constant <= 1/√(branches))",
+        low=0,
+        before=0.0,
+    ),
+}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

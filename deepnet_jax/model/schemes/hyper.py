@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from deepnet_jax.common.config_schema import field
 from deepnet_jax.model import constants
 from deepnet_jax.model.schemes.base import (
     SINCE_DEEPNET,
@@ -40,6 +41,39 @@ from deepnet_jax.model.schemes.base import (
 
 MHC_VARIANTS = ("paper", "deepseek_v4")
 _FLOAT = jnp.float32
+
+
+# The model config fields this family owns, each declared once (default, allowed values,
+# comment): ``deepnet_jax.model.config.TransformerConfig`` names them in the config's order.
+CONFIG_FIELDS = {
+    "hc_rate": field(
+        constants.HC_RATE,
+        "hyper_connections, mhc only: n, the residual streams (Zhu et al. 2025's best and Xie et "
+        "al.'s: 4; 1 is allowed)",
+        low=1,
+        before=constants.HC_RATE,
+    ),
+    "hc_dynamic": field(
+        True,
+        "hyper_connections only: dynamic (DHC: the weights also predicted from the streams, "
+        "eq. 10–13) or static (SHC: learned matrices only)",
+        before=True,
+    ),
+    "mhc_sinkhorn_iters": field(
+        constants.MHC_SINKHORN_ITERS,
+        "mhc only: Sinkhorn-Knopp iterations t_max of H_res (Xie et al. 2025: 20)",
+        low=1,
+        before=constants.MHC_SINKHORN_ITERS,
+    ),
+    "mhc_variant": field(
+        "paper",
+        "mhc only: paper (eq. 7–9, the streams summed at the end) or deepseek_v4 (Hugging "
+        "Face's DeepSeek-V4: ε = 1e-6 in H_pre and Sinkhorn-Knopp, its HyperHead's learned sum; "
+        "docs/schemes.md)",
+        choices=MHC_VARIANTS,
+        before="paper",
+    ),
+}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+from deepnet_jax.common.config_schema import field
 from deepnet_jax.model import constants
 from deepnet_jax.model.initializers import TORCHSCALE_INITS, torchscale_deepnorm_encoder_gain
 from deepnet_jax.model.schemes.base import (
@@ -29,6 +30,18 @@ from deepnet_jax.model.schemes.base import (
     fail,
     weighted,
 )
+
+# The model config fields this family owns, each declared once (default, allowed values,
+# comment): ``deepnet_jax.model.config.TransformerConfig`` names them in the config's order.
+CONFIG_FIELDS = {
+    "deepnorm_variant": field(
+        "paper",
+        "deepnorm only: paper (DeepNet's α, β) or glm (GLM-130B's α = (2N)^(1/2), "
+        "β = (2N)^(-1/2); encoder or decoder only)",
+        choices=constants.DEEPNORM_VARIANTS,
+        before="paper",
+    ),
+}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
+from deepnet_jax.common.config_schema import field
 from deepnet_jax.model import constants
 from deepnet_jax.model.schemes.base import (
     PAPER,
@@ -33,6 +34,27 @@ from deepnet_jax.model.schemes.base import (
     need_index,
     weighted,
 )
+
+# The model config fields this family owns, each declared once (default, allowed values,
+# comment): ``deepnet_jax.model.config.TransformerConfig`` names them in the config's order.
+CONFIG_FIELDS = {
+    "mix_ln_ratio": field(
+        0.25,
+        "mix_ln only: the first ⌊ratio·L⌋ layers of each stack are Post-LN, the rest Pre-LN "
+        "(Li et al. 2025: 0.25)",
+        low=0,
+        high=1,
+        before=0.25,
+    ),
+    "deepscalelm_k": field(
+        2.0,
+        "deepscalelm only: β² = k/S of x ← λx + βF(x), λ² = 1 − β², S the stack's residual "
+        "branches (2 per layer; 3 in an encoder-decoder's decoder)",
+        low=0,
+        low_open=True,
+        before=2.0,
+    ),
+}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
