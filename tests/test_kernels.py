@@ -124,10 +124,12 @@ def test_an_async_fusion_costs_what_its_synchronous_form_costs():
 
 
 def _fmha(target: str, mask: str) -> str:
+    """An HLO module of one cuDNN attention call, its backend config as compiled HLO writes it
+    (XLA puts a space after each colon)."""
     q = "bf16[4,256,8,64]{3,2,1,0}"
     call = (
         f'custom_call_target="__cudnn$fmha{target}", '
-        f'backend_config={{"cudnn_fmha_backend_config":{{"mask_type":"{mask}"}}}}'
+        f'backend_config={{"cudnn_fmha_backend_config": {{"mask_type": "{mask}"}}}}'
     )
     return f"""HloModule m
 

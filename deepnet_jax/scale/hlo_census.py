@@ -133,7 +133,8 @@ def gemm_call_flops(module: Module, ins: Instruction) -> int:
 
 
 FMHA_CALL = re.compile(r'custom_call_target="__cudnn\$fmha(\w*)"')  # cuDNN's fused attention
-FMHA_CAUSAL = re.compile(r'"mask_type":"(PADDING_)?CAUSAL"')
+# XLA writes its backend config with a space after each colon; jax's own without
+FMHA_CAUSAL = re.compile(r'"mask_type":\s*"(PADDING_)?CAUSAL"')
 
 
 def fmha_call_flops(module: Module, ins: Instruction) -> int:
