@@ -71,8 +71,8 @@ class AttentionMask:
     A row of padding only (an empty row of a batch: ``data.batching.EMPTY_ROW``) has no key to
     attend to: the dense mask spreads its queries' weight uniformly over every key, the native
     form (``kv_lengths`` ≥ 1) puts it on key 0 — both finite, and such a row has weight 0 in every
-    loss. (cuDNN before 9.25 answers a zero key length with NaN, which 0 · NaN would carry into
-    the loss.)
+    loss. (cuDNN before 9.25 answers a zero key length with NaN rows, NVIDIA/cudnn-frontend
+    issue 943, which 0 · NaN would carry into the loss.)
     """
 
     dense: jax.Array
