@@ -178,16 +178,23 @@ def test_bad_attention_fields(overrides, message):
         architectures.build(tiny_config("decoder", **overrides))
 
 
-@pytest.mark.parametrize("arch", ["encdec", "decoder", "encoder"])
-def test_cudnn_attention_traces_with_every_mask(arch, monkeypatch):
-    """cuDNN's attention takes the mask as a bias over every query and key position, and its
-    checks run while tracing: key-padding masks [B, 1, 1, S] were refused on an H100 ("Bias
-    must have same seq length as QKV, got 1 and 8"). Traced here without a GPU: jax asks for
-    cuDNN's version before the checks, so that one query (a private function) is answered."""
+@pytest.mark.parametrize(
+    "arch, form",
+    [("encdec", "native"), ("decoder", "native"), ("encoder", "native"), ("encdec", "bias")],
+)
+def test_cudnn_attention_traces_with_every_mask(arch, form, monkeypatch):
+    """cuDNN's attention takes a boolean mask as a bias over every query and key position (the
+    bias form, and the decoding cache's mask under either), and its checks run while tracing:
+    key-padding masks [B, 1, 1, S] were refused on an H100 ("Bias must have same seq length as
+    QKV, got 1 and 8"); the native form hands it key lengths and causal order instead. Traced
+    here without a GPU: jax asks for cuDNN's version before the checks, so that one query (a
+    private function) is answered."""
     from jax._src.cudnn import fused_attention_stablehlo
 
     monkeypatch.setattr(fused_attention_stablehlo, "check_cudnn_version", lambda: 91000)
-    cfg = tiny_config(arch, dtype="bfloat16", attention_impl="cudnn", num_heads=2)  # K = 16
+    cfg = tiny_config(
+        arch, dtype="bfloat16", attention_impl="cudnn", num_heads=2, attention_masks=form
+    )  # K = 16
     model = architectures.build(cfg)
     params = jax.eval_shape(lambda: init_params(model, arch, jnp.ones((1, 4), jnp.int32)))
     src = random_tokens((2, 8), cfg.vocab_size, seed=1).at[1, 5:].set(0)  # even lengths:

@@ -124,10 +124,12 @@ def test_an_async_fusion_costs_what_its_synchronous_form_costs():
 
 
 def _fmha(target: str, mask: str) -> str:
+    """An HLO module of one cuDNN attention call, its backend config as compiled HLO writes it
+    (XLA puts a space after each colon)."""
     q = "bf16[4,256,8,64]{3,2,1,0}"
     call = (
         f'custom_call_target="__cudnn$fmha{target}", '
-        f'backend_config={{"cudnn_fmha_backend_config":{{"mask_type":"{mask}"}}}}'
+        f'backend_config={{"cudnn_fmha_backend_config": {{"mask_type": "{mask}"}}}}'
     )
     return f"""HloModule m
 
@@ -143,11 +145,19 @@ ENTRY %main (q: bf16[4,256,8,64], k: bf16[4,512,8,64], v: bf16[4,512,8,64]) -> b
 
 @pytest.mark.parametrize(
     "target, mask, matmuls",
-    [("Softmax", "NO_MASK", 4), ("SoftmaxBackward", "NO_MASK", 10), ("Softmax", "CAUSAL", 2)],
+    [
+        ("Softmax", "NO_MASK", 4),
+        ("SoftmaxBackward", "NO_MASK", 10),
+        ("Softmax", "CAUSAL", 2),
+        ("Softmax", "PADDING", 4),
+        ("Softmax", "PADDING_CAUSAL", 2),
+        ("SoftmaxBackward", "PADDING_CAUSAL", 5),
+    ],
 )
 def test_cudnn_attention_counts_its_matmuls_from_q_and_k(target, mask, matmuls):
     """cuDNN's fused attention hides its matmuls in a custom call: q·kᵀ and p·v forward (4·B·H·
-    T·S·K), 2.5 times that backward, half of either under a causal mask."""
+    T·S·K), 2.5 times that backward, half of either under a causal mask (with key lengths or
+    without); key lengths alone skip nothing the count can know."""
     text = _fmha(target, mask)
     flops = matmuls * 4 * 8 * 256 * 512 * 64
     assert hlo_census.matmul_flops(text) == flops

@@ -47,7 +47,8 @@ ADDED_FIELDS_BEFORE_GENERATION = {
     "model.skipinit_alpha": 0.0,
     "loss_chunk": 0,
 }
-# declared with their before-values since (CompleteP; Hyper-Connections and mHC)
+# declared with their before-values since (CompleteP; Hyper-Connections and mHC; cuDNN's native
+# masks)
 ADDED_SINCE = {
     "model.parameterization": "standard",
     "model.completep_base_layers": 2,
@@ -57,6 +58,7 @@ ADDED_SINCE = {
     "model.hc_dynamic": True,
     "model.mhc_sinkhorn_iters": 20,
     "model.mhc_variant": "paper",
+    "model.attention_masks": "bias",
 }
 
 

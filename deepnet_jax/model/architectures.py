@@ -164,7 +164,7 @@ class EncoderDecoder(_TokenModel):
     ) -> jax.Array:
         """Shifted target [B, T] + encoder output → logits [B, T, vocab] (``logits=False``:
         the decoder's output [B, T, D] before the output projection)."""
-        enc_mask = masks.cross_mask(src_BS, segment_ids, src_segment_ids)
+        enc_mask = masks.cross_attention_mask(src_BS, segment_ids, src_segment_ids)
         x = self.decoder(tgt_in_BT, enc_out_BSD, enc_mask, deterministic, segment_ids, positions)
         return self._logits(x) if logits else x
 

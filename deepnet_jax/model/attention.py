@@ -15,9 +15,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from deepnet_jax.model import rotary
+from deepnet_jax.model import fused_attention, rotary
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.model.dropout import dropout
+from deepnet_jax.model.masks import AttentionMask, dense
 from deepnet_jax.model.norms import normalization, record_input_norm
 from deepnet_jax.model.sublayers import Projection
 
@@ -25,8 +26,10 @@ from deepnet_jax.model.sublayers import Projection
 class MultiHeadAttention(nn.Module):
     """Multi-head scaled dot-product attention (self, causal self or cross).
 
-    Inputs: queries ``x_q`` [B, T, D], keys/values ``x_kv`` [B, S, D] and a boolean ``mask``
-    broadcastable to [B, H, T, S] (True = may attend). Output [B, T, D].
+    Inputs: queries ``x_q`` [B, T, D], keys/values ``x_kv`` [B, S, D] and a ``mask``: a boolean
+    array broadcastable to [B, H, T, S] (True = may attend) or an
+    :class:`~deepnet_jax.model.masks.AttentionMask` (that array, and where it has one its native
+    form: causal order and key lengths). Output [B, T, D].
 
     Keys and values have ``config.kv_heads`` heads N (``num_kv_heads``; logical axis
     ``kv_heads``): query head h attends with kv head h // (H/N) (grouped-query attention,
@@ -48,7 +51,8 @@ class MultiHeadAttention(nn.Module):
     ``qkv_proj`` kernel [D, 3, H, K] (slices q, k, v; fans per slice, only v scaled) instead of
     three; :func:`fuse_qkv_params` converts parameters between the two layouts.
     ``config.attention_impl`` picks the softmax(q·kᵀ/√K)·v computation: the einsum reference
-    (with attention dropout) or ``jax.nn.dot_product_attention`` (``xla`` or ``cudnn``).
+    (with attention dropout) or ``jax.nn.dot_product_attention`` (``xla`` or ``cudnn``), which
+    takes the mask natively or as a bias (``config.attention_masks``).
     """
 
     config: TransformerConfig
@@ -64,7 +68,7 @@ class MultiHeadAttention(nn.Module):
         self,
         x_q: jax.Array,
         x_kv: jax.Array | None,
-        mask: jax.Array | None,
+        mask: AttentionMask | jax.Array | None,
         dropout_key: jax.Array | None = None,
         *,
         cache: dict[str, jax.Array] | None = None,
@@ -174,26 +178,23 @@ class MultiHeadAttention(nn.Module):
         q_BTHK: jax.Array,
         k_BSHK: jax.Array,
         v_BSHK: jax.Array,
-        mask: jax.Array | None,
+        mask: AttentionMask | jax.Array | None,
         dropout_key: jax.Array | None,
     ) -> jax.Array:
-        """softmax(q·kᵀ/√K)·v [B, T, H, K] by ``config.attention_impl``: the reference, or
-        ``jax.nn.dot_product_attention`` (``xla``, ``cudnn``)."""
+        """softmax(q·kᵀ/√K)·v [B, T, H, K] by ``config.attention_impl``: the reference (on the
+        dense mask), or ``jax.nn.dot_product_attention`` (``xla``, ``cudnn``) with the mask in
+        the form ``config.attention_masks`` names (:mod:`deepnet_jax.model.fused_attention`)."""
         c = self.config
         if c.attention_impl == "reference":
-            return self._reference_attention(q_BTHK, k_BSHK, v_BSHK, mask, dropout_key)
+            return self._reference_attention(q_BTHK, k_BSHK, v_BSHK, dense(mask), dropout_key)
         dtype = c.compute_dtype
-        if mask is not None and c.attention_impl == "cudnn":
-            # cuDNN reads the mask as a bias over every query and key position: a key
-            # padding mask [B, 1, 1, S] is refused ("Bias must have same seq length")
-            B, _, _, S = mask.shape
-            mask = jnp.broadcast_to(mask, (B, mask.shape[1], q_BTHK.shape[1], S))
-        return jax.nn.dot_product_attention(
+        return fused_attention.dot_product_attention(
             q_BTHK.astype(dtype),
             k_BSHK.astype(dtype),
             v_BSHK.astype(dtype),
-            mask=mask,
-            implementation=c.attention_impl,
+            mask,
+            c.attention_impl,
+            c.attention_masks,
         )
 
     def _output(self, out_BTHK: jax.Array) -> jax.Array:

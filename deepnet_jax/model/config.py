@@ -35,6 +35,7 @@ GATED_ACTIVATIONS = ("swiglu", "geglu")  # gated FFNs: fc2(φ(x·W_gate) ⊙ x·
 POSITIONS = ("sinusoidal", "learned", "rope")
 NORMS = ("layernorm", "rmsnorm", "dyt")
 ATTENTION_IMPLS = ("reference", "xla", "cudnn")
+ATTENTION_MASKS = ("native", "bias")  # fused_attention.MASK_FORMS
 DROPOUT_RNGS = ("hash", "jax")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 PARAM_DTYPES = ("float32", "bfloat16")
@@ -178,6 +179,15 @@ class TransformerConfig:
         choices=(*ATTENTION_IMPLS, AUTO),
         resumable=True,
         before="reference",
+    )
+    attention_masks: str = field(
+        "native",
+        "xla/cudnn attention: masks as native (is_causal and each row's key count under right "
+        "padding; packed rows and the decoding cache keep the bias) or bias (a [B, 1, T, S] "
+        "mask read for every head); the reference reads the mask",
+        choices=ATTENTION_MASKS,
+        resumable=True,
+        before="bias",
     )
     scale_embedding: bool = field(
         True,

@@ -58,7 +58,7 @@ class Encoder(nn.Module):
         if c.zero_padding_embeddings:
             x = x * (tokens_BS != PAD_ID)[:, :, None].astype(x.dtype)
         side = Side(c, "encoder", has_cross=False, deterministic=deterministic)
-        self_mask = masks.self_mask(tokens_BS, segment_ids, causal=False)
+        self_mask = masks.self_attention_mask(tokens_BS, segment_ids, causal=False)
         rope = rotary_positions(c, tokens_BS, positions)
         return apply_layers(self, side, StackInputs(x, self_mask, positions=rope))
 
@@ -66,7 +66,10 @@ class Encoder(nn.Module):
 class Decoder(nn.Module):
     """Embedding + M causal layers (with cross-attention when ``has_cross``).
 
-    tokens [B, T] (and encoder output [B, S, D] with its mask [B, 1, 1, S]) → [B, T, D].
+    tokens [B, T] (and encoder output [B, S, D] with its mask: ``masks.AttentionMask`` or a
+    boolean [B, 1, 1|T, S]) → [B, T, D]. The causal self-attention mask is an
+    ``AttentionMask`` with its native form, but with a cache (positions offset by
+    ``cache_index``: no native form) a boolean array.
     """
 
     config: TransformerConfig
@@ -78,7 +81,7 @@ class Decoder(nn.Module):
         self,
         tokens_BT: jax.Array,
         enc_out_BSD: jax.Array | None = None,
-        enc_mask: jax.Array | None = None,
+        enc_mask: masks.AttentionMask | jax.Array | None = None,
         deterministic: bool = True,
         segment_ids: jax.Array | None = None,
         positions: jax.Array | None = None,
@@ -90,7 +93,7 @@ class Decoder(nn.Module):
         the call returns ``(x, new_cache)``."""
         c = self.config
         if cache is None:
-            self_mask = masks.self_mask(tokens_BT, segment_ids, causal=True)
+            self_mask = masks.self_attention_mask(tokens_BT, segment_ids, causal=True)
         else:
             T, slots = tokens_BT.shape[1], cache["self"]["k"].shape[2]
             query_pos = cache_index + jnp.arange(T)

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from deepnet_jax.model import remat
 from deepnet_jax.model.config import TransformerConfig
+from deepnet_jax.model.masks import AttentionMask
 from deepnet_jax.model.transformer_layer import TransformerLayer
 
 
@@ -52,9 +53,11 @@ class StackInputs:
 
     Attributes:
       x: the embedded input [B, T, D].
-      self_mask: self-attention mask [B|1, 1, T|1, T] (None: none).
-      enc_out, enc_mask: the encoder output [B, S, D] and its mask [B, 1, 1|T, S], for
-        cross-attention (None: none, or read from the cache while decoding).
+      self_mask: self-attention mask, a ``masks.AttentionMask`` or a boolean [B|1, 1, T|1, T]
+        (None: none).
+      enc_out, enc_mask: the encoder output [B, S, D] and its mask (an ``AttentionMask`` or a
+        boolean [B, 1, 1|T, S]), for cross-attention (None: none, or read from the cache while
+        decoding).
       positions: the positions of x's tokens [B|1, T], for rotary self-attention (None: the
         model has no rotary positions).
       keys: one dropout key per layer [L, …] (None: no dropout fires).
@@ -63,9 +66,9 @@ class StackInputs:
     """
 
     x: jax.Array
-    self_mask: jax.Array | None
+    self_mask: AttentionMask | jax.Array | None
     enc_out: jax.Array | None = None
-    enc_mask: jax.Array | None = None
+    enc_mask: AttentionMask | jax.Array | None = None
     positions: jax.Array | None = None
     keys: jax.Array | None = None
     cache: dict | None = None

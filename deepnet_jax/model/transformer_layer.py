@@ -29,6 +29,7 @@ from deepnet_jax.model import schemes
 from deepnet_jax.model.attention import MultiHeadAttention
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.model.dropout import dropout
+from deepnet_jax.model.masks import AttentionMask
 from deepnet_jax.model.norms import normalization, record_input_norm
 from deepnet_jax.model.schemes.base import Residual, Scheme, Sublayer
 from deepnet_jax.model.sublayers import FeedForward, constrain
@@ -53,7 +54,8 @@ class TransformerLayer(nn.Module):
     cache_index=None, layer_index=None)``; ``positions`` (of x's tokens) are read by rotary
     self-attention (``positions="rope"``) only, which needs them; ``layer_index`` (0-based,
     an int or a traced scalar) by the schemes that depend on the layer (mix_ln, ln_scaling,
-    and deepscalelm's init), which need it.
+    and deepscalelm's init), which need it. A mask is a boolean array of those shapes or a
+    ``masks.AttentionMask`` holding one (and its native form).
 
     With a ``cache`` ({"self": {"k", "v"}, "cross": {"k", "v"}}, see
     ``MultiHeadAttention``) the layer decodes incrementally: this call's self-attention keys and
@@ -76,9 +78,9 @@ class TransformerLayer(nn.Module):
     def __call__(
         self,
         x_BTD: jax.Array | tuple[jax.Array, jax.Array],
-        self_mask: jax.Array | None,
+        self_mask: AttentionMask | jax.Array | None,
         enc_out_BSD: jax.Array | None = None,
-        enc_mask: jax.Array | None = None,
+        enc_mask: AttentionMask | jax.Array | None = None,
         positions: jax.Array | None = None,
         dropout_key: jax.Array | None = None,
         cache: dict[str, dict[str, jax.Array]] | None = None,

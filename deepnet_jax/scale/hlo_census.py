@@ -133,6 +133,8 @@ def gemm_call_flops(module: Module, ins: Instruction) -> int:
 
 
 FMHA_CALL = re.compile(r'custom_call_target="__cudnn\$fmha(\w*)"')  # cuDNN's fused attention
+# XLA writes its backend config with a space after each colon; jax's own without
+FMHA_CAUSAL = re.compile(r'"mask_type":\s*"(PADDING_)?CAUSAL"')
 
 
 def fmha_call_flops(module: Module, ins: Instruction) -> int:
@@ -140,15 +142,15 @@ def fmha_call_flops(module: Module, ins: Instruction) -> int:
     read off the shapes of q [B, T, H, K] and k [B, S, H, K] (its first two operands). The
     forward pass is q·kᵀ and p·v, 4·B·H·T·S·K; the backward pass (``…Backward``) recomputes
     q·kᵀ and takes the gradients of q, k, v and p, 10·B·H·T·S·K (FlashAttention-2's count, Dao
-    2023, §3.2). A causal mask (``mask_type`` CAUSAL) halves both: cuDNN skips the blocks above
-    the diagonal."""
+    2023, §3.2). A causal mask (``mask_type`` CAUSAL, or PADDING_CAUSAL with key lengths) halves
+    both: cuDNN skips the blocks above the diagonal."""
     names = [n.strip().lstrip("%") for n in ins.rest.split(")")[0].split(",")[:2]]
     (_, q), (_, k) = (arrays(module.shapes[n])[0] for n in names)
     batch, length, heads, size = q
     flops = 4 * batch * heads * length * k[1] * size
     if FMHA_CALL.search(ins.rest).group(1).endswith("Backward"):
         flops = flops * 10 // 4
-    return flops // 2 if '"mask_type":"CAUSAL' in ins.rest else flops
+    return flops // 2 if FMHA_CAUSAL.search(ins.rest) else flops
 
 
 def is_matmul(ins: Instruction) -> bool:

@@ -58,6 +58,7 @@ RUNTIME_FIELDS = (
     "param_dtype",
     "fused_qkv",
     "attention_impl",
+    "attention_masks",
     "dropout_rng",
 )
 FINETUNE_SOURCE = '''"""This run's training config ({config_json} beside this file), written by
