@@ -67,10 +67,12 @@ def load_config(name: str, overrides: list[str]) -> ml_collections.ConfigDict:
 
 
 def _concrete_batch(abstract: dict[str, jax.ShapeDtypeStruct], arch: str, vocab: int) -> dict:
-    """Random tokens shaped and sharded like the planned batch (every row full length)."""
-    rows, length = next(iter(abstract.values())).shape
+    """Random tokens shaped and sharded like the planned batch (every row full length); zeros
+    for the keys the task has no values for (the stop flags: no stop requested)."""
+    rows, length = abstract["inputs"].shape
     example = synthetic.batch(arch, rows, max(vocab, 8), length, np.random.default_rng(0))
-    return {k: jax.device_put(example[k].astype(v.dtype), v.sharding) for k, v in abstract.items()}
+    values = {k: example[k] if k in example else np.zeros(v.shape) for k, v in abstract.items()}
+    return {k: jax.device_put(values[k].astype(v.dtype), v.sharding) for k, v in abstract.items()}
 
 
 def _run(step: memory_plan.CompiledStep, batch: dict, warmup: int, steps: int) -> dict:

@@ -37,9 +37,10 @@ def _config():
 
 @pytest.fixture(scope="module")
 def planned():
-    """memory_plan.plan, memoized by (remat_policy, scan_group_size): each candidate compiles
-    once in this module (the plans are deterministic)."""
-    real, cache = memory_plan.plan, {}
+    """memory_plan.compile_step, memoized by (remat_policy, scan_group_size): each candidate
+    compiles once in this module (the plans are deterministic; a run whose config differs from
+    the memoized step's jits its own step: planned_step.reuse)."""
+    real, cache = memory_plan.compile_step, {}
 
     def memo(config, devices=None, target=None):
         key = (config.model.remat_policy, config.model.scan_group_size)
@@ -52,14 +53,14 @@ def planned():
 
 @pytest.fixture
 def memoized(planned, monkeypatch):
-    monkeypatch.setattr(memory_plan, "plan", planned)
+    monkeypatch.setattr(memory_plan, "compile_step", planned)
     return planned
 
 
 def _peaks(planned) -> dict[tuple[str, int], int]:
     c = RunConfig.from_config(_config())
     return {
-        (p, k): planned(remat_auto.candidate(c, p, k), jax.devices()).peak
+        (p, k): planned(remat_auto.candidate(c, p, k), jax.devices()).plan.peak
         for p, k in remat.CANDIDATES
     }
 
@@ -183,8 +184,8 @@ def test_a_default_run_plans_once_and_trains_without_recomputation(capsys, monke
     """The training default (auto) on CPU: the first candidate (no remat) fits the host's
     memory, so one planning compile, and the run's model recomputes nothing."""
     calls = []
-    real = memory_plan.plan
-    monkeypatch.setattr(memory_plan, "plan", lambda c, *a: calls.append(c) or real(c, *a))
+    real = memory_plan.compile_step
+    monkeypatch.setattr(memory_plan, "compile_step", lambda c, *a: calls.append(c) or real(c, *a))
     c = small_config("decoder", "deepnorm", steps=2)
     c.model.remat_policy = train_config.default_config().model.remat_policy  # the default
     c.eval_batches = 1
@@ -216,13 +217,15 @@ def test_on_a_chip_auto_picks_the_fastest_predicted_candidate_that_fits(monkeypa
     peaks = {("none", 0): 9 * GIB, ("qkv_fc1", 0): 9 * GIB}  # the rest: 1 GiB
     planned = []
 
-    def plan(config, devices=None, target=None):
+    def compile_step(config, devices=None, target=None):
         key = (config.model.remat_policy, config.model.scan_group_size)
         planned.append(key)
         step = predicted.get(key, 4.0) if target is not None else None
-        return _plan_with(peaks.get(key, GIB), step)
+        return memory_plan.CompiledStep(
+            _plan_with(peaks.get(key, GIB), step), None, None, {}, config
+        )
 
-    monkeypatch.setattr(memory_plan, "plan", plan)
+    monkeypatch.setattr(memory_plan, "compile_step", compile_step)
     c = RunConfig.from_config(_config()).replace(memory_budget_gb=2.0)
     lines = []
     chosen, _ = remat_auto.choose(c, jax.devices(), lines.append, judged_on=targets.parse("h100-1"))

@@ -1,11 +1,16 @@
 """The trainer's train step on abstract sharded inputs, lowered and compiled for a target's
-devices: what the memory planner (:mod:`deepnet_jax.training.memory_plan`) measures.
+devices: what the memory planner (:mod:`deepnet_jax.training.memory_plan`) measures, and on the
+run's own devices what ``model.remat_policy='auto'`` hands the trainer to run
+(:mod:`deepnet_jax.training.planned_step`).
 
-:class:`AbstractStep` builds the step (``train_steps.make_train_step``: forward, backward,
-AdamW, donated state, its non-finite gate) and its arguments as ``jax.ShapeDtypeStruct``s
-carrying the mesh shardings, the batch at the run's longest bucket (:func:`batch_shape`), so
-nothing the size of the model is allocated; :func:`lower_and_compile` lowers and compiles it, and
-turns XLA's RESOURCE_EXHAUSTED into one line (:class:`DoesNotFitError`).
+:func:`train_step` is the run's jitted step, the one function both the trainer and the planner
+compile (``train_steps.make_train_step``: forward, backward, AdamW, donated state, its
+non-finite gate, the dropout keys' base ``seed + 2``). :class:`AbstractStep` holds it and its
+arguments as ``jax.ShapeDtypeStruct``s carrying the mesh shardings: the state, and the batch
+the trainer feeds at the run's longest bucket (:func:`batch_shape`; the model's keys, the
+packing keys when packed, the stop flags of :mod:`deepnet_jax.training.preemption`), so nothing
+the size of the model is allocated; :func:`lower_and_compile` lowers and compiles it, and turns
+XLA's RESOURCE_EXHAUSTED into one line (:class:`DoesNotFitError`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import numpy as np
+import optax
 
 from deepnet_jax.common import jax_compat
 from deepnet_jax.data import batching, synthetic
@@ -27,7 +33,7 @@ from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.scale import sharding, targets
 from deepnet_jax.training import actions as train_actions
-from deepnet_jax.training import optimizers
+from deepnet_jax.training import optimizers, preemption
 from deepnet_jax.training import steps as train_steps
 from deepnet_jax.training.run_config import RunConfig
 
@@ -47,6 +53,52 @@ def batch_shape(data: DataOptions, row_multiple: int) -> tuple[int, int]:
     return longest.rows, longest.length
 
 
+def train_step(
+    config: RunConfig,
+    model: nn.Module,
+    optimizer: optax.GradientTransformation,
+    state: sharding.ShardedState,
+) -> Any:
+    """The run's jitted ``(params, opt_state, batch, step, learning_rate, bad_in_a_row) ->
+    (params, opt_state, metrics)`` (``train_steps.make_train_step``) for ``config``'s model and
+    optimizer, writing the new state with ``state``'s shardings; dropout keys
+    ``fold_in(key(seed + 2), step)``. Everything it closes over comes from ``config`` and
+    ``state``'s shardings, so two calls with equal ones compile to the same executable."""
+    return train_steps.make_train_step(
+        train_steps.make_loss_fn(
+            model, config.model.arch, config.label_smoothing, config.loss_chunk
+        ),
+        optimizer,
+        jax.random.key(config.seed + 2),  # the dropout keys' base
+        layer_grad_norms=bool(config.diagnostics.every),
+        halt_after=train_actions.halt_after(config),
+        state_shardings=sharding.state_shardings(state),
+    )
+
+
+def abstract_batch(config: RunConfig, mesh: jax.sharding.Mesh) -> dict[str, jax.ShapeDtypeStruct]:
+    """The global batch the trainer feeds at the longest bucket, rows split over the mesh's
+    data-parallel devices (``sharding.batch_sharding``): each [rows, length] key of the model's
+    data (``inputs``, ``targets``, ``weights``, ``src`` for an encoder-decoder; the packing
+    keys with ``data.packing``), then ``preemption.STOP_KEY`` int32 [rows]."""
+    arch = config.model.arch
+    rows, length = batch_shape(config.data, sharding.data_parallel_size(mesh))
+    example = synthetic.batch(
+        arch, 1, max(config.model.vocab_size, 8), length, np.random.default_rng(0)
+    )
+    dtypes = {k: v.dtype for k, v in example.items() if k in _batch_keys(arch)}
+    if config.data.packing:  # data.batching.pack's int32 keys, the source's with a source
+        packing = model_inputs.PACKING_KEYS if arch == "encdec" else model_inputs.PACKING_KEYS[:2]
+        dtypes |= dict.fromkeys(packing, np.dtype(np.int32))
+    rows_sharding = sharding.batch_sharding(mesh)
+    batch = {
+        k: jax.ShapeDtypeStruct((rows, length), dtype, sharding=rows_sharding)
+        for k, dtype in dtypes.items()
+    }
+    stop = jax.ShapeDtypeStruct((rows,), np.int32, sharding=rows_sharding)
+    return {**batch, preemption.STOP_KEY: stop}
+
+
 @dataclasses.dataclass
 class AbstractStep:
     """The trainer's jitted step and its abstract arguments on a mesh."""
@@ -63,30 +115,17 @@ class AbstractStep:
         rules = sharding.logical_axis_rules(config.mesh)
         arch = config.model.arch
         model = architectures.build(config.model)
-        rows, length = batch_shape(config.data, sharding.data_parallel_size(mesh))
+        batch = abstract_batch(config, mesh)
+        length = batch["inputs"].shape[1]
         example = synthetic.batch(
             arch, 1, max(config.model.vocab_size, 8), length, np.random.default_rng(0)
         )
-        rows_sharding = sharding.batch_sharding(mesh)
-        batch = {
-            k: jax.ShapeDtypeStruct((rows, length), v.dtype, sharding=rows_sharding)
-            for k, v in example.items()
-            if k in _batch_keys(arch)
-        }
-        optimizer = optimizers.make_optimizer(config)
         small = {k: v[:, :8] for k, v in example.items()}  # shapes for init only
+        optimizer = optimizers.make_optimizer(config)
         state = sharding.sharded_state(
             lambda: model_inputs.init_variables(model, arch, small), optimizer.init, mesh, rules
         )
-        fn = train_steps.make_train_step(  # the trainer's step, with its non-finite gate
-            train_steps.make_loss_fn(model, arch, config.label_smoothing, config.loss_chunk),
-            optimizer,
-            jax.random.key(0),
-            layer_grad_norms=bool(config.diagnostics.every),
-            halt_after=train_actions.halt_after(config),
-            state_shardings=sharding.state_shardings(state),
-        )
-        return cls(mesh, rules, state, batch, fn)
+        return cls(mesh, rules, state, batch, train_step(config, model, optimizer, state))
 
     def args(self) -> tuple[Any, ...]:
         scalar = jax.ShapeDtypeStruct((), np.int32)

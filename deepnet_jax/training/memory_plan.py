@@ -115,6 +115,33 @@ def plan(
 
     Raises :class:`~deepnet_jax.training.abstract_step.DoesNotFitError` (one line) when XLA
     refuses to compile it for lack of memory."""
+    return compile_step(config, devices, target).plan
+
+
+@dataclasses.dataclass
+class CompiledStep:
+    """A planned train step that can also run: ``executable(params, opt_state, batch, step,
+    learning_rate, bad_in_a_row)`` on arrays with the shardings of ``state.abstract`` and
+    ``batch`` (``state.create()`` makes the state); ``config``: the run config it compiled
+    (the data's fields and ``model.attention_impl`` resolved)."""
+
+    plan: Plan
+    executable: Any  # jax.stages.Compiled
+    state: sharding.ShardedState
+    batch: dict[str, jax.ShapeDtypeStruct]
+    config: RunConfig
+
+
+def compile_step(
+    config: RunConfig | ml_collections.ConfigDict,
+    devices: list[jax.Device] | None = None,
+    target: targets.Target | None = None,
+) -> CompiledStep:
+    """:func:`plan`'s compile (the same defaults for ``devices`` and ``target``), keeping the
+    executable: on the process's own devices, one the trainer can run.
+
+    Raises :class:`~deepnet_jax.training.abstract_step.DoesNotFitError` (one line) when XLA
+    refuses to compile it for lack of memory."""
     if devices is None:
         on_chip = target is not None and target.platform != "cpu"
         devices = targets.compile_devices(target) if on_chip else jax.devices()
@@ -124,36 +151,12 @@ def plan(
             "(target=targets.parse('v5p-8'), say): its chip's memory and peak judge the plan"
         )
     target = target or targets.parse(f"cpu:{len(devices)}")
-    return compile_step(config, devices, target).plan
-
-
-@dataclasses.dataclass
-class CompiledStep:
-    """A planned train step that can also run: ``executable(params, opt_state, batch, step,
-    learning_rate, bad_in_a_row)`` on arrays with the shardings of ``state.abstract`` and
-    ``batch`` (``state.create()`` makes the state)."""
-
-    plan: Plan
-    executable: Any  # jax.stages.Compiled
-    state: sharding.ShardedState
-    batch: dict[str, jax.ShapeDtypeStruct]
-
-
-def compile_step(
-    config: RunConfig | ml_collections.ConfigDict,
-    devices: list[jax.Device],
-    target: targets.Target,
-) -> CompiledStep:
-    """:func:`plan`'s compile on ``devices`` (real or compile-only), keeping the executable.
-
-    Raises :class:`~deepnet_jax.training.abstract_step.DoesNotFitError` (one line) when XLA
-    refuses to compile it for lack of memory."""
     config = run_config.typed(config).resolved()  # model fields derived from the data
     config = attention_auto.resolve(config, target.platform)  # the target's kernel
     step = AbstractStep.build(config, devices)
     lowered, compiled, compile_s = abstract_step.lower_and_compile(step, target)
     figures = _plan(config, target, devices[0], step, lowered, compiled, compile_s)
-    return CompiledStep(figures, compiled, step.state, step.batch)
+    return CompiledStep(figures, compiled, step.state, step.batch, config)
 
 
 def does_not_fit_line(plan: Plan) -> str:

@@ -1,25 +1,31 @@
 """``model.remat_policy='auto'``: the fastest candidate whose planned peak fits the budget.
 
-Before a model is built, :func:`resolve` (called by ``trainer.build_run`` once the data has
-fixed the vocabulary; the planner's command line calls :func:`choose`) replaces ``auto`` with a
-concrete ``model.remat_policy`` and ``model.scan_group_size``: it compiles the run's train step
-for each candidate with the AOT planner (:func:`deepnet_jax.training.memory_plan.plan`, abstract
-inputs, nothing allocated). On a TPU or GPU (the run's own, or a deviceless target) every
-candidate is planned and the one with the least predicted step time
-(:mod:`deepnet_jax.scale.kernels`) among those whose planned peak per device fits the budget is
-taken: on one H100, ``wmt17_ende`` with cuDNN's attention ran 1.19× slower without
-recomputation than at ``dots`` (docs/scaling.md), so the least recomputation is not the fastest.
+Before a model is built, :func:`resolve_step` (called by ``trainer.build_run`` once the data
+has fixed the vocabulary; the planner's command line calls :func:`choose`) replaces ``auto``
+with a concrete ``model.remat_policy`` and ``model.scan_group_size``: it compiles the run's
+train step for each candidate with the AOT planner
+(:func:`deepnet_jax.training.memory_plan.compile_step`, abstract inputs, nothing allocated).
+On a TPU or GPU (the run's own, or a deviceless target) every candidate is planned and the one
+with the least predicted step time (:mod:`deepnet_jax.scale.kernels`) among those whose planned
+peak per device fits the budget is taken: on one H100, ``wmt17_ende`` with cuDNN's attention
+ran 1.19× slower without recomputation than at ``dots`` (docs/scaling.md), so the least
+recomputation is not the fastest.
 On a CPU, which has no chip figures, the candidates are planned cheapest first and the first
 that fits is taken. The candidates, their order and the budget are the model's
 (:mod:`deepnet_jax.model.remat`); this module is the search. It prints one line with the choice
 and its planned peak, or raises one ``ValueError`` naming the smallest peak found and what to
 change.
 
+The trainer takes the chosen candidate's compiled step with its config (:func:`resolve_step`)
+and runs that executable as its train step (:mod:`deepnet_jax.training.planned_step`), so the
+plan's compile is the step's: a run compiles its train step once for the planned batch shape
+(the longest bucket), plus once per other bucket shape it meets, as without ``auto``.
+
 ``auto`` is the training config's default (``train_config.TRAINING_DEFAULTS``): on a CPU a
-model that fits trains without recomputation, at the cost of one planning compile before the
-first step (candidate 1 fits: one compile; each candidate that does not fit adds one); on a
-TPU or GPU every candidate costs one planning compile. A model built
-directly (``deepnet_jax.build``) has no budget to plan against and defaults to ``full``.
+model that fits trains without recomputation, and its one compile is the planning compile
+(candidate 1 fits; each candidate that does not fit adds one); on a TPU or GPU every candidate
+is compiled, the chosen one's kept and the others' extra. A model built directly
+(``deepnet_jax.build``) has no budget to plan against and defaults to ``full``.
 The planner's figures are those of the backend it compiles for (the run's devices in
 ``trainer.build_run``; simulated CPU devices in ``python -m deepnet_jax.cli.plan``).
 """
@@ -39,7 +45,7 @@ from deepnet_jax.training.run_config import RunConfig
 
 if TYPE_CHECKING:
     from deepnet_jax.scale.targets import Target
-    from deepnet_jax.training.memory_plan import Plan
+    from deepnet_jax.training.memory_plan import CompiledStep, Plan
 
 
 def candidate(config: RunConfig, policy: str, group: int) -> RunConfig:
@@ -76,6 +82,20 @@ def choose(
     figures (``target``, deviceless, or ``judged_on``, the run's own accelerators) the one with
     the least predicted step time (``scale.kernels``) among those whose planned peak fits,
     every candidate planned; elsewhere (CPU) the first that fits, cheapest first."""
+    chosen, step = choose_step(config, devices, report, target, judged_on)
+    return chosen, step.plan
+
+
+def choose_step(
+    config: RunConfig,
+    devices: Sequence[jax.Device],
+    report: Callable[[str], None] = say,
+    target: Target | None = None,
+    judged_on: Target | None = None,
+) -> tuple[RunConfig, CompiledStep]:
+    """:func:`choose`, keeping the chosen candidate's compiled step (its executable runs on
+    ``devices`` when they are the process's own: ``planned_step.reuse``). Of the candidates
+    that fit, only the best so far keeps its executable."""
     from deepnet_jax.training import memory_plan as planner
     from deepnet_jax.training.abstract_step import DoesNotFitError
 
@@ -84,37 +104,44 @@ def choose(
     budget, source = run_budget(config, devices, target)  # its errors before any compile
     judged_on = judged_on or target
     ranked = judged_on is not None and judged_on.chip.peak_flops > 0
-    tried, fit = [], []
+    tried, fit, best = [], [], None
     for (policy, group), c in configs.items():
         try:
-            result = planner.plan(c, list(devices), judged_on)
+            step = planner.compile_step(c, list(devices), judged_on)
         except DoesNotFitError:  # XLA itself refused it: more than the chip has
             continue
-        tried.append((policy, group, result.peak))
-        if result.peak <= budget:
-            fit.append((policy, group, c, result))
+        tried.append((policy, group, step.plan.peak))
+        if step.plan.peak <= budget:
+            fit.append((policy, group, step.plan))
+            if best is None or (ranked and _predicted(step) < _predicted(best[3])):
+                best = (policy, group, c, step)  # the first of equal predictions stays
             if not ranked:
                 break
-    if fit:
-        policy, group, c, result = min(fit, key=_predicted) if ranked else fit[0]
-        line = (
-            f"model.remat_policy='auto': {_name(policy, group)}, planned peak "
-            f"{_size(result.peak)} per device of {budget / GIB:.2f} GiB ({source})"
+    if best is None:
+        raise _none_fits(tried, budget, source)
+    policy, group, c, step = best
+    line = (
+        f"model.remat_policy='auto': {_name(policy, group)}, planned peak "
+        f"{_size(step.plan.peak)} per device of {budget / GIB:.2f} GiB ({source})"
+    )
+    if ranked:
+        line += "; predicted step " + ", ".join(
+            f"{_name(p, k)} {r.predicted_step_s * 1e3:.3g} ms" for p, k, r in fit
         )
-        if ranked:
-            line += "; predicted step " + ", ".join(
-                f"{_name(p, k)} {r.predicted_step_s * 1e3:.3g} ms" for p, k, _, r in fit
-            )
-        unfit = [t for t in tried if t[2] > budget]
-        report(line + (f"; did not fit: {_tried(unfit)}" if unfit else ""))
-        return c, result
+    unfit = [t for t in tried if t[2] > budget]
+    report(line + (f"; did not fit: {_tried(unfit)}" if unfit else ""))
+    return c, step
+
+
+def _none_fits(tried: list[tuple[str, int, int]], budget: int, source: str) -> ValueError:
+    """The one-line error when no candidate fits ``budget``."""
     if not tried:
-        raise ValueError(
+        return ValueError(
             "model.remat_policy='auto': XLA refused every candidate for lack of device "
             "memory; shard over more devices (mesh.fsdp) or shrink the batch"
         )
     policy, group, peak = min(tried, key=lambda t: t[2])
-    raise ValueError(
+    return ValueError(
         f"model.remat_policy='auto': no candidate fits {budget / GIB:.2f} GiB per device "
         f"({source}); the smallest planned peak is {_size(peak)} "
         f"({_name(policy, group)}); raise memory_budget_gb, shard over more devices "
@@ -130,17 +157,27 @@ def resolve(
     """``config`` itself unless ``model.remat_policy='auto'``; then a copy with the chosen
     policy and group size (see :func:`choose`: on the run's own TPUs or GPUs the fastest
     predicted, judged by their chip's figures). ``config`` is validated already."""
+    return resolve_step(config, devices, report)[0]
+
+
+def resolve_step(
+    config: RunConfig,
+    devices: Sequence[jax.Device],
+    report: Callable[[str], None] = say,
+) -> tuple[RunConfig, CompiledStep | None]:
+    """:func:`resolve` and the chosen candidate's compiled step on ``devices`` (None when
+    ``config`` is not ``auto``: nothing planned)."""
     from deepnet_jax.scale import targets
 
     check_budget(config)
     if not is_auto(config):
-        return config
-    return choose(config, devices, report, judged_on=targets.of_devices(list(devices)))[0]
+        return config, None
+    return choose_step(config, devices, report, judged_on=targets.of_devices(list(devices)))
 
 
-def _predicted(entry: tuple[str, int, RunConfig, Plan]) -> float:
-    """A fitting candidate's predicted step time (its place in the order breaks ties)."""
-    return entry[3].predicted_step_s
+def _predicted(step: CompiledStep) -> float:
+    """A fitting candidate's predicted step time."""
+    return step.plan.predicted_step_s
 
 
 def _name(policy: str, group: int) -> str:

@@ -29,10 +29,12 @@ from deepnet_jax.runs import workdir as workdir_lib
 from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.scale import flops, sharding
 from deepnet_jax.training import (
+    abstract_step,
     attention_auto,
     config_checks,
     fingerprint,
     optimizers,
+    planned_step,
     preemption,
     remat_auto,
     results,
@@ -45,7 +47,6 @@ from deepnet_jax.training.actions import (
     StepReader,
     StepRecord,
     Validator,
-    halt_after,
     replicated,
 )
 from deepnet_jax.training.progress import Progress, say
@@ -86,7 +87,9 @@ def build_run(config: RunConfig, workdir: str | None, mesh) -> Run:
     ``config`` as the user wrote it, validated and typed: the fields derived from the data
     (``model.vocab_size``, ``model.max_len``) are filled here (``RunConfig.resolved``), the
     model vocabulary from the tokenizer the data was prepared with, and ``auto`` choices made;
-    ``Run.config`` (what checkpoints keep) holds the resolved values. A workdir's checkpoints
+    ``Run.config`` (what checkpoints keep) holds the resolved values. With
+    ``model.remat_policy='auto'`` the chosen candidate's planned executable is the step
+    (:mod:`deepnet_jax.training.planned_step`: one compile of it per run). A workdir's checkpoints
     are compared with the run first (:mod:`deepnet_jax.training.fingerprint`): the config
     before the data is prepared, the derived fields and the tokenizer once it is; a mismatch
     stops the run with nothing touched.
@@ -109,19 +112,12 @@ def build_run(config: RunConfig, workdir: str | None, mesh) -> Run:
     optimizer = optimizers.make_optimizer(config)
     model, plan = _model_and_state(config_checks.stand_in(config), example, optimizer, mesh)
     checkpointer = _checkpointer(config, workdir, plan)  # free space: before auto compiles
-    if config_checks.is_auto(config):  # the least recomputation that fits, planned on the mesh
-        config = remat_auto.resolve(config, list(mesh.devices.flat))
+    planned = None
+    if config_checks.is_auto(config):  # the fastest candidate that fits, planned on the mesh
+        config, planned = remat_auto.resolve_step(config, list(mesh.devices.flat))
         model, plan = _model_and_state(config, example, optimizer, mesh)
-    train_step = train_steps.make_train_step(
-        train_steps.make_loss_fn(
-            model, config.model.arch, config.label_smoothing, config.loss_chunk
-        ),
-        optimizer,
-        jax.random.key(config.seed + 2),  # the dropout keys' base
-        layer_grad_norms=bool(config.diagnostics.every),
-        halt_after=halt_after(config),
-        state_shardings=sharding.state_shardings(plan),
-    )
+    jitted = abstract_step.train_step(config, model, optimizer, plan)
+    train_step = planned_step.reuse(jitted, planned, config, plan)  # auto's compile, run
     writer = metrics_lib.MetricsWriter(workdir) if workdir else None
     return Run(
         config=config,
