@@ -14,6 +14,8 @@ import jax
 import numpy as np
 import pytest
 
+from deepnet_jax.configs import depth_table_recipe as table_recipe
+from deepnet_jax.configs import experiment_base, experiment_rows
 from deepnet_jax.data import synthetic
 from deepnet_jax.experiments import (
     common,
@@ -123,7 +125,7 @@ def test_another_commands_flag_is_refused_not_ignored():
 
 
 def test_tasks_and_depths_pick_part_of_a_setting_in_its_order():
-    base = dts.base_config("quick")
+    base = table_recipe.base_config("quick")
     every = dts.keys("quick", base)
     part = depth_table.select(every, "quick", ["reversal"], ["6", "18"])
     assert part == [k for k in every if k["task"] == "reversal" and k["layers"] in (6, 18)]
@@ -152,7 +154,7 @@ def test_grids_hold_every_cell_the_issue_names():
         (s, n) for s in ("post_ln", "pre_ln", "deepnorm") for n in (6, 18)
     }
     assert corpus["seeds"] == [0, 1]
-    base = dts.base_config("quick")
+    base = table_recipe.base_config("quick")
     keys = dts.keys("quick", base)
     assert len(keys) == 2 * 20 * 3 + 18  # and the 1,000-layer columns' 18 runs
     first = keys[:60]  # reversal64: the scanned schemes by depth, then DLCL's, seeds together
@@ -161,7 +163,8 @@ def test_grids_hold_every_cell_the_issue_names():
         n for n in (6, 18) for _ in range(6)
     ]
     assert [k["seed"] for k in first[:6]] == [0, 1, 2, 0, 1, 2]
-    assert {(k["lr"], k["warmup"]) for k in keys} == {(dts.RECIPE.lr, dts.RECIPE.warmup)}
+    recipe = table_recipe.RECIPE
+    assert {(k["lr"], k["warmup"]) for k in keys} == {(recipe.lr, recipe.warmup)}
     # the 1,000-layer columns on reversal64, last: 200L every seed, seed 0 of each scheme
     # first; 500L seed 0 of each scheme, then DeepNorm's seeds 1 and 2
     deep = [(k["scheme"], k["layers"], k["seed"]) for k in keys[120:]]
@@ -175,8 +178,8 @@ def test_grids_hold_every_cell_the_issue_names():
 
 
 def test_since_deepnet_setting_is_quicks_recipe_for_the_new_schemes_seed_by_seed():
-    base = dts.base_config("since_deepnet")
-    quick = dts.base_config("quick")
+    base = table_recipe.base_config("since_deepnet")
+    quick = table_recipe.base_config("quick")
     assert base.to_dict() == quick.to_dict()  # the same recipe, task and model as quick's rows
     keys = dts.keys("since_deepnet", base)
     # every scheme, Pre-LN with DyT and Pre-LN under CompleteP
@@ -191,10 +194,10 @@ def test_since_deepnet_setting_is_quicks_recipe_for_the_new_schemes_seed_by_seed
         ("denseformer", 6),
         ("denseformer", 18),
     ]
-    configs = [dts.make_config(base, k) for k in keys[:per_seed]]
+    configs = [table_recipe.make_config(base, k) for k in keys[:per_seed]]
     assert [c.model.scan_layers for c in configs] == [True] * (per_seed - 2) + [False] * 2
     for key, c in zip(keys[:per_seed], configs, strict=True):  # the row's fields and norm
-        for name, value in common.row_fields(key["scheme"]).items():
+        for name, value in experiment_rows.row_fields(key["scheme"]).items():
             assert c.model[name] == value, (key, name)
         assert c.model.norm == ("dyt" if key["scheme"] == "pre_ln+dyt" else "layernorm")
         typed = config_checks.stand_in(RunConfig.from_config(c))
@@ -206,15 +209,15 @@ def test_since_deepnet_setting_is_quicks_recipe_for_the_new_schemes_seed_by_seed
 
 
 def test_one_recipe_every_synthetic_run_differs_only_in_task_scheme_depth_and_seed():
-    base = dts.base_config("quick")
-    r = dts.RECIPE
+    base = table_recipe.base_config("quick")
+    r = table_recipe.RECIPE
     assert (base.optimizer.learning_rate, base.schedule.warmup_steps) == (r.lr, r.warmup)
     assert (base.total_steps, base.data.batch_size, base.model.dropout) == (
         r.updates,
         r.batch_size,
         r.dropout,
     )
-    configs = [dts.make_config(base, k) for k in dts.keys("quick", base)]
+    configs = [table_recipe.make_config(base, k) for k in dts.keys("quick", base)]
     shared = ("optimizer", "schedule", "total_steps", "label_smoothing", "log_every")
     for c in configs:
         assert all(c[f] == configs[0][f] for f in shared)
@@ -228,13 +231,13 @@ def test_one_recipe_every_synthetic_run_differs_only_in_task_scheme_depth_and_se
 
 
 def test_corpus_setting_is_the_main_job_with_only_scheme_depth_and_seed_changed():
-    main_job = common.main_job_config()
-    base = dts.base_config("corpus")
-    assert base.decode.eval_sentences == dts.CORPUS_BLEU_SENTENCES
+    main_job = experiment_base.main_job_config()
+    base = table_recipe.base_config("corpus")
+    assert base.decode.eval_sentences == table_recipe.CORPUS_BLEU_SENTENCES
     assert base.checkpoint_every == 0 and base.eval_every == 0
     assert base.diagnostics.every == 100  # measurement only: the training is the main job's
     key = dts.keys("corpus", base)[-1]
-    run = dts.make_config(base, key)
+    run = table_recipe.make_config(base, key)
     assert (run.model.scheme, run.model.num_encoder_layers, run.seed) == ("deepnorm", 18, 1)
     assert run.model.num_decoder_layers == 18 and run.total_steps == main_job.total_steps
     for group in ("optimizer", "schedule", "data"):
@@ -352,8 +355,8 @@ def test_two_results_objects_on_one_file_keep_both_runs(tmp_path):
 
 def test_init_setting_trains_each_reference_initialization():
     """The init grid's runs differ from the recipe only in model.init (and scheme, seed)."""
-    base = dts.base_config("init")
-    configs = [dts.make_config(base, k) for k in dts.keys("init", base)]
+    base = table_recipe.base_config("init")
+    configs = [table_recipe.make_config(base, k) for k in dts.keys("init", base)]
     assert len(configs) == 2 * 4 * 3
     assert {c.model.init for c in configs} == {"torchscale", "fairseq"}
     assert {(c.model.scheme, c.model.num_encoder_layers) for c in configs} == {
@@ -365,14 +368,14 @@ def test_init_setting_trains_each_reference_initialization():
 def test_modern_lm_setting_is_the_modern_config_at_its_tiny_width():
     """configs/deepnorm_lm.py's blocks, the MODERN_LM width and recipe, decoder-only runs whose
     one stack has the cell's depth; the report reads bits per character, lower being better."""
-    shipped = common.shipped_config("deepnorm_lm")
-    base = dts.base_config("modern_lm")
-    k = dts.MODERN_LM
+    shipped = experiment_base.shipped_config("deepnorm_lm")
+    base = table_recipe.base_config("modern_lm")
+    k = table_recipe.MODERN_LM
     keys = dts.keys("modern_lm", base)
     assert {(key["scheme"], key["layers"]) for key in keys} == {
         (s, n) for s in ("pre_ln", "deepnorm", "subln") for n in (6, 100)
     }
-    run = dts.make_config(base, keys[-1])
+    run = table_recipe.make_config(base, keys[-1])
     m = run.model
     assert (m.arch, m.scheme, m.num_encoder_layers, m.num_decoder_layers) == (
         "decoder", "subln", 0, 100
@@ -396,11 +399,11 @@ def test_the_recorded_recipe_is_the_one_the_runs_train_with(setting):
     """A results file records its recipe from the setting's base config; each run's config is
     made from that base by ``make_config``. They must agree on the schedule, the warm-up and
     the updates: modern_lm's record once said polynomial decay while its runs took the inverse
-    square root that ``common.with_run`` sets."""
-    base = dts.base_config(setting)
+    square root that ``experiment_rows.with_run`` sets."""
+    base = table_recipe.base_config(setting)
     recorded = depth_table.run_recipe(base, "recipes" not in dts.GRIDS[setting])
     for key in dts.keys(setting, base)[:2]:
-        run = dts.make_config(base, key)
+        run = table_recipe.make_config(base, key)
         assert run.schedule.name == recorded.get("schedule", "inverse_sqrt")
         assert run.schedule.warmup_steps == recorded.get("warmup", key["warmup"])
         assert run.optimizer.learning_rate == recorded.get("lr", key["lr"])
@@ -410,12 +413,14 @@ def test_the_recorded_recipe_is_the_one_the_runs_train_with(setting):
 
 
 def test_a_base_schedule_a_run_would_drop_is_refused():
-    base = dts.base_config("smoke")
+    base = table_recipe.base_config("smoke")
     base.schedule.name = "cosine"
     with pytest.raises(ValueError, match=r"^schedule.name='cosine': an experiment's runs take"):
-        common.with_run(base, "deepnorm", 2, 1e-3, 10, 20)
+        experiment_rows.with_run(base, "deepnorm", 2, 1e-3, 10, 20)
     base.schedule.name = "constant"  # a warm-up-free base is one with_run may give a warm-up
-    assert common.with_run(base, "deepnorm", 2, 1e-3, 10, 20).schedule.name == "inverse_sqrt"
+    assert (
+        experiment_rows.with_run(base, "deepnorm", 2, 1e-3, 10, 20).schedule.name == "inverse_sqrt"
+    )
 
 
 def test_every_row_of_a_figure_has_its_own_color():

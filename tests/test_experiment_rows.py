@@ -1,8 +1,8 @@
-"""The experiments' rows that are more than a scheme (``common.ROW_FIELDS``): Pre-LN under
-CompleteP in the since_deepnet settings of the depth table, model_update and lr_tolerance, with
-the recipe lr_transfer's row takes and its base at each experiment's shallowest depth; the
-committed results files still load beside the new rows, and their tables show those rows as
-not run."""
+"""The experiments' rows that are more than a scheme (``configs.experiment_rows.ROW_FIELDS``):
+Pre-LN under CompleteP in the since_deepnet settings of the depth table, model_update and
+lr_tolerance, with the recipe lr_transfer's row takes and its base at each experiment's shallowest
+depth; the committed results files still load beside the new rows, and their tables show those rows
+as not run."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import shutil
 
 import pytest
 
+from deepnet_jax.configs import depth_table_recipe as table_recipe
+from deepnet_jax.configs import experiment_rows
 from deepnet_jax.experiments import (
     common,
     depth_table,
@@ -29,32 +31,33 @@ from deepnet_jax.training.run_config import RunConfig
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = REPO / "docs" / "reproduction"
-ROW = common.COMPLETEP_ROW
+ROW = experiment_rows.COMPLETEP_ROW
 SINCE = "since_deepnet"
 NEW_ROWS = ("hyper_connections", "mhc", ROW)  # added to the settings after their runs
 
 
 def test_a_row_names_its_model_fields():
-    assert common.row_fields("deepnorm") == {"scheme": "deepnorm"}
-    assert common.row_fields("pre_ln+dyt") == {"scheme": "pre_ln", "norm": "dyt"}
-    assert common.row_fields(ROW) == {
+    assert experiment_rows.row_fields("deepnorm") == {"scheme": "deepnorm"}
+    assert experiment_rows.row_fields("pre_ln+dyt") == {"scheme": "pre_ln", "norm": "dyt"}
+    assert experiment_rows.row_fields(ROW) == {
         "scheme": "pre_ln",
         "parameterization": "completep",
         "completep_base_layers": 6,
         "completep_base_width": 64,
         "scale_embedding": False,
     }
-    assert common.row_scheme(ROW) == "pre_ln"
+    assert experiment_rows.row_scheme(ROW) == "pre_ln"
     with pytest.raises(ValueError, match="pre_ln\\+dyt, pre_ln\\+completep"):
-        common.row_fields("pre_ln+rmsnorm")
-    assert lr_transfer.ROWS[ROW] == common.row_fields(ROW)  # one recipe for every experiment
+        experiment_rows.row_fields("pre_ln+rmsnorm")
+    # one recipe for every experiment
+    assert lr_transfer.ROWS[ROW] == experiment_rows.row_fields(ROW)
     assert ROW in common.SINCE_DEEPNET_ROWS
 
 
 def _depth_table(row: str) -> list:
-    base = dts.base_config(SINCE)
+    base = table_recipe.base_config(SINCE)
     keys = [k for k in dts.keys(SINCE, base) if k["scheme"] == ROW and k["seed"] == 0]
-    return [dts.make_config(base, {**k, "scheme": row}) for k in keys]
+    return [table_recipe.make_config(base, {**k, "scheme": row}) for k in keys]
 
 
 def _model_update(row: str) -> list:
@@ -99,14 +102,14 @@ def test_completeps_row_is_pre_ln_with_its_fields_its_base_at_the_shallowest_dep
     shallowest = min(_per_side(c) for c in mine)
     for c, plain in zip(mine, pre_ln, strict=True):
         m = c.model
-        assert {k: m[k] for k in common.ROW_FIELDS[ROW]} == common.ROW_FIELDS[ROW]
+        assert {k: m[k] for k in experiment_rows.ROW_FIELDS[ROW]} == experiment_rows.ROW_FIELDS[ROW]
         assert m.completep_base_layers == shallowest and m.completep_base_width == m.d_model
         assert parameterization.depth_multiplier(m, "decoder") == _per_side(c) / shallowest
         assert parameterization.width_multiplier(m) == 1.0
         was = plain.model.positions
         assert m.positions == ("learned" if was == "sinusoidal" else was)
         differ = {k for k in m if m[k] != plain.model[k]}
-        assert differ <= set(common.ROW_FIELDS[ROW]) | {"positions"}, differ
+        assert differ <= set(experiment_rows.ROW_FIELDS[ROW]) | {"positions"}, differ
         assert {k: v for k, v in c.items() if k != "model"} == {
             k: v for k, v in plain.items() if k != "model"
         }
@@ -129,7 +132,7 @@ def _load(tmp_path, name: str, settings: dict, grid: list[str]) -> results_file.
 
 
 def _keys_and_results(tmp_path) -> list[tuple[list[dict], results_file.Results]]:
-    base = dts.base_config(SINCE)
+    base = table_recipe.base_config(SINCE)
     grid = dts.GRIDS[SINCE]
     levels = _payload("depth_table")["settings"]["levels"]  # from the data: not recomputed
     table = {"grid": grid, "levels": levels, **depth_table.run_recipe(base)}

@@ -13,6 +13,7 @@ import pytest
 from test_data_pipeline import _write_corpus
 
 from deepnet_jax.common.tokens import EOS_ID
+from deepnet_jax.configs import experiment_base
 from deepnet_jax.data import pipeline, prepared, synthetic
 from deepnet_jax.experiments import (
     common,
@@ -135,7 +136,7 @@ def test_verdicts():
 
 def test_unigram_entropy_of_the_validation_targets(tmp_path):
     _write_corpus(tmp_path / "toy")
-    c = common.base_config("quick")
+    c = experiment_base.base_config("quick")
     c.data.dataset, c.data.source_dir = "local_parallel", str(tmp_path / "toy")
     c.data.src_ext, c.data.tgt_ext = "de", "en"
     c.data.data_dir, c.data.vocab_size = str(tmp_path / "data"), 300
@@ -173,7 +174,7 @@ def test_bad_setting_or_flag_is_one_error_line():
     with pytest.raises(SystemExit, match=r"^error: Unknown command line flag 'outdir'"):
         model_update.main(["--outdir=/tmp/x"])
     with pytest.raises(ValueError, match=r"--setting='fast'; allowed values are"):
-        common.base_config("fast")
+        experiment_base.base_config("fast")
 
 
 def test_smoke_setting_asks_xla_for_fast_compiles(monkeypatch):
@@ -286,7 +287,7 @@ def test_a_run_stopped_by_a_signal_is_not_recorded(tmp_path, monkeypatch):
         resumable.train, "run", lambda config, workdir: {"stopped": True, "message": message}
     )
     results = results_file.Results(str(tmp_path), "grid", "smoke", {"steps": 8})
-    config = common.base_config("smoke")
+    config = experiment_base.base_config("smoke")
     with pytest.raises(SystemExit, match=r"stopped by SIGTERM after update 3/8.*not recorded"):
         common.run_grid(results, [{"seed": 0}], lambda key: config, None, str(tmp_path / "r"))
     assert results_file.Results(str(tmp_path), "grid", "smoke", {"steps": 8}).runs == []

@@ -9,6 +9,7 @@ import signal
 
 import pytest
 
+from deepnet_jax.configs import depth_table_recipe as table_recipe
 from deepnet_jax.experiments import depth_table, resumable
 from deepnet_jax.experiments import depth_table_settings as dts
 from deepnet_jax.runs.workdir import RunDir
@@ -44,7 +45,7 @@ def test_a_run_stopped_mid_way_resumes_to_the_uninterrupted_result(tmp_path, mon
     workdir = (
         stopped_out
         / "runs"
-        / resumable.workdir_name(dts.keys("smoke", dts.base_config("smoke"))[0])
+        / resumable.workdir_name(dts.keys("smoke", table_recipe.base_config("smoke"))[0])
     )
     assert RunDir(workdir).has_checkpoints()  # the stop kept its checkpoint
     partial = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]

@@ -50,6 +50,23 @@ def test_the_checkout_configs_are_the_shipped_ones():
         assert checkout.get_config is shipped.get_config
 
 
+def test_the_shipped_names_are_the_package_modules_with_a_get_config():
+    """``configs.NAMES`` lists its configs by hand: every module of the package that defines
+    ``get_config`` and no other (the rest are what configs are built from: rows, base configs,
+    the depth table's recipe), and ``--config=<name>`` refuses those."""
+    folder = os.path.join(ROOT, "deepnet_jax", "configs")
+    with_get_config = set()
+    for f in os.listdir(folder):
+        if f.endswith(".py") and f != "__init__.py":
+            with open(os.path.join(folder, f)) as source:
+                if re.search(r"^def get_config\(", source.read(), re.M):
+                    with_get_config.add(f[:-3])
+    assert with_get_config == set(configs.NAMES)
+    assert len(configs.NAMES) == len(set(configs.NAMES))
+    with pytest.raises(ValueError, match="not a shipped config"):
+        configs.path("experiment_rows")
+
+
 def test_an_unknown_config_is_one_error_line(tmp_path):
     for module in ("deepnet_jax.cli.train", "deepnet_jax.cli.plan"):
         proc = subprocess.run(

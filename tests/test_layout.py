@@ -1,22 +1,26 @@
-"""The package's floors: every import runs down (or within a floor), no module circle, a light
-top-level surface, and every ``python -m`` command the README and docs name answers ``--help``.
+"""The package's floors: every import runs down (or within a floor), no module circle and no
+circle between subpackages, a light top-level surface, and every ``python -m`` command the
+README and docs name answers ``--help``.
 
 Imports are read from the source (``ast``), function-level ones included, so a lazy import that
-runs back up counts too.
+runs back up counts too; so does ``importlib.import_module`` of a name built on a package's
+(``f"{__name__}.{name}"`` in a package's ``__init__``, ``f"deepnet_jax.configs.{name}"``): an
+import of each module of that package.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import os
 import re
 import subprocess
 import sys
 
+import import_graph
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGE = os.path.join(ROOT, "deepnet_jax")
+ROOT = import_graph.ROOT
 
 # floor of each subpackage: a module may import its own floor and those below
 FLOORS = {
@@ -28,39 +32,18 @@ FLOORS = {
     "runs": 2,
     "training": 3,
     "interop": 4,
-    "cli": 5,
     "configs": 5,
-    "experiments": 5,
+    "cli": 6,
+    "experiments": 6,
 }
 SURFACE_FLOOR = 1.5  # deepnet_jax/__init__.py: the model and the ground floor only
 
-
-def _modules() -> dict[str, str]:
-    """dotted module name -> path, for every module of the package."""
-    found = {}
-    for folder, _, files in os.walk(PACKAGE):
-        for name in files:
-            if name.endswith(".py"):
-                path = os.path.join(folder, name)
-                dotted = os.path.relpath(path[:-3], ROOT).replace(os.sep, ".")
-                found[dotted.removesuffix(".__init__")] = path
-    return found
-
-
-def _imports(path: str, modules: dict[str, str]) -> set[str]:
-    """The package modules ``path`` imports (a ``from pkg import name`` of a submodule counts
-    as that submodule)."""
-    out = set()
-    with open(path) as f:
-        tree = ast.parse(f.read())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names if a.name in modules}
-        elif isinstance(node, ast.ImportFrom) and node.module in modules and node.level == 0:
-            for a in node.names:
-                sub = f"{node.module}.{a.name}"
-                out.add(sub if sub in modules else node.module)
-    return out
+# dynamic imports whose names the source does not fix, and why each imports nothing of another
+# subpackage above it
+DYNAMIC_ELSEWHERE = {
+    "deepnet_jax.common.lazy": "a package surface's own modules, named by its _SURFACE",
+    "deepnet_jax.data.corpora.wmt": "tensorflow_datasets' WMT builders",
+}
 
 
 def _floor(module: str) -> float:
@@ -70,20 +53,15 @@ def _floor(module: str) -> float:
     return FLOORS[parts[1]]
 
 
-def _graph() -> dict[str, set[str]]:
-    modules = _modules()
-    return {m: _imports(p, modules) - {m} for m, p in modules.items()}
-
-
 def test_every_subpackage_has_a_floor():
-    subpackages = {m.split(".")[1] for m in _modules() if m.count(".") >= 1}
+    subpackages = {m.split(".")[1] for m in import_graph.find_modules() if m.count(".") >= 1}
     assert subpackages == set(FLOORS), subpackages ^ set(FLOORS)
 
 
 def test_no_import_runs_back_up():
     upward = [
         f"{m} (floor {_floor(m)}) imports {t} (floor {_floor(t)})"
-        for m, targets in sorted(_graph().items())
+        for m, targets in sorted(import_graph.module_graph().items())
         for t in sorted(targets)
         if _floor(t) > _floor(m)
     ]
@@ -111,7 +89,7 @@ def test_jax_outside_its_stable_api_is_reached_through_the_compat_module_only():
     versions: only ``deepnet_jax.common.jax_compat`` imports them."""
     found = [
         f"{m} imports {name}"
-        for m, path in sorted(_modules().items())
+        for m, path in sorted(import_graph.find_modules().items())
         if m != "deepnet_jax.common.jax_compat"
         for name in sorted(_external_imports(path))
         if any(name == u or name.startswith(u + ".") for u in UNSTABLE_JAX)
@@ -119,37 +97,68 @@ def test_jax_outside_its_stable_api_is_reached_through_the_compat_module_only():
     assert not found, "\n".join(found)
 
 
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import circle of ``graph`` (a list of modules, first = last), or None."""
-    state: dict[str, int] = {}  # 1: on the path, 2: done
-
-    def visit(m: str, path: list[str]) -> list[str] | None:
-        state[m] = 1
-        for t in sorted(graph.get(m, ())):
-            if state.get(t) == 1:
-                return [*path[path.index(t) :], t]
-            if t not in state and (found := visit(t, [*path, t])):
-                return found
-        state[m] = 2
-        return None
-
-    for m in sorted(graph):
-        if m not in state and (found := visit(m, [m])):
-            return found
-    return None
-
-
 def test_no_import_circle():
     graph = {  # a package's __init__ is a face that may hand its modules' names on
         m: {t for t in ts if not (t.count(".") == 1 and m.startswith(t + "."))}
-        for m, ts in _graph().items()
+        for m, ts in import_graph.module_graph().items()
     }
-    assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+    assert import_graph.find_cycle(graph) is None, " -> ".join(import_graph.find_cycle(graph))
 
 
 def test_the_cycle_finder_finds_one():
-    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    assert _cycle({"a": {"b"}, "b": set()}) is None
+    assert import_graph.find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert import_graph.find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_circle_between_subpackages():
+    """No circle of subpackages either: modules free of circles can still join their
+    subpackages in one (``cli`` → ``configs`` → ``experiments`` → ``cli``, each edge made by
+    other modules), which sharing a floor would let pass."""
+    graph = import_graph.subpackage_graph(import_graph.module_graph())
+    found = import_graph.find_cycle({p: set(edges) for p, edges in graph.items()})
+    assert found is None, (
+        " -> ".join(found) + "\n" + "\n".join(graph[a][b] for a, b in itertools.pairwise(found))
+    )
+
+
+def test_the_subpackage_graph_names_an_import_per_edge():
+    graph = import_graph.subpackage_graph(
+        {"p.a.x": {"p.b.y", "p.a.z"}, "p.b.y": {"p.a.z"}, "p.a.z": set(), "p": {"p.b.y"}}
+    )
+    assert graph == {
+        "a": {"b": "p.a.x imports p.b.y"},
+        "b": {"a": "p.b.y imports p.a.z"},
+        "p": {"b": "p imports p.b.y"},
+    }
+    assert import_graph.find_cycle({p: set(edges) for p, edges in graph.items()}) == ["a", "b", "a"]
+
+
+def test_every_dynamic_import_is_read():
+    """Each ``importlib.import_module`` of the package imports a name the test can read (so its
+    edges count above), or is one of :data:`DYNAMIC_ELSEWHERE`, which import nothing above."""
+    modules = import_graph.find_modules()
+    unread = []
+    for m, path in sorted(modules.items()):
+        with open(path) as f:
+            unread += import_graph.read_dynamic_imports(ast.parse(f.read()), m, modules)[1]
+    assert {u.split(":")[0] for u in unread} <= set(DYNAMIC_ELSEWHERE), unread
+    assert import_graph.module_graph()["deepnet_jax.configs"] >= {
+        f"deepnet_jax.configs.{n}" for n in ("default", "depth_table", "experiment_rows")
+    }  # the registry loads its configs by name: an import of each module of the package
+
+
+def test_the_dynamic_import_reader_reads_names_built_on_a_package():
+    modules = dict.fromkeys(["p", "p.q", "p.q.a", "p.q.b", "p.r"], "")
+    code = (
+        "import importlib\n"
+        "importlib.import_module(f'{__name__}.{name}')\n"
+        "importlib.import_module('p.' + 'r')\n"
+        "importlib.import_module(other)\n"
+        "importlib.import_module('tensorflow_datasets.x')\n"
+    )
+    found, unread = import_graph.read_dynamic_imports(ast.parse(code), "p.q", modules)
+    assert found == {"p.q.a", "p.q.b", "p.r"}
+    assert unread == ["p.q:4"]
 
 
 def test_the_top_level_surface_imports_the_model_only():

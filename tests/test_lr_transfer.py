@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from deepnet_jax.configs import depth_table_recipe as table_recipe
 from deepnet_jax.experiments import common, lr_transfer, results_file
-from deepnet_jax.experiments import depth_table_settings as dts
 from deepnet_jax.experiments import lr_transfer_report as ltr
 from deepnet_jax.experiments.thousand_layers_report import MARGIN_NATS
 from deepnet_jax.model import architectures
@@ -81,9 +81,12 @@ def test_a_plain_rows_config_is_the_depth_tables_so_its_runs_can_be_reused():
     bases = lr_transfer.task_bases(base, GRID, "")
     for task, lr in (("reversal64", 4e-3), ("shakespeare", 5e-4)):
         key = {"task": task, "row": "deepnorm", "layers": 18, "seed": 1, "lr": lr}
-        table_base = dts.modern_lm_config() if task == "shakespeare" else dts.base_config("quick")
-        warmup = table_base.schedule.warmup_steps
-        theirs = dts.make_config(table_base, {**key, "scheme": "deepnorm", "warmup": warmup})
+        if task == "shakespeare":
+            table_base = table_recipe.modern_lm_config()
+        else:
+            table_base = table_recipe.base_config("quick")
+        table_key = {**key, "scheme": "deepnorm", "warmup": table_base.schedule.warmup_steps}
+        theirs = table_recipe.make_config(table_base, table_key)
         assert lr_transfer.make_config(bases, key).to_dict() == theirs.to_dict()
 
 

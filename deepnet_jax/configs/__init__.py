@@ -1,10 +1,14 @@
 """The named training configs, shipped in the package: ``--config=<name>`` from any directory.
 
-Each module here is one config whose ``get_config()`` returns the run's ``ConfigDict``
-(``wmt17_ende``, ``deepnet_1000l``, ``default`` — the main job — …). A repository checkout's
-``configs/<name>.py`` files import them, so ``--config=configs/default.py`` and
+Each module of :data:`NAMES` is one config whose ``get_config()`` returns the run's
+``ConfigDict`` (``wmt17_ende``, ``deepnet_1000l``, ``default`` — the main job — …). A repository
+checkout's ``configs/<name>.py`` files import them, so ``--config=configs/default.py`` and
 ``--config=default`` train the same run; a config of the user's own is a path to a file that
-defines ``get_config()``.
+defines ``get_config()``. The package's other modules are what configs are built from, not
+configs: an experiment's rows and one run of a row
+(:mod:`~deepnet_jax.configs.experiment_rows`), the experiments' base configs
+(:mod:`~deepnet_jax.configs.experiment_base`), the depth table's tasks, recipe and run configs
+(:mod:`~deepnet_jax.configs.depth_table_recipe`).
 
 :func:`path` turns a ``--config`` value into the file ml_collections loads; :func:`load` gives
 a named config's ``ConfigDict`` to code (the experiments).
@@ -19,8 +23,23 @@ import ml_collections
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
-NAMES: tuple[str, ...] = tuple(
-    sorted(f[:-3] for f in os.listdir(_HERE) if f.endswith(".py") and not f.startswith("_"))
+# the shipped configs, each a module of this package with a get_config() (tests/test_install.py:
+# these and no other)
+NAMES: tuple[str, ...] = (
+    "base",
+    "bert_mlm",
+    "deepnet_1000l",
+    "deepnet_3b",
+    "deepnorm_lm",
+    "default",
+    "depth_table",
+    "ding_de_en",
+    "dlcl_30l",
+    "iwslt14_deen",
+    "labml_shakespeare",
+    "magneto_lm",
+    "subln_lm",
+    "wmt17_ende",
 )
 
 

@@ -9,12 +9,12 @@ what the experiment trains, e.g. the 1,000-layer column's memory on this machine
 
 import ml_collections
 
-from deepnet_jax.experiments import depth_table_settings
+from deepnet_jax.configs import depth_table_recipe
 
 
 def get_config(arg: str = "reversal64,deepnorm,6,0") -> ml_collections.ConfigDict:
     task, scheme, layers, *seed = arg.split(",")
-    base = depth_table_settings.base_config("quick")
+    base = depth_table_recipe.base_config("quick")
     key = {
         "task": task,
         "scheme": scheme,
@@ -23,4 +23,4 @@ def get_config(arg: str = "reversal64,deepnorm,6,0") -> ml_collections.ConfigDic
         "lr": base.optimizer.learning_rate,
         "warmup": base.schedule.warmup_steps,
     }
-    return depth_table_settings.make_config(base, key)
+    return depth_table_recipe.make_config(base, key)

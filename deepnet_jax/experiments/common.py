@@ -1,29 +1,15 @@
-"""What the depth experiments share: the model, data and optimizer settings, one training run
-and its verdict, and the output files.
+"""What the depth experiments share beyond their configs: the rows of their grids
+(:data:`SCHEMES`, :data:`SINCE_DEEPNET_ROWS`), the paper's learning rate and warm-up, training
+a grid of runs (:func:`run_grid`) and each run's verdict. The configs they train, the tiny
+model's and each run's, are :mod:`deepnet_jax.configs.experiment_base`'s and
+:mod:`deepnet_jax.configs.experiment_rows`'.
 
-The tiny-model settings of model_update and lr_tolerance, the same for every scheme (fixed before
-the first quick run; the length buckets changed after the first model_update run, which was then
-repeated: docs/reproduction.md, "Settings"):
-
-* **Model**: the DeepNet paper's tiny 64-128-2 encoder-decoder (d_model 64, FFN 128, 2 heads;
-  its Figure 5), N encoder and N decoder layers, dropout 0.1, sinusoidal positions.
-* **Data**: ``ding_de_en`` German→English, a joint 4,000-piece BPE vocabulary, sentences of
-  at most 64 tokens, batches of at most 1,024 tokens per update (the paper's IWSLT-14 runs
-  use 4,000; 2 CPU cores set this budget) in length buckets of 16, 32 and 64 tokens (one
-  compile each; without the default 8-token bucket 61.6% of a batch's target slots hold
-  tokens against 62.8%, measured over 300 batches, for one train-step compile fewer per run).
-* **Optimizer**: the paper's IWSLT-14 De-En recipe (its Table 4): Adam β = (0.9, 0.98),
-  ε = 1e-8, weight decay 1e-4 (decoupled), label smoothing 0.1, no gradient clipping (it
-  would hide divergence), inverse-square-root schedule with a linear warm-up from 1e-7.
-* **Verdict** of a run (:func:`verdict`): ``diverged`` if the loss or a gradient became
-  non-finite (the trainer's ``nan_policy="halt"``), or if the loss blew up while staying finite
-  (:func:`blew_up`: its final validation NLL more than 0.25 nats above its first training
-  loss, the loss of the untrained model); ``stuck`` if its final validation NLL is
-  within 0.25 nats of the unigram entropy of the validation targets, or above it (it predicts
-  no better than token frequencies); ``trained`` otherwise.
-
-The ``smoke`` setting swaps the corpus for the synthetic reversal task and shrinks everything
-so that an experiment runs end to end in under a minute (the CI check of the code path).
+**Verdict** of a run (:func:`verdict`): ``diverged`` if the loss or a gradient became
+non-finite (the trainer's ``nan_policy="halt"``), or if the loss blew up while staying finite
+(:func:`blew_up`: its final validation NLL more than 0.25 nats above its first training loss,
+the loss of the untrained model); ``stuck`` if its final validation NLL is within 0.25 nats of
+the unigram entropy of the validation targets, or above it (it predicts no better than token
+frequencies); ``trained`` otherwise.
 """
 
 from __future__ import annotations
@@ -36,11 +22,9 @@ import jax
 import ml_collections
 import numpy as np
 
-from deepnet_jax import configs
+from deepnet_jax.configs import experiment_rows
 from deepnet_jax.experiments import results_file, resumable
-from deepnet_jax.experiments.opening import SETTINGS
-from deepnet_jax.model import parameterization, schemes
-from deepnet_jax.training import config as train_config
+from deepnet_jax.model import schemes
 from deepnet_jax.training import data as train_data
 from deepnet_jax.training.run_config import RunConfig
 
@@ -48,156 +32,13 @@ from deepnet_jax.training.run_config import RunConfig
 SCHEMES = schemes.names(origin=schemes.PAPER, scannable=True)
 # the stability schemes since DeepNet (docs/schemes.md), in the experiments' own settings
 SINCE_DEEPNET = schemes.names(origin=schemes.SINCE_DEEPNET)
-# rows that are more than a scheme (:data:`ROW_FIELDS`): Pre-LN with Dynamic Tanh in place of
-# every norm (the pre-norm Transformer its paper replaces the norms of), and Pre-LN under
-# CompleteP (model/parameterization.py; its paper's pre-norm Transformer)
-DYT_ROW, COMPLETEP_ROW = "pre_ln+dyt", "pre_ln+completep"
-# the rows of the experiments' since_deepnet settings: those schemes, and the two rows above
-SINCE_DEEPNET_ROWS = (*SINCE_DEEPNET, DYT_ROW, COMPLETEP_ROW)
-# CompleteP's base: 6 layers per side, the shallowest depth of every experiment with its row
-# (depth_table's and model_update's since_deepnet settings start at 6L-6L, lr_tolerance's run
-# 6L-6L, lr_transfer's sweep starts at 6), and their models' width (d_model 64), so that its
-# multipliers are 1 there and the rate a 6L-6L run takes is the rate CompleteP transfers
-COMPLETEP_BASE_LAYERS, COMPLETEP_BASE_WIDTH = 6, 64
-# a row that is more than a scheme: the model fields it sets (:func:`row_fields`; the positions
-# CompleteP needs: :func:`set_row`). CompleteP scales no embedding by √d (its embedding rule is
-# its own: Table 1's "Embed")
-ROW_FIELDS: dict[str, dict[str, Any]] = {
-    DYT_ROW: {"scheme": "pre_ln", "norm": "dyt"},
-    COMPLETEP_ROW: {
-        "scheme": "pre_ln",
-        "parameterization": "completep",
-        "completep_base_layers": COMPLETEP_BASE_LAYERS,
-        "completep_base_width": COMPLETEP_BASE_WIDTH,
-        "scale_embedding": False,
-    },
-}
+# the rows of the experiments' since_deepnet settings: those schemes, and the rows that are
+# more than a scheme (configs.experiment_rows.ROW_FIELDS: DyT's, CompleteP's)
+SINCE_DEEPNET_ROWS = (*SINCE_DEEPNET, experiment_rows.DYT_ROW, experiment_rows.COMPLETEP_ROW)
 PAPER_LR = 5e-4  # DeepNet Table 4 (IWSLT-14 De-En)
 PAPER_WARMUP = 4000  # warm-up updates, from 1e-7 (DeepNet Table 4)
 STUCK_MARGIN = 0.25  # nats: "stuck" = validation NLL >= unigram entropy - this
 VERDICTS = ("trained", "stuck", "diverged")
-
-
-def base_config(setting: str) -> ml_collections.ConfigDict:
-    """The shared settings above as a training config (no checkpoints, no BLEU, validation
-    loss only at the end); experiments set the scheme, depth, learning rate and schedule."""
-    if setting not in SETTINGS:
-        raise ValueError(f"--setting={setting!r}; allowed values are {SETTINGS}")
-    c = train_config.default_config()
-    m = c.model
-    m.arch = "encdec"
-    m.d_model, m.ffn_dim, m.num_heads = 64, 128, 2
-    m.dropout = 0.1
-    # the committed results (docs/reproduction.md) were measured with jax.random masks; the
-    # faster hash masks would draw others (in effect another dropout seed)
-    m.dropout_rng = "jax"
-    c.optimizer.name = "adamw"
-    c.optimizer.b1, c.optimizer.b2, c.optimizer.eps = 0.9, 0.98, 1e-8
-    c.optimizer.weight_decay = 1e-4
-    c.optimizer.grad_clip = 0.0
-    c.schedule.name = "inverse_sqrt"
-    c.schedule.warmup_init_lr = 1e-7
-    c.label_smoothing = 0.1
-    c.checkpoint_every = 0
-    c.eval_every = 0
-    c.decode.eval_sentences = 0
-    c.final_split = ""
-    c.nan_policy = "halt"
-    c.diagnostics.plot = False  # the experiment draws its own figure
-    if setting == "smoke":
-        m.vocab_size, m.max_len = 12, 16
-        m.d_model, m.ffn_dim, m.num_heads = 16, 32, 2
-        c.data.dataset = "synthetic_reversal"
-        c.data.max_len, c.data.batch_size = 12, 8
-        c.eval_batches = 1
-        c.log_every = 1
-        c.peak_flops = 1e12  # no fp32 matmul measurement for the MFU estimate
-        m.scan_layers, m.remat_policy = False, "none"  # 2 layers: the quickest compiles
-    else:
-        m.vocab_size, m.max_len = 4000, 64
-        c.data.dataset = "ding_de_en"
-        c.data.vocab_size = 4000
-        c.data.max_len = 64
-        c.data.max_tokens = 1024
-        c.data.bucket_boundaries = (16, 32, 64)
-        c.log_every = 25
-    return c
-
-
-def main_job_config() -> ml_collections.ConfigDict:
-    """The ``default`` config (the README's main job): :func:`shipped_config`."""
-    return shipped_config("default")
-
-
-def shipped_config(name: str) -> ml_collections.ConfigDict:
-    """The shipped config ``name`` (:mod:`deepnet_jax.configs`) with checkpoints off:
-    experiments that compare against a shipped config change only what they vary."""
-    c = configs.load(name)
-    c.checkpoint_every = 0
-    c.final_split = ""
-    c.diagnostics.plot = False
-    return c
-
-
-def row_fields(row: str) -> dict[str, Any]:
-    """The model fields an experiment row sets: :data:`ROW_FIELDS`'s for a row named
-    ``scheme+…`` (``"pre_ln+dyt"`` → ``{"scheme": "pre_ln", "norm": "dyt"}``), else the scheme
-    alone (``"deepnorm"`` → ``{"scheme": "deepnorm"}``). ValueError for another ``scheme+…``."""
-    if row in ROW_FIELDS:
-        return dict(ROW_FIELDS[row])
-    if "+" in row:
-        raise ValueError(f"row {row!r}: the rows named scheme+… are {', '.join(ROW_FIELDS)}")
-    return {"scheme": row}
-
-
-def row_scheme(row: str) -> str:
-    """An experiment row's scheme (:func:`row_fields`)."""
-    return row_fields(row)["scheme"]
-
-
-def set_row(model: ml_collections.ConfigDict, row: str) -> None:
-    """Set ``row``'s fields (:func:`row_fields`) on a model config. Under CompleteP fixed
-    sinusoids become a learned table, N(0, σ²_base) in the embeddings' group as in the
-    authors' code: sinusoids of RMS 1/√2 beside tokens of RMS σ_base = 0.02 hid the tokens
-    from the model (35-fold; the model refuses them: model/config_relations.py). Rotary
-    positions add nothing to the embeddings and stay."""
-    for name, value in row_fields(row).items():
-        model[name] = value
-    if parameterization.completep(model) and model.positions == "sinusoidal":
-        model.positions = "learned"
-
-
-def with_run(
-    c: ml_collections.ConfigDict,
-    row: str,
-    layers: int,
-    learning_rate: float,
-    warmup_steps: int,
-    steps: int,
-) -> ml_collections.ConfigDict:
-    """A copy of ``c`` for one run: N-layer encoder and decoder (those ``c``'s arch has) with
-    ``row``'s model fields (:func:`set_row`: its scheme, and its norm or parameterization),
-    peak ``learning_rate`` after ``warmup_steps`` (0: constant from the first update). DLCL
-    stacks are unrolled (each layer reads every earlier one); the others are scanned.
-    ValueError if ``c`` names another schedule, which the run would otherwise drop without a
-    word."""
-    if c.schedule.name not in ("inverse_sqrt", "constant"):
-        raise ValueError(
-            f"schedule.name={c.schedule.name!r}: an experiment's runs take inverse_sqrt "
-            "(constant without a warm-up); set it in the base config"
-        )
-    c = ml_collections.ConfigDict(c.to_dict())
-    set_row(c.model, row)
-    has = {"encoder": (layers, 0), "decoder": (0, layers), "encdec": (layers, layers)}
-    c.model.num_encoder_layers, c.model.num_decoder_layers = has[c.model.arch]
-    c.model.scan_layers = schemes.get(c.model.scheme).scannable  # DLCL reads every earlier layer
-    c.optimizer.learning_rate = learning_rate
-    if warmup_steps:
-        c.schedule.name, c.schedule.warmup_steps = "inverse_sqrt", warmup_steps
-    else:
-        c.schedule.name = "constant"
-    c.total_steps = steps
-    return c
 
 
 def unigram_entropy(config: ml_collections.ConfigDict) -> float:

@@ -1,11 +1,12 @@
 """DeepNet's Table 1 and Figure 6 in miniature: every scheme, depths 6 to 200, one recipe, seeds.
 
-Under one recipe (:data:`~depth_table_settings.RECIPE`: the same optimizer, learning rate,
-warm-up, batch and updates for every scheme and depth, fixed before the table was run;
-docs/reproduction.md gives the exploratory grid it was chosen on), each scheme trains the
+Under one recipe (:data:`~deepnet_jax.configs.depth_table_recipe.RECIPE`: the same optimizer,
+learning rate, warm-up, batch and updates for every scheme and depth, fixed before the table was
+run; docs/reproduction.md gives the exploratory grid it was chosen on), each scheme trains the
 DeepNet paper's tiny 64-128-2 encoder-decoder (d_model 64, FFN 128, 2 heads; its Figure 5) with
-N encoder and N decoder layers on two synthetic tasks (:data:`~depth_table_settings.TASKS`,
-``data.dataset="synthetic_reversal"``: the target is the source reversed, then EOS):
+N encoder and N decoder layers on two synthetic tasks
+(:data:`~deepnet_jax.configs.depth_table_recipe.TASKS`, ``data.dataset="synthetic_reversal"``:
+the target is the source reversed, then EOS):
 
 * ``reversal``: 11 content symbols, 2–11 tokens (the thousand-layer run's task);
 * ``reversal64``: 64 content symbols, 16–24 tokens (longer sequences over a larger vocabulary).
@@ -15,21 +16,23 @@ German→English, its width, batches, optimizer, learning rate, warm-up and 1,80
 only the scheme, the depth and the seed changed.
 
 Each run ends with its validation NLL and token accuracy (corpus: NLL and greedy BLEU on the first
-:data:`~depth_table_settings.CORPUS_BLEU_SENTENCES` validation sentences), its **verdict** —
-``diverged`` (a non-finite loss or gradient: the trainer's ``nan_policy="halt"``), ``stuck`` or
-``trained``; on a synthetic task trained means a final validation NLL at least 1 nat below the
-unigram entropy of the validation targets (:func:`deepnet_jax.experiments.thousand_layers.verdict`),
-on the corpus 0.25 nats (:func:`deepnet_jax.experiments.common.verdict`) with a decoder that reads
-its source (:func:`verdict`: a target-side language model is stuck) — and its **onset**: the first
-logged update whose training accuracy is 0.1 above the best source-blind predictor's
+:data:`~deepnet_jax.configs.depth_table_recipe.CORPUS_BLEU_SENTENCES` validation sentences), its
+**verdict** — ``diverged`` (a non-finite loss or gradient: the trainer's ``nan_policy="halt"``),
+``stuck`` or ``trained``; on a synthetic task trained means a final validation NLL at least 1 nat
+below the unigram entropy of the validation targets
+(:func:`deepnet_jax.experiments.thousand_layers.verdict`), on the corpus 0.25 nats
+(:func:`deepnet_jax.experiments.common.verdict`) with a decoder that reads its source
+(:func:`verdict`: a target-side language model is stuck) — and its **onset**: the first logged
+update whose training accuracy is 0.1 above the best source-blind predictor's
 (:func:`~deepnet_jax.experiments.thousand_layers.blind_chance`; corpus: whose training NLL is 0.25
 nats below the unigram entropy), and the first to reach 50% and 90% training accuracy.
 :mod:`deepnet_jax.experiments.depth_table_report` aggregates the seeds of each cell (mean and
 min–max spread) and calls a difference between two schemes only where their seed ranges do not
 overlap.
 
-Settings (their grids, recipe and configs: :mod:`depth_table_settings`; measured on this
-project's 2-core CPU VM; docs/reproduction.md has the figures):
+Settings (their grids: :mod:`depth_table_settings`; their recipe and configs:
+:mod:`deepnet_jax.configs.depth_table_recipe`; measured on this project's 2-core CPU VM;
+docs/reproduction.md has the figures):
 
 =========  ==========================================  ==========================  =====
 setting    schemes × depths (N in NL-NL)               tasks                       seeds
@@ -47,16 +50,18 @@ deepnet    rezero, skipinit, admin, denseformer,
 =========  ==========================================  ==========================  =====
 
 ``since_deepnet`` puts the schemes since DeepNet (docs/schemes.md) beside quick's rows under the
-same recipe and verdict rules, seed 0 of every cell before seeds 1 and 2; its row ``pre_ln+dyt``
-is Pre-LN with Dynamic Tanh in place of every norm (``model.norm="dyt"``), its row
-``pre_ln+completep`` Pre-LN under CompleteP with its base at the setting's shallowest depth and
-its width, 6 layers per side and d_model 64, so that its multipliers are 1 at 6L-6L and 3 deep
-(m_L) at 18L-18L (``common.ROW_FIELDS``; positions learned: ``common.set_row``). Rows are keyed
-by name (``"scheme"`` in a run's key), so a row added to the grid trains only its own runs.
+same recipe and verdict rules, seed 0 of every cell before seeds 1 and 2; its row ``pre_ln+dyt`` is
+Pre-LN with Dynamic Tanh in place of every norm (``model.norm="dyt"``), its row ``pre_ln+completep``
+Pre-LN under CompleteP with its base at the setting's shallowest depth and its width, 6 layers per
+side and d_model 64, so that its multipliers are 1 at 6L-6L and 3 deep (m_L) at 18L-18L
+(``configs.experiment_rows.ROW_FIELDS``; positions learned: ``configs.experiment_rows.set_row``).
+Rows are keyed by name (``"scheme"`` in a run's key), so a row added to the grid trains only its own
+runs.
 
 ``modern_lm`` trains configs/deepnorm_lm.py's modern decoder (rotary positions, SwiGLU,
-grouped-query attention, RMSNorm; docs/blocks.md) at :data:`~depth_table_settings.MODERN_LM`'s
-tiny width and recipe, its metric validation bits per character (lower is better).
+grouped-query attention, RMSNorm; docs/blocks.md) at
+:data:`~deepnet_jax.configs.depth_table_recipe.MODERN_LM`'s tiny width and recipe, its metric
+validation bits per character (lower is better).
 
 Run: ``python -m deepnet_jax.experiments.depth_table --setting=quick --out=DIR``; writes
 ``depth_table.json`` (every run's key, results and training curves, compact:
@@ -83,6 +88,7 @@ import ml_collections
 from absl import flags
 
 from deepnet_jax.common import console
+from deepnet_jax.configs import depth_table_recipe as table_recipe
 from deepnet_jax.experiments import (
     common,
     opening,
@@ -120,7 +126,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the setting's runs (this shard's share) not yet in ``<out>/depth_table.json`` (with
     ``--merge``: take them from the files named instead), then write the table and the figure
     of every run the file holds; returns the results payload."""
-    args, base, out = opening.start(argv, NAME, table_settings.base_config, table_settings.SETTINGS)
+    args, base, out = opening.start(argv, NAME, table_recipe.base_config, table_settings.SETTINGS)
     try:
         index, count = resumable.parse_shard(resumable.SHARD.value)
         runs = table_settings.keys(args.setting, base)
@@ -128,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     except ValueError as e:
         sys.exit(console.error_line(e))
     grid = table_settings.GRIDS[args.setting]
-    levels = {task: task_levels(table_settings.task_config(base, task)) for task in grid["tasks"]}
+    levels = {task: task_levels(table_recipe.task_config(base, task)) for task in grid["tasks"]}
     settings = {"grid": grid, "levels": levels, **run_recipe(base, "recipes" not in grid)}
     results = results_file.Results(out, NAME, args.setting, settings, grid=["grid"])
     for path in _MERGE.value:
@@ -137,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         common.run_grid(
             results,
             chosen[index::count],
-            functools.partial(table_settings.make_config, base),
+            functools.partial(table_recipe.make_config, base),
             None,
             os.path.join(out, "runs"),
             judged=False,

@@ -58,8 +58,8 @@ def cells(runs: Sequence[dict[str, Any]]) -> dict[tuple[str, str, int], list[dic
 
 
 def grid_rows(grid: dict[str, Any], task: str) -> list[str]:
-    """The rows (schemes, or ``common.ROW_FIELDS`` rows) of a grid's cells on ``task``, its
-    ``more`` parts' too, in the grid's order (none for a grid that lists no cells)."""
+    """The rows (schemes, or ``configs.experiment_rows.ROW_FIELDS`` rows) of a grid's cells on
+    ``task``, its ``more`` parts' too, in the grid's order (none for a grid that lists no cells)."""
     parts = [grid, *grid.get("more", [])]
     return list(
         dict.fromkeys(

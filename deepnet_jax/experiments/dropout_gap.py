@@ -36,7 +36,8 @@ from typing import Any
 import jax
 import ml_collections
 
-from deepnet_jax.experiments import common, opening, report, resumable
+from deepnet_jax.configs import experiment_base, experiment_rows
+from deepnet_jax.experiments import opening, report, resumable
 from deepnet_jax.training import data as train_data
 from deepnet_jax.training import loading, steps
 from deepnet_jax.training.run_config import RunConfig
@@ -52,12 +53,14 @@ def base_config(setting: str) -> ml_collections.ConfigDict:
     a checkpoint at every scored update, no validation or BLEU during training."""
     last = SETTINGS[setting][-1]
     if setting == "smoke":  # a constant 3e-3, so that the two checkpoints differ
-        c = common.with_run(common.base_config("smoke"), "post_ln", 2, 3e-3, 0, last)
+        c = experiment_rows.with_run(
+            experiment_base.base_config("smoke"), "post_ln", 2, 3e-3, 0, last
+        )
         c.model.dropout = 0.1
     else:
-        c = common.main_job_config()
+        c = experiment_base.main_job_config()
         lr, warmup = c.optimizer.learning_rate, c.schedule.warmup_steps
-        c = common.with_run(c, "post_ln", 6, lr, warmup, last)
+        c = experiment_rows.with_run(c, "post_ln", 6, lr, warmup, last)
     c.checkpoint_every = SETTINGS[setting][0]
     c.max_to_keep = last // c.checkpoint_every
     c.eval_every, c.decode.eval_sentences, c.final_split = 0, 0, ""

@@ -23,10 +23,10 @@ deepnet                                                       DeepNet, Pre-LN wi
 =========  ============  ==========================  =======  =============================
 
 The ``since_deepnet`` setting's rows are ``common.SINCE_DEEPNET_ROWS``, each keyed by its name
-(``"scheme"`` in a run's key); ``pre_ln+completep`` (``common.ROW_FIELDS``) has its base at the
-setting's one depth and the model's width, 6 layers per side and d_model 64: its multipliers
-are 1, so it differs from Pre-LN in its init (N(0, 0.02²)), its unscaled embeddings and learned
-positions and its undecayed norms and biases, not in a depth or width scaling.
+(``"scheme"`` in a run's key); ``pre_ln+completep`` (``configs.experiment_rows.ROW_FIELDS``) has its
+base at the setting's one depth and the model's width, 6 layers per side and d_model 64: its
+multipliers are 1, so it differs from Pre-LN in its init (N(0, 0.02²)), its unscaled embeddings and
+learned positions and its undecayed norms and biases, not in a depth or width scaling.
 
 The quick grid starts at 2e-3, not 5e-4: over 150 updates with a 75-update warm-up the
 learning rate sums to 0.05 at 5e-4, where every model-update run was still at the unigram
@@ -46,6 +46,7 @@ from typing import Any
 
 import ml_collections
 
+from deepnet_jax.configs import experiment_base, experiment_rows
 from deepnet_jax.experiments import common, opening, report, results_file
 
 NAME = "lr_tolerance"
@@ -74,8 +75,8 @@ SETTINGS = {
 
 
 def _base_config(setting: str):
-    """common.base_config's (since_deepnet: the quick setting's model and data)."""
-    return common.base_config("quick" if setting == "since_deepnet" else setting)
+    """experiment_base.base_config's (since_deepnet: the quick setting's model and data)."""
+    return experiment_base.base_config("quick" if setting == "since_deepnet" else setting)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -117,11 +118,11 @@ def run_config(
     base: ml_collections.ConfigDict, setting: str, key: dict[str, Any]
 ) -> ml_collections.ConfigDict:
     """``base`` for one run of ``setting``: the key's row (``"scheme"``: a scheme or a
-    ``common.ROW_FIELDS`` row) at the setting's depth and the key's peak rate, warm-up half the
-    updates."""
+    ``configs.experiment_rows.ROW_FIELDS`` row) at the setting's depth and the key's peak rate,
+    warm-up half the updates."""
     s = SETTINGS[setting]
     steps = s["steps"]
-    return common.with_run(base, key["scheme"], s["layers"], key["lr"], steps // 2, steps)
+    return experiment_rows.with_run(base, key["scheme"], s["layers"], key["lr"], steps // 2, steps)
 
 
 def largest_trained(runs: list[dict[str, Any]], scheme: str) -> float | None:

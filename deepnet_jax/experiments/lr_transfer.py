@@ -3,13 +3,15 @@ scheme and depth, and where each sweep's optimum lies.
 
 Each row (a scheme, or a scheme with a parameterization: :data:`ROWS`) trains at every depth of
 the setting a sweep of peak learning rates a factor 2 apart around the task's recipe rate, one
-seed, under the depth table's recipes (:mod:`depth_table_settings`: the same model, data,
-warm-up, batch and updates for every rate and depth):
+seed, under the depth table's recipes (:mod:`deepnet_jax.configs.depth_table_recipe`: the same
+model, data, warm-up, batch and updates for every rate and depth):
 
 * ``reversal64``: the depth table's tiny 64-128-2 encoder-decoder on the 64-symbol reversal task
-  (:data:`~depth_table_settings.RECIPE`: 800 updates, warm-up 400; rates 5e-4 … 8e-3);
+  (:data:`~deepnet_jax.configs.depth_table_recipe.RECIPE`: 800 updates, warm-up 400; rates
+  5e-4 … 8e-3);
 * ``shakespeare``: its modern decoder language model on character-level Shakespeare
-  (:data:`~depth_table_settings.MODERN_LM`: 600 updates, warm-up 100; rates 2.5e-4 … 4e-3).
+  (:data:`~deepnet_jax.configs.depth_table_recipe.MODERN_LM`: 600 updates, warm-up 100; rates
+  2.5e-4 … 4e-3).
 
 A cell's **optimum** is the rate of its lowest final validation NLL (a diverged run ranks
 last). While the optimum lies on the sweep's edge and the edge's neighbour did not diverge,
@@ -49,8 +51,9 @@ import ml_collections
 from absl import flags
 
 from deepnet_jax.common import console
+from deepnet_jax.configs import depth_table_recipe as table_recipe
+from deepnet_jax.configs import experiment_rows
 from deepnet_jax.experiments import common, depth_table, opening, report, results_file, resumable
-from deepnet_jax.experiments import depth_table_settings as table_settings
 from deepnet_jax.experiments import lr_transfer_report as transfer_report
 
 NAME = "lr_transfer"
@@ -58,20 +61,21 @@ FLAGS_FROM = ("resumable",)  # --shard, --checkpoint_every (opening.own_flags)
 SETTINGS = ("smoke", "quick")
 EXTEND = 2  # rates a sweep may add past each edge of its grid while its optimum sits there
 
-# a row: its name, and the model fields it sets (common.row_fields). CompleteP's row
-# (common.COMPLETEP_ROW) has its base at the sweep's shallowest depth and the tasks' width
-# (6 layers, d 64): at 6 layers its multipliers are 1, so what transfers is the rate tuned
+# a row: its name, and the model fields it sets (experiment_rows.row_fields). CompleteP's row
+# (experiment_rows.COMPLETEP_ROW) has its base at the sweep's shallowest depth and the tasks'
+# width (6 layers, d 64): at 6 layers its multipliers are 1, so what transfers is the rate tuned
 # there; where the task's model adds sinusoids its positions are learned instead
-# (common.set_row). mHC takes its paper's defaults: 4 streams, 20 Sinkhorn iterations
+# (experiment_rows.set_row). mHC takes its paper's defaults: 4 streams, 20 Sinkhorn iterations
 ROWS: dict[str, dict[str, Any]] = {
-    row: common.row_fields(row) for row in ("pre_ln", "deepnorm", common.COMPLETEP_ROW, "mhc")
+    row: experiment_rows.row_fields(row)
+    for row in ("pre_ln", "deepnorm", experiment_rows.COMPLETEP_ROW, "mhc")
 }
 # per setting: the tasks with the centre of their rate grid (the recipe's rate), the grid's
 # exponents k (rate = centre · 2^k), the rows, the depths and the seeds (the second trains at
 # each cell's optimum)
 GRIDS: dict[str, dict[str, Any]] = {
     "smoke": {
-        "tasks": {"reversal": table_settings.SMOKE_RECIPE.lr},
+        "tasks": {"reversal": table_recipe.SMOKE_RECIPE.lr},
         "exponents": [0, 1],
         "rows": ["pre_ln", "deepnorm"],
         "depths": [1, 2],
@@ -80,8 +84,8 @@ GRIDS: dict[str, dict[str, Any]] = {
     },
     "quick": {
         "tasks": {
-            "reversal64": table_settings.RECIPE.lr,
-            "shakespeare": table_settings.MODERN_LM["lr"],
+            "reversal64": table_recipe.RECIPE.lr,
+            "shakespeare": table_recipe.MODERN_LM["lr"],
         },
         "exponents": [-2, -1, 0, 1, 2],
         "rows": list(ROWS),
@@ -159,28 +163,29 @@ def mine(keys: list[dict[str, Any]], index: int, count: int) -> list[dict[str, A
 
 def base_config(setting: str) -> ml_collections.ConfigDict:
     """The depth table's synthetic base (its recipe; smoke: its smoke model and recipe)."""
-    return table_settings.base_config("smoke" if setting == "smoke" else "quick")
+    return table_recipe.base_config("smoke" if setting == "smoke" else "quick")
 
 
 def task_bases(base: ml_collections.ConfigDict, grid: dict[str, Any], data_dir: str):
     """Each task's base config: the synthetic tasks' ``base``, Shakespeare the depth table's
-    modern decoder (:func:`~depth_table_settings.modern_lm_config`)."""
+    modern decoder (:func:`~deepnet_jax.configs.depth_table_recipe.modern_lm_config`)."""
     out = {}
     for task in grid["tasks"]:
-        c = table_settings.modern_lm_config() if task == "shakespeare" else base
+        c = table_recipe.modern_lm_config() if task == "shakespeare" else base
         if data_dir:
             c.data.data_dir = data_dir
-        out[task] = table_settings.task_config(c, task)
+        out[task] = table_recipe.task_config(c, task)
     return out
 
 
 def make_config(bases: dict[str, Any], key: dict[str, Any]) -> ml_collections.ConfigDict:
-    """One run's config: the depth table's (:func:`~depth_table_settings.make_config`) for the
-    key's row (its model fields, and CompleteP's learned positions where the task's model adds
-    sinusoids: :func:`common.set_row`) at the key's rate."""
+    """One run's config: the depth table's
+    (:func:`~deepnet_jax.configs.depth_table_recipe.make_config`) for the key's row (its model
+    fields, and CompleteP's learned positions where the task's model adds sinusoids:
+    :func:`configs.experiment_rows.set_row`) at the key's rate."""
     base = bases[key["task"]]
     table_key = {**key, "scheme": key["row"], "warmup": base.schedule.warmup_steps}
-    return table_settings.make_config(base, table_key)
+    return table_recipe.make_config(base, table_key)
 
 
 def reuse(

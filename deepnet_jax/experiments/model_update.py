@@ -24,9 +24,9 @@ deepnet                                               Pre-LN with DyT and Pre-LN
 =========  ================  =======  ==============  ======================================
 
 The ``since_deepnet`` setting's rows are ``common.SINCE_DEEPNET_ROWS``, each keyed by its name
-(``"scheme"`` in a run's key); ``pre_ln+completep`` (``common.ROW_FIELDS``) has its base at the
-setting's shallowest depth and the model's width, 6 layers per side and d_model 64, so that its
-multipliers are 1 at 6L-6L and its branches weigh 1/3 at 18L-18L.
+(``"scheme"`` in a run's key); ``pre_ln+completep`` (``configs.experiment_rows.ROW_FIELDS``) has its
+base at the setting's shallowest depth and the model's width, 6 layers per side and d_model 64, so
+that its multipliers are 1 at 6L-6L and its branches weigh 1/3 at 18L-18L.
 
 The ``gated`` setting asks whether DeepNorm's β and Sub-LN's γ on a gated FFN's fc1 and fc2
 (the gate at gain 1; docs/blocks.md) bound the update as they do on the plain FFN: each scheme
@@ -52,6 +52,7 @@ from typing import Any
 
 import ml_collections
 
+from deepnet_jax.configs import experiment_base, experiment_rows
 from deepnet_jax.experiments import common, opening, report, results_file
 from deepnet_jax.model import schemes
 
@@ -139,7 +140,7 @@ def run_config(
     """``base`` for one run of ``setting``: the key's scheme, depth, warm-up (at the paper's
     peak learning rate) and FFN, the model update measured every few updates."""
     s = SETTINGS[setting]
-    c = common.with_run(
+    c = experiment_rows.with_run(
         base, key["scheme"], key["layers"], common.PAPER_LR, WARMUPS[key["warmup"]], s["steps"]
     )
     c.diagnostics.every = s["every"]
@@ -149,9 +150,9 @@ def run_config(
 
 
 def _base_config(setting: str):
-    """common.base_config's (gated, gated_first, since_deepnet: the quick setting's model and
-    data)."""
-    return common.base_config("quick" if setting in (*GATED, "since_deepnet") else setting)
+    """:func:`configs.experiment_base.base_config`'s (gated, gated_first, since_deepnet: the
+    quick setting's model and data)."""
+    return experiment_base.base_config("quick" if setting in (*GATED, "since_deepnet") else setting)
 
 
 def _schemes(setting: str) -> list[str]:

@@ -15,8 +15,8 @@ from absl import flags
 from deepnet_jax.cli import command, log_setup
 from deepnet_jax.cli import flags as cli_flags
 from deepnet_jax.common import console
+from deepnet_jax.configs.experiment_base import SETTINGS
 
-SETTINGS = ("smoke", "quick", "full")
 _SETTING = flags.DEFINE_string(
     "setting", "quick", "the experiment's setting (smoke: seconds, for CI)"
 )

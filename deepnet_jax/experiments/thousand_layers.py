@@ -60,6 +60,7 @@ import ml_collections
 from absl import flags
 
 from deepnet_jax.common.tokens import FIRST_CONTENT_ID
+from deepnet_jax.configs import experiment_base, experiment_rows
 from deepnet_jax.experiments import common, opening, report, results_file
 from deepnet_jax.experiments import thousand_layers_report as tl_report
 from deepnet_jax.experiments.thousand_layers_report import MARGIN_NATS
@@ -127,14 +128,14 @@ def setting_with_overrides(setting: str) -> dict[str, Any]:
 
 
 def base_config(setting: str) -> ml_collections.ConfigDict:
-    """``common.base_config`` (the tiny model, the paper's Adam recipe, no gradient clipping,
-    halt on a non-finite step) on the reversal task of ``TASK`` (smoke: common's 16-32-2 smoke
-    model and task), with ``TASK``'s dropout (none: the task's data never repeats). The
-    scanned layers keep nothing for the backward pass but each layer's input
-    (``remat_policy="full"``: 500 layers × B×T×64 floats)."""
+    """``configs.experiment_base.base_config`` (the tiny model, the paper's Adam recipe, no gradient
+    clipping, halt on a non-finite step) on the reversal task of ``TASK`` (smoke: its 16-32-2 smoke
+    model and task), with ``TASK``'s dropout (none: the task's data never repeats). The scanned
+    layers keep nothing for the backward pass but each layer's input (``remat_policy="full"``: 500
+    layers × B×T×64 floats)."""
     if setting not in SETTINGS:
         raise ValueError(f"--setting={setting!r}; allowed values are {tuple(SETTINGS)}")
-    c = common.base_config("smoke" if setting == "smoke" else "quick")
+    c = experiment_base.base_config("smoke" if setting == "smoke" else "quick")
     s = SETTINGS[setting]
     if setting != "smoke":
         c.data.dataset = "synthetic_reversal"
@@ -155,7 +156,9 @@ def make_config(base: ml_collections.ConfigDict, key: dict[str, Any]) -> ml_coll
     """``base`` for one run: ``key["scheme"]`` with ``key["layers"]`` encoder and decoder
     layers, peak learning rate ``key["lr"]`` after ``key["warmup"]`` updates (inverse square
     root), ``key["steps"]`` updates, dropout ``key["dropout"]``."""
-    c = common.with_run(base, key["scheme"], key["layers"], key["lr"], key["warmup"], key["steps"])
+    c = experiment_rows.with_run(
+        base, key["scheme"], key["layers"], key["lr"], key["warmup"], key["steps"]
+    )
     c.model.dropout = key["dropout"]
     return c
 
