@@ -21,7 +21,9 @@ the scan's carry, so a scanned stack still traces one layer body.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
+import operator
 from typing import Any, ClassVar
 
 import jax
@@ -136,6 +138,21 @@ def sinkhorn(logits: jax.Array, iters: int, eps: float = 0.0) -> jax.Array:
     return jax.lax.fori_loop(0, iters - 1, step, m)
 
 
+def combine(weights: jax.Array, x: jax.Array) -> jax.Array:
+    """Σ_j w_j·x_j over the n streams x [.., n, D], with weights a vector [.., n] per position
+    (→ [.., D]: H_pre·x, the head) or a matrix [.., m, n] (→ [.., m, D]: H_res·x, row i the
+    weights of new stream i). Written as n broadcast products summed in stream order, so that
+    XLA fuses it elementwise with its neighbours (the branch's H_postᵀ·F added, the norm that
+    reads H_pre·x); an einsum over the few streams lowers to a batched matmul, a kernel of its
+    own that writes the mix to memory (and, in float32 on an NVIDIA GPU, rounds the streams to
+    TF32 at jax's default precision)."""
+    if weights.ndim == x.ndim:  # a matrix per position: [.., m, n] → [.., m, D]
+        terms = (weights[..., :, j, None] * x[..., j, None, :] for j in range(x.shape[-2]))
+    else:
+        terms = (weights[..., j, None] * x[..., j, :] for j in range(x.shape[-2]))
+    return functools.reduce(operator.add, terms)
+
+
 def _fan_in_normal(key: jax.Array, shape: tuple[int, ...], dtype=_FLOAT) -> jax.Array:
     """φ [n, D, width] ~ N(0, 1/(nD)): unit-variance logits from the RMS-normed x̃′."""
     return jax.random.normal(key, shape, dtype) * (shape[0] * shape[1]) ** -0.5
@@ -185,10 +202,10 @@ class MHC(Stream):
     ) -> tuple[jax.Array, Residual]:
         """x [B, T, n, D] → H_res·x + H_postᵀ·dropout(G(N(H_pre·x))) (eq. 3)."""
         pre, post, res = (m.astype(x.dtype) for m in self.mappings(ops, sub.name, x))
-        h0 = jnp.einsum("...i,...id->...d", pre, x)
+        h0 = combine(pre, x)
         ops.record(sub.norm, h0)
         f = sub.branch(ops.norm(sub.norm)(h0))
-        return jnp.einsum("...ij,...jd->...id", res, x) + post[..., None] * f[..., None, :], state
+        return combine(res, x) + post[..., None] * f[..., None, :], state
 
     def collapse(self, ops: Ops, x: jax.Array) -> jax.Array:
         """The paper's: the sum of the streams (HC's). DeepSeek-V4's HyperHead: Σ_i w_i·x_i with
@@ -198,7 +215,7 @@ class MHC(Stream):
             return super().collapse(ops, x)
         (w,) = _projected(ops, "mhc_head", x, (x.shape[-2],))
         w = jax.nn.sigmoid(w) + self.eps(ops.config)
-        return jnp.einsum("...i,...id->...d", w.astype(x.dtype), x)
+        return combine(w.astype(x.dtype), x)
 
 
 HYPER_CONNECTIONS = HyperConnections(
