@@ -127,15 +127,18 @@ def sinkhorn(logits: jax.Array, iters: int, eps: float = 0.0) -> jax.Array:
     M⁽ᵗ⁾ = T_r(T_c(M⁽ᵗ⁻¹⁾)) for t = 1 … ``iters``, T_c dividing each column by its sum and T_r
     each row. The first T_c of exp is a softmax over the column (the same numbers, computed
     stably). ``eps`` > 0 is DeepSeek-V4's (Hugging Face's ``DeepseekV4HyperConnection``):
-    M ← softmax + ε after the first T_c and every sum + ε; eps = 0 is the paper's."""
+    M ← softmax + ε after the first T_c and every sum + ε; eps = 0 is the paper's.
+
+    The iterations are unrolled (``iters`` is static): XLA fuses each normalization of the
+    per-position [n, n] matrices into one small kernel, where a ``fori_loop``'s backward pass
+    stacks every iterate into [iters, .., n, n] buffers and copies them (docs/schemes.md)."""
     m = jax.nn.softmax(logits, axis=-2) + eps
     m = m / (jnp.sum(m, axis=-1, keepdims=True) + eps)
 
-    def step(_, m: jax.Array) -> jax.Array:
+    for _ in range(iters - 1):
         m = m / (jnp.sum(m, axis=-2, keepdims=True) + eps)
-        return m / (jnp.sum(m, axis=-1, keepdims=True) + eps)
-
-    return jax.lax.fori_loop(0, iters - 1, step, m)
+        m = m / (jnp.sum(m, axis=-1, keepdims=True) + eps)
+    return m
 
 
 def combine(weights: jax.Array, x: jax.Array) -> jax.Array:
