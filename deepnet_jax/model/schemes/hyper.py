@@ -131,7 +131,7 @@ def sinkhorn(logits: jax.Array, iters: int, eps: float = 0.0) -> jax.Array:
 
     The iterations are unrolled (``iters`` is static): XLA fuses each normalization of the
     per-position [n, n] matrices into one small kernel, where a ``fori_loop``'s backward pass
-    stacks every iterate into [iters, .., n, n] buffers and copies them (docs/schemes.md)."""
+    stacks every iterate into [iters − 1, .., n, n] buffers and copies them (docs/schemes.md)."""
     m = jax.nn.softmax(logits, axis=-2) + eps
     m = m / (jnp.sum(m, axis=-1, keepdims=True) + eps)
 
