@@ -32,11 +32,11 @@ def _by_hand(variant: str, n: int, D: int) -> tuple[int, int]:
     return {
         "hc_static": (mix, 0),
         "hc_dynamic": (mix + 2 * D * (n + 1) * n + 2 * D * n, 0),  # + H̄W, H̄W_β per stream
-        # vec(x)φ [nD] × [nD, 2n + n²], H_pre·x, H_res·x
-        "mhc": (2 * n * D * (2 * n + n * n) + 2 * n * D + 2 * n * n * D, 0),
+        # vec(x)φ [nD] × [nD, 2n + n²]; H_pre·x and H_res·x are broadcast products, no matmul
+        "mhc": (2 * n * D * (2 * n + n * n), 0),
         "mhc_deepseek_v4": (
-            2 * n * D * (2 * n + n * n) + 2 * n * D + 2 * n * n * D,
-            2 * n * D * n + 2 * n * D,  # the HyperHead: vec(x)φ [nD] × [nD, n], Σ wᵢxᵢ
+            2 * n * D * (2 * n + n * n),
+            2 * n * D * n,  # the HyperHead's vec(x)φ [nD] × [nD, n] (its Σ wᵢxᵢ elementwise)
         ),
     }[variant]
 
@@ -84,7 +84,8 @@ def test_connection_flops_equal_the_census(variant, n, arch):
 def _remat_cases() -> list:
     """Every variant under each policy on a decoder (n = 2), an encoder-decoder and an encoder
     (n = 4); in the default run the cases that hold each rule (the mixes per position under
-    dots, mHC's last H_res·x under full, DeepSeek-V4's head outside the nested scan's layers)."""
+    dots, mHC's elementwise mixes under full, DeepSeek-V4's head outside the nested scan's
+    layers)."""
     fast = {
         ("hc_dynamic", "dots", "encdec"),
         ("mhc", "full", "encdec"),
@@ -103,9 +104,9 @@ def _remat_cases() -> list:
 
 @pytest.mark.parametrize("variant, remat, group, arch, n", _remat_cases())
 def test_remat_recomputation_equals_the_census(variant, remat, group, arch, n):
-    """``dots`` recomputes the mixes by a matrix per position, ``full`` the whole layer but mHC's
-    last H_res·x, the nested scan the layers but DeepSeek-V4's head: the census's gradient over
-    the model's count is ``remat_flops_ratio``, to rounding."""
+    """``dots`` recomputes the mixes by a matrix per position, ``full`` the whole layer, the
+    nested scan the layers but DeepSeek-V4's head: the census's gradient over the model's count
+    is ``remat_flops_ratio``, to rounding."""
     cfg, shapes, _, grad = _census(arch, variant, n, remat_policy=remat, scan_group_size=group)
     expected = flops.remat_flops_ratio(cfg, shapes)
     assert grad / flops.train_flops_per_step(cfg, shapes) == pytest.approx(expected, rel=1e-12)

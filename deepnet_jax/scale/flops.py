@@ -232,13 +232,12 @@ def remat_flops_ratio(
     * ``none``: nothing recomputed, 1;
     * ``dots`` (``dots_with_no_batch_dims_saveable``): projection and FFN outputs are kept, the
       attention scores and PV (batched dots) are recomputed: ``attention_flops``, and the stream
-      schemes' mixes by a matrix per position (``stream_flops.batched_forward_flops``) but mHC's
-      last H_res·x of each layer (``stream_flops.unneeded_forward_flops``);
+      schemes' mixes by a matrix per position (``stream_flops.batched_forward_flops``);
     * ``full``: every layer's forward is recomputed (``forward_flops`` less the vocabulary
       projection and DeepSeek-V4's HyperHead, which are outside the layers), but for the
       pre-norm schemes (pre_ln, subln: x + F(LN(x))) the FFN's output projection, 2·d·F per
       token: its output only joins the residual sum, which the backward pass does not need (jax
-      drops that recomputation), and for mHC the last sublayer's H_res·x, likewise;
+      drops that recomputation);
     * a nested scan (``scan_group_size`` ≠ 0) recomputes each group's whole forward once more,
       before its layers' own policy applies: + the layers' forward;
     * ``qkv_fc1``, and the DLCL schemes (whose layer combination is a matmul flops.py leaves
@@ -259,9 +258,8 @@ def remat_flops_ratio(
     layers -= stream_flops.end_flops(model_config, B, T, S)
     tokens = model_config.num_decoder_layers * B * T
     tokens += model_config.num_encoder_layers * (S if model_config.arch == "encdec" else T) * B
-    unneeded = stream_flops.unneeded_forward_flops(model_config, B, T, S)
-    kept = unneeded + (2.0 * d * f * tokens if scheme.branch_output_kept else 0.0)
-    batched = stream_flops.batched_forward_flops(model_config, B, T, S) - unneeded
+    kept = 2.0 * d * f * tokens if scheme.branch_output_kept else 0.0
+    batched = stream_flops.batched_forward_flops(model_config, B, T, S)
     recompute = {
         "none": 0.0,
         "dots": attention_flops(model_config, batch_shapes) + batched,

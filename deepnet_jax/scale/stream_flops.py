@@ -9,19 +9,20 @@ streams H [B, T, n, D]:
 * HC static: (A_m A_r)ᵀH, an [n, n+1] matrix against the n streams: 2n(n+1)D;
 * HC dynamic: that with the per-position (A_m A_r), plus the projections of the normed streams
   H̄W (W_m W_r) [D, n+1] and H̄W_β [D], each per stream: 2n(n+1)D + 2n(n+1)D + 2nD = 2nD(2n+3);
-* mHC: vec(x)·φ, [nD] against [nD, n² + 2n] (φ_pre, φ_post, φ_res), then H_pre·x (2nD) and
-  H_res·x (2n²D): 2nD(n² + 2n) + 2nD + 2n²D = 2nD(n² + 3n + 1).
+* mHC: vec(x)·φ, [nD] against [nD, n² + 2n] (φ_pre, φ_post, φ_res): 2nD(n² + 2n). Its mixes
+  H_pre·x (2nD) and H_res·x (2n²D) are n broadcast products summed (``hyper.combine``, so
+  that XLA fuses them with their neighbours), not matmuls.
 
 Where each stack ends, per token: the paper's sum of the streams is no matmul (0); DeepSeek-V4's
-HyperHead (``mhc_variant="deepseek_v4"``) projects vec(x)·φ [nD, n] and sums Σ wᵢxᵢ:
-2n²D + 2nD = 2nD(n + 1).
+HyperHead (``mhc_variant="deepseek_v4"``) projects vec(x)·φ [nD, n]: 2n²D (its Σ wᵢxᵢ is a
+``hyper.combine``).
 
 Not counted, as flops.py leaves out the O(D) work: Bᵀ·G and H_postᵀ·G (a broadcast product,
-n·D multiplies), the norms (N_hc, mHC's RMSNorm), tanh, σ, the copy into n streams, the sum at
-the end, and Sinkhorn-Knopp (per iteration a column and a row sum and division of the n×n
-matrix: reductions, no matmul). The backward pass is 2 × forward, as for every matmul here: each
-connection matmul takes the gradient of both operands (the streams and a weight or a mixing
-matrix), so a training step counts 3 × these too.
+n·D multiplies), mHC's mixes (O(n²D) multiplies, elementwise), the norms (N_hc, mHC's RMSNorm),
+tanh, σ, the copy into n streams, the sum at the end, and Sinkhorn-Knopp (per iteration a column
+and a row sum and division of the n×n matrix: reductions, no matmul). The backward pass is
+2 × forward, as for every matmul here: each connection matmul takes the gradient of both
+operands (the streams and a weight or a mixing matrix), so a training step counts 3 × these too.
 """
 
 from __future__ import annotations
@@ -39,22 +40,20 @@ def connection_flops(model_config: TransformerConfig) -> tuple[int, int]:
     if isinstance(scheme, HyperConnections):
         return (2 * n * d * (2 * n + 3) if model_config.hc_dynamic else 2 * n * (n + 1) * d), 0
     if isinstance(scheme, MHC):
-        head = 2 * n * d * (n + 1) if model_config.mhc_variant == "deepseek_v4" else 0
-        return 2 * n * d * (n * n + 3 * n + 1), head
+        head = 2 * n * n * d if model_config.mhc_variant == "deepseek_v4" else 0
+        return 2 * n * d * (n * n + 2 * n), head
     return 0, 0
 
 
 def batched_connection_flops(model_config: TransformerConfig) -> int:
     """The part of a sublayer's connection FLOPs per token whose matmuls have batch dimensions
-    (a mixing matrix per position: dynamic HC's (A_m A_r)ᵀH, mHC's H_pre·x and H_res·x), which
-    ``remat_policy="dots"`` (``dots_with_no_batch_dims_saveable``) recomputes; the projections
-    against a weight (and static HC's mix) have none and are saved."""
+    (a mixing matrix per position: dynamic HC's (A_m A_r)ᵀH), which ``remat_policy="dots"``
+    (``dots_with_no_batch_dims_saveable``) recomputes; the projections against a weight (and
+    static HC's mix) have none and are saved, and mHC's mixes are no matmuls."""
     scheme = schemes.get(model_config.scheme)
     n, d = model_config.hc_rate, model_config.d_model
     if isinstance(scheme, HyperConnections):
         return 2 * n * (n + 1) * d if model_config.hc_dynamic else 0
-    if isinstance(scheme, MHC):
-        return 2 * n * d + 2 * n * n * d
     return 0
 
 
@@ -103,14 +102,3 @@ def batched_forward_flops(model_config: TransformerConfig, B: int, T: int, S: in
     """The part of :func:`forward_flops` in matmuls with batch dimensions: every sublayer's
     :func:`batched_connection_flops`."""
     return _over_sides(model_config, B, T, S, batched_connection_flops(model_config))
-
-
-def unneeded_forward_flops(model_config: TransformerConfig, B: int, T: int, S: int) -> float:
-    """Forward FLOPs whose output the backward pass does not need, so rematerialization does
-    not recompute them (jax drops them): mHC's H_res·x in the last sublayer of each layer,
-    2n²D per token per layer, whose output only joins the layer's output sum (an earlier
-    sublayer's is the next one's input, and dynamic HC's A_rᵀH shares its matmul with h₀)."""
-    if not isinstance(schemes.get(model_config.scheme), MHC):
-        return 0.0
-    n = model_config.hc_rate
-    return _over_sides(model_config, B, T, S, 0, layer=2 * n * n * model_config.d_model)

@@ -21,7 +21,9 @@ the scan's carry, so a scanned stack still traces one layer body.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
+import operator
 from typing import Any, ClassVar
 
 import jax
@@ -159,15 +161,33 @@ def sinkhorn(logits: jax.Array, iters: int, eps: float = 0.0) -> jax.Array:
     M⁽ᵗ⁾ = T_r(T_c(M⁽ᵗ⁻¹⁾)) for t = 1 … ``iters``, T_c dividing each column by its sum and T_r
     each row. The first T_c of exp is a softmax over the column (the same numbers, computed
     stably). ``eps`` > 0 is DeepSeek-V4's (Hugging Face's ``DeepseekV4HyperConnection``):
-    M ← softmax + ε after the first T_c and every sum + ε; eps = 0 is the paper's."""
+    M ← softmax + ε after the first T_c and every sum + ε; eps = 0 is the paper's.
+
+    The iterations are unrolled (``iters`` is static): XLA fuses each normalization of the
+    per-position [n, n] matrices into one small kernel, where a ``fori_loop``'s backward pass
+    stacks every iterate into [iters − 1, .., n, n] buffers and copies them (docs/schemes.md)."""
     m = jax.nn.softmax(logits, axis=-2) + eps
     m = m / (jnp.sum(m, axis=-1, keepdims=True) + eps)
 
-    def step(_, m: jax.Array) -> jax.Array:
+    for _ in range(iters - 1):
         m = m / (jnp.sum(m, axis=-2, keepdims=True) + eps)
-        return m / (jnp.sum(m, axis=-1, keepdims=True) + eps)
+        m = m / (jnp.sum(m, axis=-1, keepdims=True) + eps)
+    return m
 
-    return jax.lax.fori_loop(0, iters - 1, step, m)
+
+def combine(weights: jax.Array, x: jax.Array) -> jax.Array:
+    """Σ_j w_j·x_j over the n streams x [.., n, D], with weights a vector [.., n] per position
+    (→ [.., D]: H_pre·x, the head) or a matrix [.., m, n] (→ [.., m, D]: H_res·x, row i the
+    weights of new stream i). Written as n broadcast products summed in stream order, so that
+    XLA fuses it elementwise with its neighbours (the branch's H_postᵀ·F added, the norm that
+    reads H_pre·x); an einsum over the few streams lowers to a batched matmul, a kernel of its
+    own that writes the mix to memory (and, in float32 on an NVIDIA GPU, rounds the streams to
+    TF32 at jax's default precision)."""
+    if weights.ndim == x.ndim:  # a matrix per position: [.., m, n] → [.., m, D]
+        terms = (weights[..., :, j, None] * x[..., j, None, :] for j in range(x.shape[-2]))
+    else:
+        terms = (weights[..., j, None] * x[..., j, :] for j in range(x.shape[-2]))
+    return functools.reduce(operator.add, terms)
 
 
 def _fan_in_normal(key: jax.Array, shape: tuple[int, ...], dtype=_FLOAT) -> jax.Array:
@@ -179,7 +199,9 @@ def _projected(ops: Ops, prefix: str, x: jax.Array, sizes: tuple[int, ...]) -> l
     """mHC eq. 7 for parameters ``{prefix}_phi`` (φ [n, D, Σ sizes], flattened stream-major as
     vec(x)), ``{prefix}_bias`` (b [Σ sizes], 0 at init) and ``{prefix}_alpha`` (one α per
     part, 0.01 at init): α∘(RMSNorm(vec(x))·φ) + b, split into ``sizes`` parts [B, T, size].
-    The RMSNorm has no weight (the paper folds it into φ: Section 4.3.1); ε = layernorm_eps."""
+    The RMSNorm has no weight (the paper folds it into φ: Section 4.3.1); ε = layernorm_eps.
+    As the paper's kernels do (Section 4.3.1), the division by the RMS follows the matmul,
+    (vec(x)·φ)/RMS: the same product, scaled [B, T, Σ sizes] instead of [B, T, nD]."""
     n, D = x.shape[-2:]
     width = sum(sizes)
     phi = ops.param(f"{prefix}_phi", _fan_in_normal, (n, D, width), (None, "embed", None))
@@ -187,8 +209,8 @@ def _projected(ops: Ops, prefix: str, x: jax.Array, sizes: tuple[int, ...]) -> l
     init = jax.nn.initializers.constant(constants.MHC_ALPHA_INIT)
     alpha = ops.param(f"{prefix}_alpha", init, (len(sizes),), (None,))
     flat = x.astype(_FLOAT).reshape(*x.shape[:-2], n * D)
-    flat = flat * jax.lax.rsqrt(jnp.mean(flat * flat, -1, keepdims=True) + ops.config.layernorm_eps)
-    z = flat @ phi.reshape(n * D, width)
+    inv_rms = jax.lax.rsqrt(jnp.mean(flat * flat, -1, keepdims=True) + ops.config.layernorm_eps)
+    z = (flat @ phi.reshape(n * D, width)) * inv_rms
     z = z * alpha[np.repeat(np.arange(len(sizes)), sizes)] + bias
     return jnp.split(z, list(itertools.accumulate(sizes))[:-1], axis=-1)
 
@@ -219,10 +241,10 @@ class MHC(Stream):
     ) -> tuple[jax.Array, Residual]:
         """x [B, T, n, D] → H_res·x + H_postᵀ·dropout(G(N(H_pre·x))) (eq. 3)."""
         pre, post, res = (m.astype(x.dtype) for m in self.mappings(ops, sub.name, x))
-        h0 = jnp.einsum("...i,...id->...d", pre, x)
+        h0 = combine(pre, x)
         ops.record(sub.norm, h0)
         f = sub.branch(ops.norm(sub.norm)(h0))
-        return jnp.einsum("...ij,...jd->...id", res, x) + post[..., None] * f[..., None, :], state
+        return combine(res, x) + post[..., None] * f[..., None, :], state
 
     def collapse(self, ops: Ops, x: jax.Array) -> jax.Array:
         """The paper's: the sum of the streams (HC's). DeepSeek-V4's HyperHead: Σ_i w_i·x_i with
@@ -232,7 +254,7 @@ class MHC(Stream):
             return super().collapse(ops, x)
         (w,) = _projected(ops, "mhc_head", x, (x.shape[-2],))
         w = jax.nn.sigmoid(w) + self.eps(ops.config)
-        return jnp.einsum("...i,...id->...d", w.astype(x.dtype), x)
+        return combine(w.astype(x.dtype), x)
 
 
 HYPER_CONNECTIONS = HyperConnections(
