@@ -12,8 +12,10 @@ import pytest
 from conftest import init_params, tiny_config
 from test_training import small_config
 
+from deepnet_jax.configs import base as base_config
 from deepnet_jax.data import synthetic
 from deepnet_jax.model import architectures
+from deepnet_jax.scale import hlo_module
 from deepnet_jax.training import actions, optimizers, train
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import steps as train_steps
@@ -112,18 +114,67 @@ def test_bad_nan_fields(field, value, message):
         train.validate(c)
 
 
-def test_the_gate_selects_the_state_instead_of_branching_around_the_update():
-    """The gate is an elementwise select after the update, not a ``conditional`` holding the
-    forward and backward scans (inside one, XLA copied every stacked buffer the loops carry:
-    docs/scaling.md, "The kernel model")."""
+def _compiled_step(config):
     from deepnet_jax.scale import targets
-    from deepnet_jax.training import config as train_config
     from deepnet_jax.training import memory_plan
 
-    config = train_config.resolve(_config("halt"))
-    step = memory_plan.compile_step(config, jax.devices()[:1], targets.parse("cpu:1"))
-    text = step.executable.as_text()
-    assert " while(" in text and " conditional(" not in text
+    config = train_config.resolve(config)
+    return memory_plan.compile_step(config, jax.devices()[:1], targets.parse("cpu:1"))
+
+
+def _called(ins: hlo_module.Instruction) -> list[str]:
+    """The computations ``ins`` names (loop bodies, branches, fused computations …)."""
+    names = [name for _, name in hlo_module.CALLEES.findall(ins.rest)]
+    for _, listed in hlo_module.CALLEE_LISTS.findall(ins.rest):
+        names += [n.strip().lstrip("%") for n in listed.split(",") if n.strip()]
+    return names
+
+
+def _whiles_under(module: hlo_module.Module, name: str) -> int:
+    """``while`` instructions in computation ``name`` and in every computation it calls."""
+    return sum(
+        (ins.opcode == "while") + sum(_whiles_under(module, c) for c in _called(ins))
+        for ins in module.computations[name]
+    )
+
+
+def test_the_gate_branches_around_the_optimizer_only():
+    """The gate's ``conditional`` holds the optimizer's update, not the forward and backward
+    scans (inside it, XLA copied every stacked buffer the loops carry: docs/scaling.md, "The
+    kernel model")."""
+    step = _compiled_step(_config("halt"))
+    module = hlo_module.parse(step.executable.as_text())
+    entry = module.computations[module.entry]
+    gates = [ins for ins in entry if ins.opcode == "conditional"]
+    assert any(ins.opcode == "while" for ins in entry) and len(gates) == 1
+    branches = _called(gates[0])
+    assert len(branches) == 2 and sum(_whiles_under(module, b) for b in branches) == 0
+
+
+def _gate_plan(layers: int):
+    """The planned step of a decoder-only model, float32, full remat: d 64, 2 heads, FFN 128,
+    16 rows of 64 tokens, vocabulary 4096, ``layers`` layers."""
+    c = base_config.get_config()
+    c.data.batch_size, c.data.max_len, c.data.vocab_size = 16, 64, 4096
+    m = c.model
+    m.arch, m.num_encoder_layers, m.num_decoder_layers = "decoder", 0, layers
+    m.d_model, m.num_heads, m.ffn_dim, m.dropout, m.remat_policy = 64, 2, 128, 0.0, "full"
+    return _compiled_step(c).plan
+
+
+def test_the_gate_adds_no_per_layer_temporaries():
+    """Full remat over a scan keeps, per layer, one float32 residual [B, T, D] and the layer's
+    float32 gradient; the planner's temporaries grow by exactly that (16 → 32 layers). The
+    allowance, a quarter of a layer's gradient, is for XLA's scheduling. A select after an
+    always-applied update (commit 2a2373c) made XLA:CPU copy the optimizer's moments at the
+    step's start: +149,760 B per layer here (docs/scaling.md, "Nested (√L) scan")."""
+    low, high = _gate_plan(16), _gate_plan(32)
+    rows, length = high.batch_shape
+    residual = rows * length * 64 * 4
+    layer_grad = (high.params - low.params) // 16  # float32: a layer's gradient bytes
+    slope = (high.temporaries - low.temporaries) / 16
+    assert layer_grad == 33_472 * 4  # 4·d² + 4d attention, 2·d·f + f + d FFN, 4d norms
+    assert slope <= residual + layer_grad + layer_grad / 4, (slope, residual, layer_grad)
 
 
 def _accumulating(policy: str, updates: int):

@@ -132,21 +132,35 @@ def _update_fn(
     base_key: jax.Array,
     layer_grad_norms: bool,
 ) -> Callable:
-    """``update(params, opt_state, batch, step, learning_rate) -> (params, opt_state,
-    metrics)``: one optimizer update (see :func:`make_train_step` for the metrics)."""
+    """``update(params, opt_state, batch, step, learning_rate, proceed=None) -> (params,
+    opt_state, metrics)``: one optimizer update (see :func:`make_train_step` for the metrics).
+
+    With ``proceed`` (a bool scalar) the optimizer's update is applied if it is true; if false
+    the state comes back unchanged (``update_norm`` and ``param_norm`` 0). The forward and
+    backward passes run either way (:func:`_gated`)."""
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-    def update(params, opt_state, batch: Batch, step, learning_rate):
-        stop = batch.pop(preemption.STOP_KEY, None)
-        (loss, sums), grads = grad_fn(params, batch, jax.random.fold_in(base_key, step), False)
+    def apply(params, opt_state, grads, learning_rate):
         updates, opt_state = optimizer.update(grads, opt_state, params, learning_rate=learning_rate)
         params = optax.apply_updates(params, updates)
+        return params, opt_state, optax.tree.norm(updates), optax.tree.norm(params)
+
+    def update(params, opt_state, batch: Batch, step, learning_rate, proceed=None):
+        stop = batch.pop(preemption.STOP_KEY, None)
+        (loss, sums), grads = grad_fn(params, batch, jax.random.fold_in(base_key, step), False)
+        args = (params, opt_state, grads, learning_rate)
+        if proceed is None:
+            params, opt_state, update_norm, param_norm = apply(*args)
+        else:
+            params, opt_state, update_norm, param_norm = jax.lax.cond(
+                proceed, apply, _hold(jax.eval_shape(apply, *args)), *args
+            )
         metrics = {
             **sums,
             "loss": loss,
             "grad_norm": optax.tree.norm(grads),
-            "update_norm": optax.tree.norm(updates),
-            "param_norm": optax.tree.norm(params),
+            "update_norm": update_norm,
+            "param_norm": param_norm,
         }
         if layer_grad_norms:
             metrics["layer_grad_norm"] = diagnostics.layer_grad_norms(grads)
@@ -157,26 +171,34 @@ def _update_fn(
     return update
 
 
+def _hold(shapes: tuple) -> Callable:
+    """The gate's closed branch: ``(params, opt_state, grads, learning_rate) -> (params,
+    opt_state, 0, 0)``, the zeros of the norms' dtypes in ``shapes`` (``apply``'s outputs)."""
+
+    def hold(params, opt_state, grads, learning_rate):
+        del grads, learning_rate
+        return params, opt_state, *(jnp.zeros(s.shape, s.dtype) for s in shapes[2:])
+
+    return hold
+
+
 def _gated(update: Callable, halt_after: int) -> Callable:
     """``update`` behind the non-finite gate: with ``bad_in_a_row`` (consecutive non-finite
     steps before this one) at ``halt_after`` it changes nothing (zero metrics); the returned
     metrics carry the count updated under :data:`BAD_IN_A_ROW`.
 
-    The update always runs and the gate selects its result or the old state, element by
-    element (``jnp.where``, fused into the optimizer's own elementwise kernels): a
-    ``lax.cond`` around the whole update put the forward and backward scans inside a branch,
-    where XLA copied every stacked buffer the loops carry (docs/scaling.md, "The kernel
-    model")."""
+    The forward and backward passes always run; a ``lax.cond`` holds only the optimizer's
+    elementwise update (``update``'s ``proceed``). Around the whole update, the conditional's
+    branch held the scans, and XLA copied every stacked buffer the loops carry
+    (docs/scaling.md, "The kernel model"). A select after an always-applied update
+    (``jnp.where(proceed, new, old)`` per leaf) costs memory instead: the optimizer's kernels and
+    the selects both read the old moments in no fixed order, so XLA:CPU copied every moment
+    (two float32 copies of the parameters) at the step's start, live through the forward and
+    backward passes (docs/scaling.md, "Nested (√L) scan")."""
 
     def gated(params, opt_state, batch, step, learning_rate, bad_in_a_row):
         proceed = bad_in_a_row < halt_after
-        new_params, new_opt_state, metrics = update(params, opt_state, batch, step, learning_rate)
-
-        def keep(new: jax.Array, old: jax.Array) -> jax.Array:
-            return jnp.where(proceed, new, old)
-
-        params = jax.tree.map(keep, new_params, params)
-        opt_state = jax.tree.map(keep, new_opt_state, opt_state)
+        params, opt_state, metrics = update(params, opt_state, batch, step, learning_rate, proceed)
         metrics = jax.tree.map(lambda m: jnp.where(proceed, m, jnp.zeros_like(m)), metrics)
         finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(metrics["grad_norm"])
         counted = jnp.where(finite, 0, bad_in_a_row + 1)
