@@ -404,7 +404,7 @@ def test_completep_error_names_the_field_and_the_schemes():
     assert "pre_ln, subln, peri_ln, ln_scaling" in message
 
 
-@pytest.mark.parametrize("name", p13n.FIELDS)
+@pytest.mark.parametrize("name", p13n.COMPLETEP_FIELDS)
 def test_completep_fields_belong_to_completep(name):
     c = tiny_config("decoder", "pre_ln")
     c[name] = 2 * c[name]
