@@ -18,6 +18,7 @@ pytest.importorskip("torchscale")  # the package only: its modules need the benc
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow  # a benchmark's smoke run (33 s in the default run)
 def test_vs_torchscale_smoke():
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.vs_torchscale", "--smoke"],

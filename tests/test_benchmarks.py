@@ -48,6 +48,7 @@ def test_sharding_benchmark_smoke():
     assert len(plans) == 2 and all(p["peak"] > p["params"] + p["opt_state"] for p in plans)
 
 
+@pytest.mark.slow  # a benchmark's smoke run; its record's writer: tests/test_records.py
 def test_step_efficiency_benchmark_smoke(tmp_path):
     record_path = tmp_path / "record.json"
     out = [f"--out={record_path}"]
@@ -156,6 +157,7 @@ def test_profile_step_summarize_classifies_ops_and_skips_loops():
     assert summary["ms_per_step_by_thread"] == {"pool#0": 6.5}
 
 
+@pytest.mark.slow  # a benchmark's smoke run; its record's writer: tests/test_records.py
 def test_profile_step_benchmark_smoke(tmp_path):
     pytest.importorskip("xprof")  # the bench extra
     out = tmp_path / "record.json"

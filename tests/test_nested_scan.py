@@ -58,8 +58,7 @@ FAST = {
     ("decoder", "pre_ln"),
     ("decoder", "mix_ln"),
     ("encoder", "ln_scaling"),
-    ("decoder", "hyper_connections"),  # the n streams: a carry [B, T, n, D]
-    ("decoder", "mhc"),
+    ("decoder", "hyper_connections"),  # the n streams: a carry [B, T, n, D] (mHC: -m slow)
 }
 
 

@@ -355,7 +355,18 @@ def test_denseformer_starts_as_pre_ln():
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("scheme", (*STACKS, "dyt"))
+# in the default run: a scheme of each residual form whose cache differs (a mixed norm, the n
+# streams, DyT in place of the norms); the others under -m slow
+DECODED_BY_DEFAULT = ("mix_ln", "hyper_connections", "dyt")
+
+
+@pytest.mark.parametrize(
+    "scheme",
+    [
+        pytest.param(s, marks=() if s in DECODED_BY_DEFAULT else pytest.mark.slow)
+        for s in (*STACKS, "dyt")
+    ],
+)
 def test_encoder_decoder_trains_and_decodes_from_its_cache(scheme):
     """Forward, backward (every parameter a gradient) and cached decoding equal to the full
     forward, with dropout off; Admin after its profiling."""
