@@ -7,8 +7,10 @@ argv: workdir. Trains 2 steps on mesh (data 2, fsdp 2, tensor 2) with a checkpoi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 
 import jax
 
@@ -30,7 +32,10 @@ def config(steps: int):
     return c
 
 
-def count(steps: int, workdir: str) -> int:
+@contextlib.contextmanager
+def compiles() -> Iterator[list[str]]:
+    """The ``fun_name`` of every XLA compile (or persistent-cache load: jax reports both as a
+    backend compile) while inside."""
     names: list[str] = []
 
     def listen(event: str, duration: float, **kwargs) -> None:
@@ -39,9 +44,14 @@ def count(steps: int, workdir: str) -> int:
 
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:
-        train.run(config(steps), workdir)
+        yield names
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
+
+
+def count(steps: int, workdir: str) -> int:
+    with compiles() as names:
+        train.run(config(steps), workdir)
     return names.count("jit(train_step)")
 
 

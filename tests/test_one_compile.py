@@ -3,7 +3,6 @@ planned executable is the trainer's step for the batch shape it was planned at
 (:mod:`deepnet_jax.training.planned_step`); any other input takes the jitted step, never the
 executable."""
 
-import contextlib
 import json
 import os
 import subprocess
@@ -12,6 +11,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+from compile_count_worker import compiles
 from conftest import xla_flags
 from test_training import small_config
 
@@ -20,24 +20,6 @@ from deepnet_jax.training import config as train_config
 from deepnet_jax.training import memory_plan, planned_step, preemption, train
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
-
-
-@contextlib.contextmanager
-def compiles():
-    """The ``fun_name`` of every XLA compile (or persistent-cache load: jax reports both as a
-    backend compile) while inside."""
-    names: list[str] = []
-
-    def listen(event: str, duration: float, **kwargs) -> None:
-        if event == BACKEND_COMPILE:
-            names.append(str(kwargs.get("fun_name", "")))
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
-        yield names
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
 
 
 def _auto(steps: int = 2):
