@@ -12,10 +12,11 @@
 set -u
 : "${OUT:?set OUT to the folder for the records}"
 TARGET="${TARGET:-h200-1}"
-CAP="${CAP:-150}"
+CAP="${CAP:-90}"
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 CUDNN=(--set=model.attention_impl=cudnn --set=model.attention_dropout=0.0)
 ONE_GPU=(--set=data.max_tokens=8192)
+BIG_REMAT=(--set=model.remat_policy=${BIG_REMAT_POLICY:-full})
 
 row() {  # row NAME CONFIG PROFILE(0|1) ARGS...: one benchmarks.on_device process
   local name=$1 config=$2 profile=$3
@@ -38,11 +39,14 @@ row() {  # row NAME CONFIG PROFILE(0|1) ARGS...: one benchmarks.on_device proces
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import jax, flax, optax, orbax.checkpoint as o; print('jax', jax.__version__, \
 'flax', flax.__version__, 'optax', optax.__version__, jax.devices())"
-row wmt_cudnn_full wmt17_ende 1 "${CUDNN[@]}" --set=model.remat_policy=full
+# 2026-11-28 (second run): the current step against the first run's rows, then the levers
 row wmt_cudnn_dots wmt17_ende 1 "${CUDNN[@]}" --set=model.remat_policy=dots
-CAP=200 row deepnet3b_dots deepnet_3b 1 "${ONE_GPU[@]}" --set=model.remat_policy=dots
-row wmt_cudnn_none wmt17_ende 0 "${CUDNN[@]}" --set=model.remat_policy=none
-row wmt_reference_dots wmt17_ende 0 --set=model.attention_impl=reference \
-  --set=model.remat_policy=dots
-CAP=200 row wmt_defaults wmt17_ende 0
+CAP=120 row wmt_defaults wmt17_ende 0
+CAP=150 row deepnet3b_dots deepnet_3b 1 "${ONE_GPU[@]}" --set=model.remat_policy=dots
+row wmt_dots_fused_qkv wmt17_ende 0 "${CUDNN[@]}" --set=model.remat_policy=dots \
+  --set=model.fused_qkv=True
+row wmt_dots_no_dropout wmt17_ende 0 "${CUDNN[@]}" --set=model.remat_policy=dots \
+  --set=model.dropout=0.0
+row wmt_dots_loss_chunk wmt17_ende 0 "${CUDNN[@]}" --set=model.remat_policy=dots --set=loss_chunk=32
+CAP=150 row deepnet3b_32k deepnet_3b 0 --set=data.max_tokens=32768 "${BIG_REMAT[@]}"
 echo "== done"
