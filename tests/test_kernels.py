@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import pytest
 
 from deepnet_jax.configs import default
-from deepnet_jax.scale import hlo_census, kernels, targets
+from deepnet_jax.scale import calibration, hlo_census, kernels, targets
 from deepnet_jax.training import memory_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -183,6 +183,12 @@ def test_the_plan_predicts_a_gpu_step_from_its_kernels():
     assert all(k.seconds < 0.01 * plan.predicted_step_s for k in unclassified)
     for kind in ("attention", "projections", "ffn", "norms", "loss", "optimizer"):
         assert plan.kernel_classes[kind] > 0, kind
+    # the H100 is calibrated (Hopper's factors): each class times its factor, plus u
+    cal = calibration.for_chip(chip.name)
+    assert math.isclose(plan.calibrated_step_s, cal.seconds(plan.kernel_classes), rel_tol=1e-12)
+    assert math.isclose(
+        plan.calibrated_mfu, plan.model_flops / chip.peak_flops / plan.calibrated_step_s
+    )
 
 
 @needs_cuda_plugin
@@ -196,6 +202,8 @@ def test_cli_prints_the_kernel_table_and_the_json_figures():
     lines = proc.stdout.strip().splitlines()
     plan = json.loads(lines[-1])
     assert plan["predicted_step_s"] > 0 and 0 < plan["predicted_mfu"] < 1
+    assert plan["calibrated_step_s"] > 0
+    assert any(line.startswith("calibrated (") for line in lines)
     assert set(plan["kernel_classes"]) == set(kernels.CLASSES) and "kernels" not in plan
     rows = [line for line in lines if line.startswith("| ") and "| class |" not in line]
     assert len(rows) > 20 and "kernel model" in proc.stdout

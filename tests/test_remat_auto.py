@@ -230,15 +230,47 @@ def test_on_a_chip_auto_picks_the_fastest_predicted_candidate_that_fits(monkeypa
     lines = []
     chosen, _ = remat_auto.choose(c, jax.devices(), lines.append, judged_on=targets.parse("h100-1"))
     assert (chosen.model.remat_policy, chosen.model.scan_group_size) == ("dots", 0)
-    assert len(planned) == len(remat.CANDIDATES)  # every candidate planned
+    flat = [pair for pair in remat.CANDIDATES if pair[1] == 0]
+    assert planned == flat  # every flat candidate planned; a flat one fits: no nested ones
     assert "predicted step" in lines[0] and "did not fit" in lines[0]
+    planned.clear()
+    peaks.update({pair: 9 * GIB for pair in flat})  # no flat candidate fits: the nested ones
+    chosen, _ = remat_auto.choose(c, jax.devices(), lines.append, judged_on=targets.parse("h100-1"))
+    assert planned == list(remat.CANDIDATES) and chosen.model.scan_group_size == -1
+    for pair in flat:
+        del peaks[pair]
+    peaks.update({("none", 0): 9 * GIB, ("qkv_fc1", 0): 9 * GIB})
     planned.clear()
     chosen, _ = remat_auto.choose(c, jax.devices(), lines.append)  # CPU: no chip figures
     assert (chosen.model.remat_policy, planned) == ("dots", [("none", 0), ("dots", 0)])
 
 
-def _plan_with(peak: int, step: float | None) -> memory_plan.Plan:
-    """A plan of this peak and predicted step time (the fields ``choose`` does not read:
-    None)."""
+def test_a_calibrated_prediction_ranks_before_the_roofline_sum(monkeypatch):
+    """Where the chip's family is calibrated, ``auto`` ranks by the calibrated step: here the
+    roofline sum prefers ``full`` and the calibrated step ``dots``."""
+    from deepnet_jax.scale import targets
+
+    roofline = {("none", 0): 3.0, ("dots", 0): 2.0, ("qkv_fc1", 0): 2.5, ("full", 0): 1.5}
+    calibrated = {("none", 0): 5.0, ("dots", 0): 3.0, ("qkv_fc1", 0): 4.0, ("full", 0): 3.5}
+
+    def compile_step(config, devices=None, target=None):
+        key = (config.model.remat_policy, config.model.scan_group_size)
+        plan = _plan_with(GIB, roofline[key], calibrated[key])
+        return memory_plan.CompiledStep(plan, None, None, {}, config)
+
+    monkeypatch.setattr(memory_plan, "compile_step", compile_step)
+    c = RunConfig.from_config(_config()).replace(memory_budget_gb=2.0)
+    lines = []
+    chosen, _ = remat_auto.choose(c, jax.devices(), lines.append, judged_on=targets.parse("h200-1"))
+    assert chosen.model.remat_policy == "dots"
+    assert "remat_policy='dots', scan_group_size=0 3e+03 ms" in lines[0]
+    assert lines[0].endswith("(calibrated)")
+
+
+def _plan_with(peak: int, step: float | None, calibrated: float | None = None) -> memory_plan.Plan:
+    """A plan of this peak, predicted and calibrated step time (the fields ``choose`` does not
+    read: None)."""
     fields = {f.name: None for f in dataclasses.fields(memory_plan.Plan) if f.name != "kernels"}
-    return memory_plan.Plan(**{**fields, "peak": peak, "predicted_step_s": step})
+    return memory_plan.Plan(
+        **{**fields, "peak": peak, "predicted_step_s": step, "calibrated_step_s": calibrated}
+    )

@@ -34,7 +34,16 @@ import ml_collections
 import numpy as np
 
 from deepnet_jax.model.config import TransformerConfig
-from deepnet_jax.scale import flops, hlo_census, hlo_module, kernels, roofline, sharding, targets
+from deepnet_jax.scale import (
+    calibration,
+    flops,
+    hlo_census,
+    hlo_module,
+    kernels,
+    roofline,
+    sharding,
+    targets,
+)
 from deepnet_jax.training import abstract_step, attention_auto, run_config
 from deepnet_jax.training.abstract_step import GIB, AbstractStep
 from deepnet_jax.training.run_config import RunConfig
@@ -79,6 +88,10 @@ class Plan:
     predicted_step_s: float | None = None
     predicted_mfu: float | None = None
     kernel_classes: dict[str, float] | None = None
+    # the same classes times their chip family's measured factors (scale.calibration); None
+    # where the family has no calibration (TPUs, A100, B200) or on a CPU
+    calibrated_step_s: float | None = None
+    calibrated_mfu: float | None = None
     kernels: list[Any] = dataclasses.field(default_factory=list, repr=False)  # scale.kernels.Kernel
 
 
@@ -251,12 +264,18 @@ def _kernel_figures(
 ) -> dict[str, Any]:
     """The plan's fields from the kernel-level cost model (``found``, none on a CPU):
     predicted step seconds, the MFU they imply for ``model_flops`` per device, seconds per
-    kernel class, the kernels."""
+    kernel class, the calibrated step and MFU (``scale.calibration``), the kernels."""
     predicted = sum(k.seconds for k in found) if found else None
+    classes = kernels.by_class(found) if found else None
+    cal = calibration.for_chip(chip.name) if classes else None
+    calibrated = cal.seconds(classes) if cal else None
+    ideal = model_flops / chip.peak_flops if chip.peak_flops else 0.0
     return {
         "predicted_step_s": predicted,
-        "predicted_mfu": (model_flops / chip.peak_flops) / predicted if predicted else None,
-        "kernel_classes": kernels.by_class(found) if found else None,
+        "predicted_mfu": ideal / predicted if predicted else None,
+        "kernel_classes": classes,
+        "calibrated_step_s": calibrated,
+        "calibrated_mfu": ideal / calibrated if calibrated else None,
         "kernels": found,
     }
 

@@ -83,6 +83,11 @@ def _kernel_lines(plan: Plan) -> list[str]:
         f"kernel model (every kernel's roofline time, summed): step {total * 1e3:.2f} ms, "
         f"MFU {100 * plan.predicted_mfu:.1f}%",
     ]
+    if plan.calibrated_step_s:
+        lines.append(
+            f"calibrated (each class × its measured factor, scale.calibration): step "
+            f"{plan.calibrated_step_s * 1e3:.2f} ms, MFU {100 * plan.calibrated_mfu:.1f}%"
+        )
     for kind, seconds in sorted(plan.kernel_classes.items(), key=lambda item: -item[1]):
         if seconds:
             lines.append(f"  {kind:<14} {seconds * 1e3:9.2f} ms {100 * seconds / total:5.1f}%")

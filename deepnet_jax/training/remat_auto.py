@@ -5,11 +5,15 @@ has fixed the vocabulary; the planner's command line calls :func:`choose`) repla
 with a concrete ``model.remat_policy`` and ``model.scan_group_size``: it compiles the run's
 train step for each candidate with the AOT planner
 (:func:`deepnet_jax.training.memory_plan.compile_step`, abstract inputs, nothing allocated).
-On a TPU or GPU (the run's own, or a deviceless target) every candidate is planned and the one
-with the least predicted step time (:mod:`deepnet_jax.scale.kernels`) among those whose planned
-peak per device fits the budget is taken: on one H100, ``wmt17_ende`` with cuDNN's attention
-ran 1.19× slower without recomputation than at ``dots`` (docs/scaling.md), so the least
-recomputation is not the fastest.
+On a TPU or GPU (the run's own, or a deviceless target) every flat-scan candidate is planned
+and the one with the least predicted step time (:mod:`deepnet_jax.scale.kernels`, calibrated by
+:mod:`deepnet_jax.scale.calibration` where the chip's family has measured factors) among those
+whose planned peak per device fits the budget is taken: on one H100, ``wmt17_ende`` with cuDNN's
+attention ran 1.19× slower without recomputation than at ``dots`` (docs/scaling.md), so the
+least recomputation is not the fastest. The nested-scan candidates are planned only when no
+flat one fits: they recompute more to save memory, and each plan is a compile (the H200 run's
+``auto`` row spent most of its 132 s planning six candidates:
+docs/records/h200_run2/on_device_calibration_defaults.log).
 On a CPU, which has no chip figures, the candidates are planned cheapest first and the first
 that fits is taken. The candidates, their order and the budget are the model's
 (:mod:`deepnet_jax.model.remat`); this module is the search. It prints one line with the choice
@@ -23,9 +27,10 @@ plan's compile is the step's: a run compiles its train step once for the planned
 
 ``auto`` is the training config's default (``train_config.TRAINING_DEFAULTS``): on a CPU a
 model that fits trains without recomputation, and its one compile is the planning compile
-(candidate 1 fits; each candidate that does not fit adds one); on a TPU or GPU every candidate
-is compiled, the chosen one's kept and the others' extra. A model built directly
-(``deepnet_jax.build``) has no budget to plan against and defaults to ``full``.
+(candidate 1 fits; each candidate that does not fit adds one); on a TPU or GPU every flat
+candidate is compiled (the nested ones too when none fits), the chosen one's kept and the
+others' extra. A model built directly (``deepnet_jax.build``) has no budget to plan against
+and defaults to ``full``.
 The planner's figures are those of the backend it compiles for (the run's devices in
 ``trainer.build_run``; simulated CPU devices in ``python -m deepnet_jax.cli.plan``).
 """
@@ -81,7 +86,8 @@ def choose(
     ``deepnet_jax.training.config_checks.validate``) to train with, and its plan: on a chip with
     figures (``target``, deviceless, or ``judged_on``, the run's own accelerators) the one with
     the least predicted step time (``scale.kernels``) among those whose planned peak fits,
-    every candidate planned; elsewhere (CPU) the first that fits, cheapest first."""
+    every flat candidate planned (the nested ones when none fits); elsewhere (CPU) the first
+    that fits, cheapest first."""
     chosen, step = choose_step(config, devices, report, target, judged_on)
     return chosen, step.plan
 
@@ -106,6 +112,8 @@ def choose_step(
     ranked = judged_on is not None and judged_on.chip.peak_flops > 0
     tried, fit, best = [], [], None
     for (policy, group), c in configs.items():
+        if ranked and group and any(g == 0 for _, g, _ in fit):
+            break  # a flat scan fits: its nested candidates recompute more for less memory
         try:
             step = planner.compile_step(c, list(devices), judged_on)
         except DoesNotFitError:  # XLA itself refused it: more than the chip has
@@ -126,8 +134,10 @@ def choose_step(
     )
     if ranked:
         line += "; predicted step " + ", ".join(
-            f"{_name(p, k)} {r.predicted_step_s * 1e3:.3g} ms" for p, k, r in fit
+            f"{_name(p, k)} {(r.calibrated_step_s or r.predicted_step_s) * 1e3:.3g} ms"
+            for p, k, r in fit
         )
+        line += " (calibrated)" if step.plan.calibrated_step_s else " (roofline sum)"
     unfit = [t for t in tried if t[2] > budget]
     report(line + (f"; did not fit: {_tried(unfit)}" if unfit else ""))
     return c, step
@@ -176,8 +186,9 @@ def resolve_step(
 
 
 def _predicted(step: CompiledStep) -> float:
-    """A fitting candidate's predicted step time."""
-    return step.plan.predicted_step_s
+    """A fitting candidate's predicted step time: calibrated where its chip's family has a
+    calibration (``scale.calibration``), else the kernels' roofline sum."""
+    return step.plan.calibrated_step_s or step.plan.predicted_step_s
 
 
 def _name(policy: str, group: int) -> str:
