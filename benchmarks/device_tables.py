@@ -1,7 +1,8 @@
-"""docs/scaling.md's tables of the steps measured on a lent GPU, generated from their records
-(``docs/records/h200/``, ``docs/records/h100/``): the steps as ``benchmarks.on_device`` measured
-them, and the profiled steps' time per kernel class against the kernel model
-(``benchmarks.device_profile``).
+"""docs/scaling.md's tables of the steps measured on a lent GPU, generated from their records:
+per run (:data:`RUNS`: ``docs/records/h200/``, the first H200 run; ``docs/records/h200_run2/``,
+the second) the steps as ``benchmarks.on_device`` measured them and the profiled steps' time
+per kernel class against the kernel model (``benchmarks.device_profile``); the steps both H200
+runs measured, side by side; and the H100's rerun (``docs/records/h100/``).
 
     python -m benchmarks.device_tables --docs=docs/scaling.md
 
@@ -11,6 +12,7 @@ them, and the profiled steps' time per kernel class against the kernel model
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -18,9 +20,25 @@ import sys
 from deepnet_jax.common import records
 from deepnet_jax.scale import kernels
 
-FOLDER = os.path.join(records.RECORDS_DIR, "h200")
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One session's records: ``folder`` (from the repository root) holds ``on_device.jsonl``
+    and ``<name>.profile.json`` for each of ``profiles``; its blocks are ``<prefix>-steps``
+    and ``<prefix>-classes``."""
+
+    folder: str
+    profiles: tuple[str, ...]
+    prefix: str
+
+
+_H200 = os.path.join(records.RECORDS_DIR, "h200")
+RUNS = (
+    Run(_H200, ("wmt_cudnn_dots", "wmt_cudnn_full", "deepnet3b_dots"), "h200"),
+    Run(f"{_H200}_run2", ("wmt_cudnn_dots", "deepnet3b_dots"), "h200-run2"),
+)
+COMPARED = "h200-runs-compared"  # the steps of RUNS[0] that RUNS[1] measured again
 H100 = os.path.join(records.RECORDS_DIR, "h100", "on_device.jsonl")  # the H100's rerun
-PROFILES = ("wmt_cudnn_dots", "wmt_cudnn_full", "deepnet3b_dots")  # <name>.profile.json
 GIB = 2**30
 
 
@@ -79,28 +97,63 @@ def read_rows(path: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def load_from(folder: str = FOLDER) -> tuple[list[dict], list[dict]]:
-    """The measured steps (``on_device.jsonl``) and the profiles' records in ``folder``."""
+def load_run(run: Run, root: str = "") -> tuple[list[dict], list[dict]]:
+    """The run's measured steps (``on_device.jsonl``) and its profiles' records, ``root`` the
+    repository root ("": the working directory)."""
+    folder = os.path.join(root, run.folder)
     rows = read_rows(os.path.join(folder, "on_device.jsonl"))
     profiles = []
-    for name in PROFILES:
+    for name in run.profiles:
         with open(os.path.join(folder, f"{name}.profile.json")) as f:
             profiles.append(json.load(f))
     return rows, profiles
+
+
+def compared_table(first: list[dict], second: list[dict]) -> str:
+    """A row per (config, overrides) measured in both runs, in the first run's order: ms per
+    update in each, second ÷ first, and MFU in each (the same model FLOPs in both)."""
+    later = {}
+    for r in second:
+        later.setdefault((r["config"], tuple(r["overrides"])), r)
+    out = [
+        "| config | set | remat | first run: ms/update | second run: ms/update | second ÷ first "
+        "| MFU first → second |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for a in first:
+        b = later.get((a["config"], tuple(a["overrides"])))
+        if b is None:
+            continue
+        remat = " → ".join(dict.fromkeys([a["remat_policy"], b["remat_policy"]]))
+        out.append(
+            f"| {a['config']} | {_setting(a)} | {remat} | {a['step_s'] * 1e3:.1f} | "
+            f"{b['step_s'] * 1e3:.1f} | {b['step_s'] / a['step_s']:.3f} | "
+            f"{a['mfu']:.1%} → {b['mfu']:.1%} |"
+        )
+    return "\n".join(out)
+
+
+def blocks(root: str = "") -> dict[str, str]:
+    """Every block's text by its name, from the records under ``root``."""
+    out = {}
+    loaded = [load_run(run, root) for run in RUNS]
+    for run, (rows, profiles) in zip(RUNS, loaded, strict=True):
+        out[f"{run.prefix}-steps"] = steps_table(rows)
+        out[f"{run.prefix}-classes"] = classes_table(profiles)
+    out[COMPARED] = compared_table(loaded[0][0], loaded[1][0])
+    out["h100-steps"] = steps_table(read_rows(os.path.join(root, H100)))
+    return out
 
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", default="", help="a markdown file whose tables to rewrite")
     args = parser.parse_args(argv)
-    rows, profiles = load_from()
-    steps, classes = steps_table(rows), classes_table(profiles)
-    h100 = steps_table(read_rows(H100))
-    if args.docs:
-        records.replace_block(args.docs, "h200-steps", steps)
-        records.replace_block(args.docs, "h200-classes", classes)
-        records.replace_block(args.docs, "h100-steps", h100)
-    print(steps + "\n\n" + classes + "\n\n" + h100)
+    tables = blocks()
+    for name, text in tables.items():
+        if args.docs:
+            records.replace_block(args.docs, name, text)
+        print(f"{name}:\n{text}\n")
 
 
 if __name__ == "__main__":

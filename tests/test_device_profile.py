@@ -1,7 +1,7 @@
 """A GPU profile against the kernel model (benchmarks.device_profile): kernels matched to the
 HLO instructions that launched them, library kernels to their custom calls in schedule order;
-the committed H200 records (docs/records/h200) regenerate from their committed profiles, and
-docs/scaling.md's tables from the records."""
+the committed H200 records (docs/records/h200, docs/records/h200_run2) regenerate from their
+committed profiles, and docs/scaling.md's tables from the records."""
 
 from __future__ import annotations
 
@@ -77,11 +77,18 @@ def _close(a, b) -> bool:
     return a == b
 
 
-@pytest.mark.parametrize("name, row", [("wmt_cudnn_dots", 1)])
-def test_the_committed_profile_record_regenerates(name, row):
+_FIRST, _SECOND = device_tables.RUNS
+
+
+@pytest.mark.parametrize(
+    "run, name, row",
+    [(_FIRST, "wmt_cudnn_dots", 1), (_SECOND, "wmt_cudnn_dots", 0)],
+    ids=["first", "second"],
+)
+def test_the_committed_profile_record_regenerates(run, name, row):
     """The record's figures are what device_profile computes from the committed profile (the
     H200's compiled HLO and trace) with the kernel model as it is now."""
-    folder = os.path.join(ROOT, device_tables.FOLDER)
+    folder = os.path.join(ROOT, run.folder)
     with open(os.path.join(folder, f"{name}.profile.json")) as f:
         record = json.load(f)
     with open(os.path.join(folder, "on_device.jsonl")) as f:
@@ -102,9 +109,29 @@ def test_the_committed_profile_record_regenerates(name, row):
 
 
 def test_the_docs_tables_are_the_records():
-    rows, profiles = device_tables.load_from(os.path.join(ROOT, device_tables.FOLDER))
+    """Every block device_tables writes is docs/scaling.md's, as the committed records give it."""
+    tables = device_tables.blocks(ROOT)
+    assert set(tables) == {
+        *(f"{run.prefix}-{kind}" for run in device_tables.RUNS for kind in ("steps", "classes")),
+        device_tables.COMPARED,
+        "h100-steps",
+    }
     docs = os.path.join(ROOT, "docs", "scaling.md")
-    assert records.block(docs, "h200-steps") == device_tables.steps_table(rows)
-    assert records.block(docs, "h200-classes") == device_tables.classes_table(profiles)
-    h100 = device_tables.read_rows(os.path.join(ROOT, device_tables.H100))
-    assert records.block(docs, "h100-steps") == device_tables.steps_table(h100)
+    for name, text in tables.items():
+        assert records.block(docs, name) == text, f"{name}: python -m benchmarks.device_tables"
+
+
+def test_the_runs_compared_are_the_steps_both_measured():
+    """The second run measured three of the first run's steps again: cuDNN at dots, deepnet_3b
+    at dots and the defaults; each row's times are its own records' (first and second run)."""
+    first, _ = device_tables.load_run(_FIRST, ROOT)
+    second, _ = device_tables.load_run(_SECOND, ROOT)
+    table = device_tables.compared_table(first, second).splitlines()[2:]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in table]
+    pairs = [(1, 0), (2, 1), (5, 6)]  # (first run's row, second run's row)
+    assert [c[0] for c in cells] == ["wmt17_ende", "deepnet_3b", "wmt17_ende"]
+    assert cells[2][1] == "(defaults: attention and remat auto)"
+    for c, (i, j) in zip(cells, pairs, strict=True):
+        assert first[i]["overrides"] == second[j]["overrides"]
+        a, b = first[i]["step_s"] * 1e3, second[j]["step_s"] * 1e3
+        assert c[3:6] == [f"{a:.1f}", f"{b:.1f}", f"{b / a:.3f}"]
