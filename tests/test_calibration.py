@@ -9,6 +9,7 @@ import os
 import pytest
 
 from benchmarks import kernel_calibration
+from deepnet_jax.common import records
 from deepnet_jax.scale import calibration, kernels
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -69,3 +70,10 @@ def test_a_check_reports_both_predictions_against_the_measured_step():
     assert check["calibrated_ms"] == pytest.approx(2.0 * 3.0 + 1.0)
     assert check["calibrated_over_measured"] == pytest.approx(0.7)
     assert check["roofline_sum_over_measured"] == pytest.approx(0.4)
+
+
+def test_the_docs_table_is_the_records():
+    with open(RECORD) as f:
+        record = json.load(f)
+    scaling = os.path.join(ROOT, "docs", "scaling.md")
+    assert records.block(scaling, "kernel-calibration").strip() == kernel_calibration.table(record)

@@ -148,6 +148,10 @@ _MAIN_JOB = (
 )
 # checked by tests/test_device_profile.py
 _DEVICE = "python -m benchmarks.device_tables --docs=docs/scaling.md"
+_CALIBRATION = (  # checked by tests/test_calibration.py
+    "python -m benchmarks.kernel_calibration --out=docs/records/kernel_calibration.json "
+    "--docs=docs/scaling.md"
+)
 _DEVICE_BLOCKS = (
     *("h200-steps", "h200-classes", "h200-run2-steps", "h200-run2-classes"),
     *("h200-runs-compared", "h100-steps"),
@@ -155,6 +159,7 @@ _DEVICE_BLOCKS = (
 ELSEWHERE = {
     **{("docs/scaling.md", name): _KERNEL_MODEL for name in ("kernel-model", "kernel-classes")},
     **{("docs/scaling.md", n): _DEVICE for n in _DEVICE_BLOCKS},
+    ("docs/scaling.md", "kernel-calibration"): _CALIBRATION,
     ("docs/install.md", "tested-sets"): _SUITE,
     **{(doc, "main-job"): _MAIN_JOB for doc in ("README.md", "docs/main_job.md")},
     ("docs/benchmarks.md", "sharding-state"): _SHARDING,
