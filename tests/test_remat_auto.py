@@ -247,7 +247,8 @@ def test_on_a_chip_auto_picks_the_fastest_predicted_candidate_that_fits(monkeypa
 
 def test_a_calibrated_prediction_ranks_before_the_roofline_sum(monkeypatch):
     """Where the chip's family is calibrated, ``auto`` ranks by the calibrated step: here the
-    roofline sum prefers ``full`` and the calibrated step ``dots``."""
+    roofline sum prefers ``full`` and the calibrated step ``dots``; candidates within
+    ``TIE`` of the fastest are equal and the least recomputation among them wins."""
     from deepnet_jax.scale import targets
 
     roofline = {("none", 0): 3.0, ("dots", 0): 2.0, ("qkv_fc1", 0): 2.5, ("full", 0): 1.5}
@@ -265,6 +266,13 @@ def test_a_calibrated_prediction_ranks_before_the_roofline_sum(monkeypatch):
     assert chosen.model.remat_policy == "dots"
     assert "remat_policy='dots', scan_group_size=0 3e+03 ms" in lines[0]
     assert lines[0].endswith("(calibrated)")
+    # within TIE of the fastest the least recomputation wins; just outside it the fastest
+    calibrated.update({("dots", 0): 3.0 * (1 + remat_auto.TIE) * 0.999, ("full", 0): 3.0})
+    chosen, _ = remat_auto.choose(c, jax.devices(), lines.append, judged_on=targets.parse("h200-1"))
+    assert chosen.model.remat_policy == "dots"
+    calibrated[("dots", 0)] = 3.0 * (1 + remat_auto.TIE) * 1.001
+    chosen, _ = remat_auto.choose(c, jax.devices(), lines.append, judged_on=targets.parse("h200-1"))
+    assert chosen.model.remat_policy == "full"
 
 
 def _plan_with(peak: int, step: float | None, calibrated: float | None = None) -> memory_plan.Plan:

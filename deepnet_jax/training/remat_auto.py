@@ -8,7 +8,8 @@ train step for each candidate with the AOT planner
 On a TPU or GPU (the run's own, or a deviceless target) every flat-scan candidate is planned
 and the one with the least predicted step time (:mod:`deepnet_jax.scale.kernels`, calibrated by
 :mod:`deepnet_jax.scale.calibration` where the chip's family has measured factors) among those
-whose planned peak per device fits the budget is taken: on one H100, ``wmt17_ende`` with cuDNN's
+whose planned peak per device fits the budget is taken (of those within :data:`TIE` of it, the
+one with the least recomputation): on one H100, ``wmt17_ende`` with cuDNN's
 attention ran 1.19× slower without recomputation than at ``dots`` (docs/scaling.md), so the
 least recomputation is not the fastest. The nested-scan candidates are planned only when no
 flat one fits: they recompute more to save memory, and each plan is a compile (the H200 run's
@@ -85,7 +86,8 @@ def choose(
     """The candidate of ``config`` (``remat_policy='auto'``, already validated: see
     ``deepnet_jax.training.config_checks.validate``) to train with, and its plan: on a chip with
     figures (``target``, deviceless, or ``judged_on``, the run's own accelerators) the one with
-    the least predicted step time (``scale.kernels``) among those whose planned peak fits,
+    the least predicted step time (``scale.kernels``; within :data:`TIE`, the least
+    recomputation) among those whose planned peak fits,
     every flat candidate planned (the nested ones when none fits); elsewhere (CPU) the first
     that fits, cheapest first."""
     chosen, step = choose_step(config, devices, report, target, judged_on)
@@ -101,7 +103,7 @@ def choose_step(
 ) -> tuple[RunConfig, CompiledStep]:
     """:func:`choose`, keeping the chosen candidate's compiled step (its executable runs on
     ``devices`` when they are the process's own: ``planned_step.reuse``). Of the candidates
-    that fit, only the best so far keeps its executable."""
+    that fit, only those within :data:`TIE` of the fastest so far keep their executables."""
     from deepnet_jax.training import memory_plan as planner
     from deepnet_jax.training.abstract_step import DoesNotFitError
 
@@ -110,7 +112,7 @@ def choose_step(
     budget, source = run_budget(config, devices, target)  # its errors before any compile
     judged_on = judged_on or target
     ranked = judged_on is not None and judged_on.chip.peak_flops > 0
-    tried, fit, best = [], [], None
+    tried, fit, near = [], [], []
     for (policy, group), c in configs.items():
         if ranked and group and any(g == 0 for _, g, _ in fit):
             break  # a flat scan fits: its nested candidates recompute more for less memory
@@ -121,13 +123,13 @@ def choose_step(
         tried.append((policy, group, step.plan.peak))
         if step.plan.peak <= budget:
             fit.append((policy, group, step.plan))
-            if best is None or (ranked and _predicted(step) < _predicted(best[3])):
-                best = (policy, group, c, step)  # the first of equal predictions stays
-            if not ranked:
+            if not ranked:  # CPU: the first that fits
+                near = [(policy, group, c, step)]
                 break
-    if best is None:
+            near = _near_fastest([*near, (policy, group, c, step)])
+    if not near:
         raise _none_fits(tried, budget, source)
-    policy, group, c, step = best
+    policy, group, c, step = near[0]
     line = (
         f"model.remat_policy='auto': {_name(policy, group)}, planned peak "
         f"{_size(step.plan.peak)} per device of {budget / GIB:.2f} GiB ({source})"
@@ -183,6 +185,22 @@ def resolve_step(
     if not is_auto(config):
         return config, None
     return choose_step(config, devices, report, judged_on=targets.of_devices(list(devices)))
+
+
+# Candidates predicted within this fraction of the fastest count as equal, and the one with the
+# least recomputation among them (the earliest of remat.CANDIDATES) is taken. The calibrated
+# model is within 0.96-1.12 of the measured step (docs/records/kernel_calibration.json); on the
+# H200 it put `full` 0.7-1.4% ahead of `dots` where `dots` measured 3.4-4.9% faster
+# (docs/records/h200*/on_device.jsonl; docs/scaling.md, "The kernel model, calibrated").
+TIE = 0.03
+
+
+def _near_fastest(kept: list[tuple]) -> list[tuple]:
+    """The fitting candidates (policy, group, config, step), in the order planned, whose
+    predicted step is within :data:`TIE` of the fastest among them; only these keep their
+    executables."""
+    fastest = min(_predicted(k[3]) for k in kept)
+    return [k for k in kept if _predicted(k[3]) <= fastest * (1 + TIE)]
 
 
 def _predicted(step: CompiledStep) -> float:
