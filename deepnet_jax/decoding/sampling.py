@@ -71,6 +71,52 @@ def filter_logits(logits_NV: jax.Array, top_k: int = 0, top_p: float = 1.0) -> j
     return logits
 
 
+def _check_request(model: nn.Module, prompt_len: int, options: SampleOptions) -> None:
+    """One-line ValueError if ``model`` is not a ``DecoderOnly`` or the prompt [B, P] plus
+    ``max_new_tokens`` does not fit in ``model.max_len``."""
+    if not isinstance(model, architectures.DecoderOnly):
+        raise ValueError(
+            f"sampling needs a DecoderOnly model (model.arch='decoder'), got {type(model).__name__}"
+        )
+    if prompt_len + options.max_new_tokens > model.config.max_len:
+        raise ValueError(
+            f"prompt length {prompt_len} + max_new_tokens {options.max_new_tokens} exceeds "
+            f"model.max_len={model.config.max_len}"
+        )
+
+
+def _pick_token(
+    logits_BV: jax.Array, banned_V: jax.Array, key: jax.Array, options: SampleOptions
+) -> jax.Array:
+    """Token ids [B] from one step's logits [B, V]: banned ids masked to NEG, then greedy
+    (temperature 0) or a categorical draw from ``filter_logits(logits / temperature)``."""
+    logits = jnp.where(banned_V[None, :], NEG, logits_BV.astype(jnp.float32))
+    if options.temperature == 0:
+        return jnp.argmax(logits, axis=-1)
+    logits = filter_logits(logits / options.temperature, options.top_k, options.top_p)
+    return jax.random.categorical(key, logits, axis=-1)
+
+
+def _write_token(
+    seq_BT: jax.Array,
+    done_B: jax.Array,
+    token_B: jax.Array,
+    t: jax.Array,
+    prompt_len_B: jax.Array,
+    options: SampleOptions,
+) -> tuple[jax.Array, jax.Array]:
+    """Write position t + 1 of ``seq`` [B, T]: the prompt's own token while t + 1 < p_b
+    (teacher forcing), else the sampled token, or PAD once a row is done (EOS sampled or its
+    ``max_new_tokens`` spent). Returns the new (seq [B, T], done [B])."""
+    generating = t + 1 >= prompt_len_B
+    done_B = done_B | (t + 1 >= prompt_len_B + options.max_new_tokens)  # budget spent
+    current = jax.lax.dynamic_slice_in_dim(seq_BT, t + 1, 1, axis=1)[:, 0]
+    token_B = jnp.where(generating, jnp.where(done_B, PAD_ID, token_B), current).astype(jnp.int32)
+    seq_BT = jax.lax.dynamic_update_slice_in_dim(seq_BT, token_B[:, None], t + 1, axis=1)
+    done_B = done_B | (generating & (token_B == options.eos_id))
+    return seq_BT, done_B
+
+
 @functools.partial(jax.jit, static_argnames=("model", "options"))
 def sample(
     model: nn.Module,
@@ -87,17 +133,9 @@ def sample(
     through the same cached step (teacher-forced), so rows with different prompt lengths share
     one loop; the key for position t is ``fold_in(rng, t)``.
     """
-    if not isinstance(model, architectures.DecoderOnly):
-        raise ValueError(
-            f"sampling needs a DecoderOnly model (model.arch='decoder'), got {type(model).__name__}"
-        )
     B, P = prompts_BP.shape
+    _check_request(model, P, options)
     total = P + options.max_new_tokens
-    if total > model.config.max_len:
-        raise ValueError(
-            f"prompt length {P} + max_new_tokens {options.max_new_tokens} exceeds "
-            f"model.max_len={model.config.max_len}"
-        )
     prompt_len = jnp.sum(prompts_BP != PAD_ID, axis=1)
     seq = jnp.zeros((B, total), jnp.int32).at[:, :P].set(prompts_BP)
     cache = architectures.init_cache(model.config, B, total)
@@ -113,18 +151,8 @@ def sample(
             t,
             method=architectures.DecoderOnly.decode_step,
         )
-        logits = jnp.where(banned[None, :], NEG, logits[:, 0].astype(jnp.float32))
-        if options.temperature == 0:
-            token = jnp.argmax(logits, axis=-1)
-        else:
-            logits = filter_logits(logits / options.temperature, options.top_k, options.top_p)
-            token = jax.random.categorical(jax.random.fold_in(rng, t), logits, axis=-1)
-        generating = t + 1 >= prompt_len
-        done = done | (t + 1 >= prompt_len + options.max_new_tokens)  # this row's budget is spent
-        current = jax.lax.dynamic_slice_in_dim(seq, t + 1, 1, axis=1)[:, 0]
-        token = jnp.where(generating, jnp.where(done, PAD_ID, token), current).astype(jnp.int32)
-        seq = jax.lax.dynamic_update_slice_in_dim(seq, token[:, None], t + 1, axis=1)
-        done = done | (generating & (token == options.eos_id))
+        token = _pick_token(logits[:, 0], banned, jax.random.fold_in(rng, t), options)
+        seq, done = _write_token(seq, done, token, t, prompt_len, options)
         return t + 1, seq, done, cache
 
     def cond(loop):
