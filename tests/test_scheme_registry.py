@@ -112,6 +112,8 @@ def _plain(value: object) -> bool:
     """Plain Python, fixed at trace time: no arrays, nothing mutable."""
     if isinstance(value, tuple):
         return all(_plain(v) for v in value)
+    if isinstance(value, schemes.TorchscaleFlags):  # a frozen dataclass of bools
+        return all(_plain(getattr(value, f.name)) for f in dataclasses.fields(value))
     return value is None or isinstance(value, str | bool | int | float | Scheme)
 
 
@@ -139,6 +141,8 @@ def test_each_schemes_properties_agree(name):
         assert s.family == "pre"
     if s.torchscale:  # torchscale 0.3.0 has the papers' scanned schemes
         assert s.origin == schemes.PAPER and s.scannable
+        assert s.torchscale.normalize_before == s.final_norm
+        assert s.torchscale.subln == s.inner_norm
     if s.branch_output_kept:  # x + c·F(·): a constant weight on a pre-norm branch
         assert s.family == "pre" and s.scannable
 

@@ -24,8 +24,7 @@ def check(c: Any, defaults: dict[str, Any]) -> None:
     ``defaults``: every field's declared default (a scheme's own fields must keep theirs under
     the other schemes)."""
     for side, arch_uses in (("encoder", ("encoder", "encdec")), ("decoder", ("decoder", "encdec"))):
-        name = f"num_{side}_layers"
-        layers = getattr(c, name)
+        name, layers = f"num_{side}_layers", c.num_layers(side)
         if c.arch in arch_uses and layers < 1:  # the declaration checked it is an integer
             fail(name, layers, "must be an integer >= 1")
         elif c.arch not in arch_uses and layers != 0:

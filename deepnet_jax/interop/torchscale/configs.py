@@ -24,6 +24,7 @@ Each field's fate is in the tables of :mod:`deepnet_jax.interop.torchscale.confi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,7 +38,7 @@ from deepnet_jax.interop.torchscale.config_fields import (
     ignored_options,
     refuse,
 )
-from deepnet_jax.model import architectures
+from deepnet_jax.model import architectures, schemes
 from deepnet_jax.model.config import ARCHS
 
 POSITION_OFFSET = 2  # torchscale's PositionalEmbedding and fairseq start real positions at 2
@@ -58,23 +59,26 @@ def arch_of(args: Mapping[str, Any]) -> str:
 
 
 def _side_scheme(args: Mapping[str, Any], side: str) -> str:
-    """The scheme torchscale's flags make for one side (refusing combinations no scheme is)."""
+    """The scheme torchscale's flags make for one side (refusing combinations no scheme is):
+    the scheme whose :class:`~deepnet_jax.model.schemes.TorchscaleFlags` they are."""
     deepnorm = bool(args.get("deepnorm", False))
     subln = bool(args.get("subln", not deepnorm))
     before = bool(args.get(f"{side}_normalize_before", not deepnorm))
-    schemes = {
-        (True, False, False): "deepnorm",
-        (False, True, True): "subln",
-        (False, False, True): "pre_ln",
-        (False, False, False): "post_ln",
-    }
-    if (deepnorm, subln, before) not in schemes:
+    flags = schemes.TorchscaleFlags(deepnorm=deepnorm, subln=subln, normalize_before=before)
+    made = {s.torchscale: name for name, s in schemes.SCHEMES.items() if s.torchscale}
+    if flags not in made:
+        each = "; ".join(f"{name}: {_flags_text(f)}" for f, name in made.items())
         raise ValueError(
             f"torchscale options deepnorm={deepnorm}, subln={subln}, {side}_normalize_before="
-            f"{before} are no scheme of this project (post_ln: none set; pre_ln: "
-            "normalize_before; deepnorm: deepnorm; subln: subln and normalize_before)"
+            f"{before} are no scheme of this project ({each})"
         )
-    return schemes[(deepnorm, subln, before)]
+    return made[flags]
+
+
+def _flags_text(flags: schemes.TorchscaleFlags) -> str:
+    """The set options of ``flags`` (``"subln and normalize_before"``; ``"none set"``)."""
+    on = [f.name for f in dataclasses.fields(flags) if getattr(flags, f.name)]
+    return " and ".join(on) or "none set"
 
 
 def _one(args: Mapping[str, Any], sides: list[str], name: str, default_key: str = "") -> Any:
@@ -138,7 +142,7 @@ def model_config_from_torchscale(args: Mapping[str, Any]) -> ml_collections.Conf
     if (
         "encoder" in sides
         and not args.get("normalize_output", True)
-        and _side_scheme(args, "encoder") in ("pre_ln", "subln")
+        and schemes.get(_side_scheme(args, "encoder")).final_norm
     ):
         raise refuse(
             "normalize_output", False, "a pre-norm encoder without its final LayerNorm", "True"
@@ -189,6 +193,7 @@ def torchscale_args_from_config(config: ml_collections.ConfigDict) -> dict[str, 
             f"model.position_offset={POSITION_OFFSET} (or learned positions) to export"
         )
     sides = {"encoder": ["encoder"], "decoder": ["decoder"], "encdec": ["encoder", "decoder"]}
+    flags = schemes.get(c.scheme).torchscale  # not None: check_torchscale_has
     out: dict[str, Any] = {
         "activation_fn": c.activation,
         "dropout": c.dropout,
@@ -196,8 +201,8 @@ def torchscale_args_from_config(config: ml_collections.ConfigDict) -> dict[str, 
         "activation_dropout": c.activation_dropout,
         "no_scale_embedding": not c.scale_embedding,
         "layernorm_embedding": False,
-        "deepnorm": c.scheme == "deepnorm",
-        "subln": c.scheme == "subln",
+        "deepnorm": flags.deepnorm,
+        "subln": flags.subln,
         "layernorm_eps": c.layernorm_eps,
         "vocab_size": c.vocab_size,
         "bert_init": c.init == "torchscale_bert",
@@ -210,7 +215,7 @@ def torchscale_args_from_config(config: ml_collections.ConfigDict) -> dict[str, 
             f"{side}_attention_heads": c.num_heads,
             f"{side}_ffn_embed_dim": c.ffn_dim,
             f"{side}_layers": c.num_encoder_layers if side == "encoder" else c.num_decoder_layers,
-            f"{side}_normalize_before": c.scheme in ("pre_ln", "subln"),
+            f"{side}_normalize_before": flags.normalize_before,
             f"{side}_learned_pos": c.positions == "learned",
             positions[side]: c.max_len,
         }

@@ -173,9 +173,9 @@ def check_torchscale_has(c: ml_collections.ConfigDict) -> None:
     """One-line ``ValueError`` naming the first field of model config ``c`` whose value
     torchscale 0.3.0's Encoder/Decoder/EncoderDecoder cannot express (DLCL, the blocks beyond
     the papers'), so that an export fails before anything is converted."""
-    if not schemes.get(c.scheme).torchscale:
-        kind = "DLCL models" if c.scheme.startswith("dlcl") else f"{c.scheme} scheme"
-        raise ValueError(f"model.scheme={c.scheme!r}: torchscale has no {kind}")
+    scheme = schemes.get(c.scheme)
+    if not scheme.torchscale:
+        raise ValueError(f"model.scheme={c.scheme!r}: torchscale has no {scheme.title}")
     for name, allowed, lacks in _TORCHSCALE_HAS:
         values = allowed if isinstance(allowed, tuple) else (allowed,)
         values = tuple(c.num_heads if v == "num_heads" else v for v in values)

@@ -23,6 +23,7 @@ from deepnet_jax.model.schemes.base import (
     Scheme,
     SideConstants,
     Sublayer,
+    TorchscaleFlags,
 )
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "Scheme",
     "SideConstants",
     "Sublayer",
+    "TorchscaleFlags",
     "get",
     "names",
 ]

@@ -115,6 +115,16 @@ class Ops(Protocol):
         ...
 
 
+@dataclasses.dataclass(frozen=True)
+class TorchscaleFlags:
+    """The torchscale 0.3.0 options that make a scheme (``EncoderConfig``/``DecoderConfig``
+    keywords): ``deepnorm``, ``subln`` and each side's ``{side}_normalize_before``."""
+
+    deepnorm: bool = False
+    subln: bool = False
+    normalize_before: bool = False
+
+
 def weighted(weight: float, x: jax.Array) -> jax.Array:
     """weight·x, with no multiply for a weight of 1 (the program of the unweighted schemes)."""
     return x if weight == 1.0 else weight * x
@@ -143,7 +153,8 @@ class Scheme:
       branch_output_kept: under full remat, the backward pass needs no sublayer's output
         projection (x + c·F(·) with a constant c: its output only joins the sum);
         ``deepnet_jax.scale.flops`` leaves that projection out of the recomputation.
-      torchscale: torchscale 0.3.0 has the scheme (export and import).
+      torchscale: the torchscale 0.3.0 options that make the scheme (export and import);
+        None where torchscale lacks it.
       fields: the model config fields that belong to it (another scheme leaves them at their
         defaults).
       inner_norm: Sub-LN's extra norm before the output projection of self-attention and FFN.
@@ -161,7 +172,7 @@ class Scheme:
     stack: str | None = None
     dyt_ok: bool = False
     branch_output_kept: bool = False
-    torchscale: bool = False
+    torchscale: TorchscaleFlags | None = None
     fields: tuple[str, ...] = ()
     inner_norm: bool = False
     cross_gain: bool = True

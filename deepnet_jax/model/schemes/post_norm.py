@@ -27,6 +27,7 @@ from deepnet_jax.model.schemes.base import (
     Scheme,
     SideConstants,
     Sublayer,
+    TorchscaleFlags,
     fail,
     weighted,
 )
@@ -128,12 +129,12 @@ class Admin(PostNorm):
         return ops.norm(sub.norm)(z), state
 
 
-POST_LN = PostNorm(name="post_ln", title="Post-LN", origin=PAPER, torchscale=True)
+POST_LN = PostNorm(name="post_ln", title="Post-LN", origin=PAPER, torchscale=TorchscaleFlags())
 DEEPNORM = DeepNorm(
     name="deepnorm",
     title="DeepNorm",
     origin=PAPER,
-    torchscale=True,
+    torchscale=TorchscaleFlags(deepnorm=True),
     fields=("deepnorm_variant",),
 )
 ADMIN = Admin(name="admin", title="Admin", origin=SINCE_DEEPNET, profiled_init=True)

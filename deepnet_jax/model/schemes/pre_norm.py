@@ -30,6 +30,7 @@ from deepnet_jax.model.schemes.base import (
     Scheme,
     SideConstants,
     Sublayer,
+    TorchscaleFlags,
     fail,
     need_index,
     weighted,
@@ -197,7 +198,7 @@ PRE_LN = PreNorm(
     origin=PAPER,
     dyt_ok=True,
     branch_output_kept=True,
-    torchscale=True,
+    torchscale=TorchscaleFlags(normalize_before=True),
 )
 SUBLN = SubLN(
     name="subln",
@@ -205,7 +206,7 @@ SUBLN = SubLN(
     origin=PAPER,
     dyt_ok=True,
     branch_output_kept=True,
-    torchscale=True,
+    torchscale=TorchscaleFlags(subln=True, normalize_before=True),
     inner_norm=True,
     cross_gain=False,
 )
