@@ -27,8 +27,8 @@ EXEMPT = {
     os.path.join("deepnet_jax", "model", "schemes"): "the schemes themselves",
     os.path.join("deepnet_jax", "configs"): "the shipped configs name a scheme as a value",
     os.path.join("deepnet_jax", "interop", "torchscale"): (
-        "torchscale's own flags (deepnorm, subln, normalize_before) and module names, "
-        "translated to and from our scheme names"
+        "torchscale's own option names deepnorm and subln, keys of its config tables (the "
+        "scheme a set of its options makes is the scheme's: Scheme.torchscale)"
     ),
 }
 SELECTED_BY_CONFIG = ("scanned", "grouped", "unrolled")  # the stack kinds of stack=None
