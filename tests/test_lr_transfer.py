@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from deepnet_jax.configs import depth_table_recipe as table_recipe
-from deepnet_jax.experiments import common, lr_transfer, results_file
+from deepnet_jax.experiments import common, lr_transfer, report, results_file
 from deepnet_jax.experiments import lr_transfer_report as ltr
 from deepnet_jax.experiments.thousand_layers_report import MARGIN_NATS
 from deepnet_jax.model import architectures
@@ -127,13 +127,13 @@ def test_the_report_marks_unresolved_and_edge_optima_and_the_shift():
     edge = _runs(dict(zip(rates, [0.4, 0.5, 0.6, 0.7, 0.8], strict=True)))
     assert cell(edge) == "5e-4 (0.400) edge"
     assert cell(_runs(dict.fromkeys(rates))) == "all diverged"
-    assert cell(edge[:2]) == "2 of 5 rates" and cell([]) == ltr.NO_RUN
+    assert cell(edge[:2]) == "2 of 5 rates" and cell([]) == report.NO_RUN
     shallow = [{**r, "layers": 6} for r in edge[:2]]  # a sweep under way at 6L
     table = ltr.optimum_table(shallow + runs, GRID, "reversal64")
     assert "| pre_ln | 2 of 5 rates | 2e-3 (0.500, 0.520) ≈ | — | — | — |" in table
     assert ltr.shift_text([2e-3, None, 5e-4]) == "×1/4"
     assert ltr.shift_text([1e-3, 2e-3]) == "×2" and ltr.shift_text([1e-3, 1e-3]) == "none"
-    assert ltr.shift_text([1e-3]) == ltr.NO_RUN
+    assert ltr.shift_text([1e-3]) == report.NO_RUN
 
 
 @pytest.mark.slow  # 35 s; the logic above runs in the default suite
@@ -151,7 +151,7 @@ def test_smoke_runs_its_sweeps_follow_ups_and_report_then_resumes_without_traini
         assert all(r["verdict"] in ("trained", "stuck", "diverged") for r in mine)
     text = (tmp_path / "lr_transfer.md").read_text()
     row = next(line for line in text.splitlines() if line.startswith("| pre_ln | "))
-    assert ltr.NO_RUN not in row.split("|")[2:4]  # both depths' optima
+    assert report.NO_RUN not in row.split("|")[2:4]  # both depths' optima
     assert os.path.getsize(tmp_path / "lr_transfer.png") > 0
     again = lr_transfer.main(argv)
     assert again["runs"] == json.loads((tmp_path / "lr_transfer.json").read_text())["runs"]

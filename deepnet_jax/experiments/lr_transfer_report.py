@@ -16,8 +16,6 @@ from typing import Any
 from deepnet_jax.experiments import report
 from deepnet_jax.experiments.lr_tolerance import lr_text
 
-NO_RUN = report.NO_RUN
-
 
 def rates(grid: dict[str, Any], task: str) -> list[float]:
     """The sweep's rates on ``task``: its centre · 2^k for the grid's exponents."""
@@ -52,7 +50,7 @@ def optimum_cell(mine: list[dict[str, Any]], grid: dict[str, Any], task: str) ->
     seeds = grid["seeds"]
     if not swept(mine, grid, task):
         n = len({r["lr"] for r in mine if r["seed"] == seeds[0]} & set(rates(grid, task)))
-        return f"{n} of {len(rates(grid, task))} rates" if n else NO_RUN
+        return f"{n} of {len(rates(grid, task))} rates" if n else report.NO_RUN
     best = optimum_of(mine, seeds[0])
     if best is None:
         return "all diverged"
@@ -76,7 +74,7 @@ def shift_text(optima: list[float | None]) -> str:
     ``×1/2``, ``none``."""
     known = [lr for lr in optima if lr is not None]
     if len(known) < 2:
-        return NO_RUN
+        return report.NO_RUN
     k = round(math.log2(known[-1] / known[0]))
     return "none" if k == 0 else f"×{2**k}" if k > 0 else f"×1/{2 ** (-k)}"
 
@@ -115,7 +113,7 @@ def sweep_table(runs: list[dict[str, Any]], grid: dict[str, Any], task: str) -> 
 
 def _nll(run: dict[str, Any] | None) -> str:
     if run is None:
-        return NO_RUN
+        return report.NO_RUN
     if run.get("verdict") == "diverged":
         return "×"
     return f"{run['eval_loss']:.3f}" + (" stuck" if run.get("verdict") == "stuck" else "")
