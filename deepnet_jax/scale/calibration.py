@@ -1,10 +1,9 @@
 """The kernel model calibrated against measured GPU profiles: seconds per class × a factor.
 
 :mod:`deepnet_jax.scale.kernels` sums every kernel's roofline time, max(FLOPs ÷ peak, bytes ÷
-bandwidth): a lower bound that real kernels miss by a factor that depends on what they do (on
-an H200, cuDNN's flash attention at T = 256 ran at about a quarter of its roofline, matmuls at
-0.6–0.9, norms and elementwise kernels at about 0.6; docs/scaling.md, "Measured on one H200").
-A calibration holds one factor per kernel class for a chip family, fitted on profiled steps
+bandwidth): a lower bound that real kernels miss by a factor that depends on what they do
+(docs/scaling.md, "Measured on one H200", has the measured factors). A calibration holds one
+factor per kernel class for a chip family, fitted on profiled steps
 (``benchmarks/kernel_calibration.py``, which writes the family's JSON beside this module from
 the committed profile records it names)::
 

@@ -15,11 +15,11 @@ a float32 softmax) otherwise:
   attention): a GPU run has it; a deviceless plan for a GPU target has it with the
   ``cudnn-plan`` extra and plans the reference without it.
 
-On one H100, ``wmt17_ende`` at ``dots`` ran at 182.7 ms per update with cuDNN against 279.1 ms
-with the reference (docs/scaling.md, "Measured on one H100"); the kernel model predicts 119.2
-against 213.3 ms. Both paths compute the same function: logits and every gradient agree within
-twice the bfloat16 reference's own distance from float32 (``tests/test_attention_paths.py``,
-on a GPU). The choice is recorded in the run's checkpointed config (the field is resumable).
+cuDNN's attention is the faster of the two on the GPUs measured (docs/scaling.md, "Measured on
+one H100" and "Measured on one H200"). Both paths compute the same function: logits and every
+gradient agree within twice the bfloat16 reference's own distance from float32
+(``tests/test_attention_paths.py``, on a GPU). The choice is recorded in the run's
+checkpointed config (the field is resumable).
 """
 
 from __future__ import annotations

@@ -9,12 +9,9 @@ On a TPU or GPU (the run's own, or a deviceless target) every flat-scan candidat
 and the one with the least predicted step time (:mod:`deepnet_jax.scale.kernels`, calibrated by
 :mod:`deepnet_jax.scale.calibration` where the chip's family has measured factors) among those
 whose planned peak per device fits the budget is taken (of those within :data:`TIE` of it, the
-one with the least recomputation): on one H100, ``wmt17_ende`` with cuDNN's
-attention ran 1.19× slower without recomputation than at ``dots`` (docs/scaling.md), so the
-least recomputation is not the fastest. The nested-scan candidates are planned only when no
-flat one fits: they recompute more to save memory, and each plan is a compile (the H200 run's
-``auto`` row spent most of its 132 s planning six candidates:
-docs/records/h200_run2/on_device_calibration_defaults.log).
+one with the least recomputation): the least recomputation is not always the fastest
+(docs/scaling.md, "Measured on one H200"). The nested-scan candidates are planned only when no
+flat one fits: they recompute more to save memory, and each plan is a compile.
 On a CPU, which has no chip figures, the candidates are planned cheapest first and the first
 that fits is taken. The candidates, their order and the budget are the model's
 (:mod:`deepnet_jax.model.remat`); this module is the search. It prints one line with the choice
@@ -188,10 +185,9 @@ def resolve_step(
 
 
 # Candidates predicted within this fraction of the fastest count as equal, and the one with the
-# least recomputation among them (the earliest of remat.CANDIDATES) is taken. The calibrated
-# model is within 0.96-1.12 of the measured step (docs/records/kernel_calibration.json); on the
-# H200 it put `full` 0.7-1.4% ahead of `dots` where `dots` measured 3.4-4.9% faster
-# (docs/records/h200*/on_device.jsonl; docs/scaling.md, "The kernel model, calibrated").
+# least recomputation among them (the earliest of remat.CANDIDATES) is taken: the fraction is
+# inside the calibrated model's error, and the measurements it was set from are in
+# docs/scaling.md, "The kernel model, calibrated".
 TIE = 0.03
 
 
