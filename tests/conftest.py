@@ -72,10 +72,11 @@ FAST_SCHEMES = ("deepnorm", "subln")
 PAPER_SCHEMES = schemes.names(origin=schemes.PAPER)
 
 
-# The encoder-decoder's schemes in the default run of the cached-decoding tests (test_decoding,
-# test_modern_blocks): a scanned post-norm stack and the unrolled DLCL stack with its layer
-# combination (the pre-norm stacks decode in the default run on the decoder, with Sub-LN).
-DECODED_ON_ENCDEC = ("deepnorm", "dlcl_post")
+# The papers' schemes on the encoder-decoder in the default run of the checks whose code is the
+# same for every scheme but the stack's form (cached decoding, causality, padding, dropout): a
+# scanned post-norm stack (DeepNorm) and the unrolled DLCL stack with its layer combination;
+# the single stacks' Sub-LN adds a pre-norm stack with its final norm.
+STACK_FORMS = ("deepnorm", "dlcl_post")
 
 
 def arch_scheme_params(pairs=ARCH_SCHEME, encdec=PAPER_SCHEMES, single_stack=FAST_SCHEMES) -> list:

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import (
-    DECODED_ON_ENCDEC,
+    STACK_FORMS,
     arch_scheme_params,
     built,
     init_params,
@@ -50,10 +50,10 @@ def _incremental_logits(model, params, cfg, arch, src, tgt):
 
 
 # the default run: DeepNorm and DLCL-Post on the encoder-decoder, DeepNorm and Sub-LN on the
-# decoder (conftest.DECODED_ON_ENCDEC); the other pairs under -m slow
+# decoder (conftest.STACK_FORMS); the other pairs under -m slow
 @pytest.mark.parametrize(
     "arch, scheme",
-    arch_scheme_params(itertools.product(("encdec", "decoder"), SCHEMES), encdec=DECODED_ON_ENCDEC),
+    arch_scheme_params(itertools.product(("encdec", "decoder"), SCHEMES), encdec=STACK_FORMS),
 )
 def test_cached_logits_equal_full_forward(arch, scheme):
     cfg, model, params = built(arch, scheme)
