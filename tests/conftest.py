@@ -72,16 +72,26 @@ FAST_SCHEMES = ("deepnorm", "subln")
 PAPER_SCHEMES = schemes.names(origin=schemes.PAPER)
 
 
-def arch_scheme_params(pairs=ARCH_SCHEME) -> list:
-    """``pairs`` as pytest params: the papers' schemes on the encoder-decoder (it holds every
-    layer kind), the other architectures with DeepNorm and Sub-LN in the default run and with
-    the remaining schemes under ``-m slow`` (the same layer code behind other masks and
-    losses)."""
-    return [pytest.param(a, s, marks=() if _fast(a, s) else pytest.mark.slow) for a, s in pairs]
+# The papers' schemes on the encoder-decoder in the default run of the checks whose code is the
+# same for every scheme but the stack's form (cached decoding, causality, padding, dropout): a
+# scanned post-norm stack (DeepNorm) and the unrolled DLCL stack with its layer combination;
+# the single stacks' Sub-LN adds a pre-norm stack with its final norm.
+STACK_FORMS = ("deepnorm", "dlcl_post")
 
 
-def _fast(arch: str, scheme: str) -> bool:
-    return (arch == "encdec" and scheme in PAPER_SCHEMES) or scheme in FAST_SCHEMES
+def arch_scheme_params(pairs=ARCH_SCHEME, encdec=PAPER_SCHEMES, single_stack=FAST_SCHEMES) -> list:
+    """``pairs`` as pytest params: the ``encdec`` schemes (the papers' unless given) on the
+    encoder-decoder (it holds every layer kind), the other architectures with the
+    ``single_stack`` schemes (DeepNorm and Sub-LN unless given) in the default run, and the
+    remaining pairs under ``-m slow`` (the same layer code behind other masks and losses)."""
+    return [
+        pytest.param(a, s, marks=() if _fast(a, s, encdec, single_stack) else pytest.mark.slow)
+        for a, s in pairs
+    ]
+
+
+def _fast(arch: str, scheme: str, encdec=PAPER_SCHEMES, single_stack=FAST_SCHEMES) -> bool:
+    return (arch == "encdec" and scheme in encdec) or (arch != "encdec" and scheme in single_stack)
 
 
 def tiny_config(

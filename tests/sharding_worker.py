@@ -3,11 +3,12 @@ test_sharding.py with ``XLA_FLAGS=--xla_force_host_platform_device_count=N``, no
 
 argv: mode out_json [args]. Modes:
 
-* ``equivalence``: for each architecture, 3 training steps on mesh (2, 2, 2) and on a single
-  device; per-step losses of both, and per-device vs total parameter bytes on (2, 2, 2); beam
-  search outputs with sharded parameters.
-* ``restore WORKDIR``: 4 steps on (2, 2, 2) uninterrupted; then 2 steps on (2, 2, 2) saved and
-  resumed for 2 more on (8, 1, 1) and on (1, 4, 2); per-step losses of each.
+* ``equivalence TMP ARCH...``: for each architecture named, 3 training steps on mesh (2, 2, 2)
+  and on a single device; per-step losses of both, and per-device vs total parameter bytes on
+  (2, 2, 2); with ``encdec``, beam search outputs with sharded parameters.
+* ``restore TMP MESH...``: 4 steps on (2, 2, 2) uninterrupted; then 2 steps on (2, 2, 2) saved
+  and resumed for 2 more on each mesh named (``data8``: (8, 1, 1), ``fsdp4_tensor2``:
+  (1, 4, 2)); per-step losses of each.
 * ``process PID PORT WORKDIR``: one of two processes (4 devices each) training the encdec
   config of ``equivalence`` on mesh (2, 2, 2) through ``jax.distributed``, then beam-searching
   with parameters sharded over both processes.
@@ -35,7 +36,7 @@ from deepnet_jax.scale import distributed, sharding
 from deepnet_jax.training import train, trainer
 from deepnet_jax.training.run_config import RunConfig
 
-ARCHS = ("encdec", "decoder", "encoder")
+MESHES = {"data8": (8, 1, 1), "fsdp4_tensor2": (1, 4, 2)}  # restore's meshes
 
 
 def config(arch: str, mesh: tuple[int, int, int], steps: int = 3):
@@ -106,9 +107,9 @@ def translations() -> list[list[int]]:
         )
 
 
-def equivalence(out: str, tmp: str) -> dict:
-    result = {"translations": translations()}
-    for arch in ARCHS:
+def equivalence(out: str, tmp: str, *archs: str) -> dict:
+    result = {"translations": translations()} if "encdec" in archs else {}
+    for arch in archs:
         w1, w8 = f"{tmp}/{arch}_single", f"{tmp}/{arch}_sharded"
         train.run(config(arch, (1, 1, 1)), w1, devices=jax.devices()[:1])
         train.run(config(arch, (2, 2, 2)), w8)
@@ -116,7 +117,7 @@ def equivalence(out: str, tmp: str) -> dict:
     return result
 
 
-def restore(out: str, tmp: str) -> dict:
+def restore(out: str, tmp: str, *meshes: str) -> dict:
     def cfg(mesh, steps):
         c = config("encdec", mesh, steps)
         c.checkpoint_every = 2
@@ -125,7 +126,8 @@ def restore(out: str, tmp: str) -> dict:
     train.run(cfg((2, 2, 2), 4), f"{tmp}/straight")
     train.run(cfg((2, 2, 2), 2), f"{tmp}/first_half")
     result = {"straight": losses(f"{tmp}/straight")}
-    for name, mesh in (("data8", (8, 1, 1)), ("fsdp4_tensor2", (1, 4, 2))):
+    for name in meshes:
+        mesh = MESHES[name]
         shutil.copytree(f"{tmp}/first_half", f"{tmp}/{name}")
         train.run(cfg(mesh, 4), f"{tmp}/{name}")
         result[name] = losses(f"{tmp}/{name}")
@@ -184,8 +186,8 @@ def main() -> None:
     elif mode == "admin":
         result = admin(int(sys.argv[3]), sys.argv[4])
     else:
-        tmp = sys.argv[3]
-        result = {"equivalence": equivalence, "restore": restore}[mode](out, tmp)
+        tmp, names = sys.argv[3], sys.argv[4:]
+        result = {"equivalence": equivalence, "restore": restore}[mode](out, tmp, *names)
     with open(out, "w") as f:
         json.dump(result, f)
 

@@ -179,6 +179,8 @@ def test_profile_step_benchmark_smoke(tmp_path):
     assert json.loads(out.read_text())["rows"] == rows  # --out
 
 
+@pytest.mark.slow  # a benchmark's smoke run (run it before an on-device session); the planned
+# step it runs: tests/test_one_compile.py
 def test_on_device_benchmark_runs_the_planned_step(tmp_path):
     """The planned step runs on the process's own devices (here 2 simulated CPUs): timed,
     the allocator's figures read, and the loss falls on its fixed batch; compile-only rows have

@@ -267,12 +267,15 @@ def _train_config(corpus, dataset="local_parallel", arch="encdec", **data_overri
     return c
 
 
+# the default run: packed translation pairs and the encoder's masked LM on whole documents; the
+# token-budget buckets and the decoder's LM stream under -m slow (the default run trains both
+# in test_cli.py's runs, test_trainer_outputs.py and the derived-vocabulary test below)
 @pytest.mark.parametrize(
     "dataset, arch, overrides",
     [
-        ("local_parallel", "encdec", {"max_tokens": 192}),
+        pytest.param("local_parallel", "encdec", {"max_tokens": 192}, marks=pytest.mark.slow),
         ("local_parallel", "encdec", {"packing": True}),
-        ("local_text", "decoder", {}),
+        pytest.param("local_text", "decoder", {}, marks=pytest.mark.slow),
         ("local_text", "encoder", {"lm_chunking": "document"}),
     ],
 )

@@ -7,7 +7,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import arch_scheme_params, built, init_params, jit_apply, random_tokens, tiny_config
+from conftest import (
+    STACK_FORMS,
+    arch_scheme_params,
+    built,
+    init_params,
+    jit_apply,
+    random_tokens,
+    tiny_config,
+)
 
 from deepnet_jax.common import tokens
 from deepnet_jax.decoding import sampling, search
@@ -41,8 +49,11 @@ def _incremental_logits(model, params, cfg, arch, src, tgt):
     return jnp.concatenate(outs, axis=1)
 
 
+# the default run: DeepNorm and DLCL-Post on the encoder-decoder, DeepNorm and Sub-LN on the
+# decoder (conftest.STACK_FORMS); the other pairs under -m slow
 @pytest.mark.parametrize(
-    "arch, scheme", arch_scheme_params(itertools.product(("encdec", "decoder"), SCHEMES))
+    "arch, scheme",
+    arch_scheme_params(itertools.product(("encdec", "decoder"), SCHEMES), encdec=STACK_FORMS),
 )
 def test_cached_logits_equal_full_forward(arch, scheme):
     cfg, model, params = built(arch, scheme)

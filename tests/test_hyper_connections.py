@@ -182,11 +182,9 @@ def _model_params(cfg, arch, seed=0):
     return model, src, tgt, jax.tree.map(np.asarray, params)
 
 
-FAST_MODELS = (
-    {("hc_dynamic", a) for a in ("encoder", "decoder", "encdec")}
-    | {("mhc", a) for a in ("encoder", "decoder", "encdec")}
-    | {("hc_static", "encdec"), ("mhc_deepseek_v4", "encdec")}
-)
+# the default run: each variant on the encoder-decoder, which holds both sides' layers (as
+# test_schemes_since_deepnet.py's model test); the single stacks under -m slow
+FAST_MODELS = {(v, "encdec") for v in VARIANTS}
 
 
 @pytest.mark.parametrize(

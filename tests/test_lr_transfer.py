@@ -203,6 +203,9 @@ def test_completeps_row_gives_its_tokens_and_positions_the_embeddings_scale():
             assert rms == pytest.approx(sigma, rel=0.1), (side, part, rms)
 
 
+# the default run trains CompleteP with learned positions through the trainer
+# (test_completep.py) and checks this row's config at every depth and task (above)
+@pytest.mark.slow
 def test_completeps_row_learns_reversal64_at_its_base_depth():
     """The row trains: 200 updates of reversal64 (rate 2e-3, warm-up 50) at 2L-2L with its base
     at 2 layers (every multiplier 1, as at 6L with base 6, which takes ~400 updates) end 1 nat

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import (
     ARCH_SCHEME,
-    PAPER_SCHEMES,
+    STACK_FORMS,
     arch_scheme_params,
     built,
     init_params,
@@ -23,7 +23,8 @@ from deepnet_jax.model.config import SCHEMES
 
 
 @pytest.mark.parametrize(
-    "arch, scheme", arch_scheme_params([(a, s) for a, s in ARCH_SCHEME if a != "encoder"])
+    "arch, scheme",
+    arch_scheme_params([(a, s) for a, s in ARCH_SCHEME if a != "encoder"], encdec=STACK_FORMS),
 )
 def test_causality(arch, scheme):
     """Logits at position t do not change when tokens after t change."""
@@ -40,7 +41,7 @@ def test_causality(arch, scheme):
     assert np.abs(np.asarray(a[:, t + 1 :] - b[:, t + 1 :])).max() > 1e-4
 
 
-@pytest.mark.parametrize("arch, scheme", arch_scheme_params())
+@pytest.mark.parametrize("arch, scheme", arch_scheme_params(encdec=STACK_FORMS))
 def test_padding_invariance(arch, scheme):
     """Appending padding (id 0) to the input or the source leaves real positions' logits alone."""
     cfg, model, params = built(arch, scheme)
@@ -138,7 +139,7 @@ def test_sequence_longer_than_max_len_is_rejected():
 
 @pytest.mark.parametrize(
     "scheme",
-    [s if s in PAPER_SCHEMES else pytest.param(s, marks=pytest.mark.slow) for s in SCHEMES],
+    [s if s in STACK_FORMS else pytest.param(s, marks=pytest.mark.slow) for s in SCHEMES],
 )
 def test_dropout_changes_train_mode_only(scheme):
     cfg, model, params = built(

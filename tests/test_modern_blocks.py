@@ -11,7 +11,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from branch_variance import ffn_output_variance
-from conftest import arch_scheme_params, init_params, jit_apply, random_tokens, tiny_config
+from conftest import (
+    STACK_FORMS,
+    arch_scheme_params,
+    init_params,
+    jit_apply,
+    random_tokens,
+    tiny_config,
+)
 from flax.traverse_util import flatten_dict
 from test_blocks import (
     B,
@@ -155,13 +162,15 @@ def test_grouped_query_attention_through_dot_product_attention(impl):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
 
 
-# every scheme with all the blocks on the two decoding architectures (the default run: every
-# scheme on the encoder-decoder, which holds every layer kind, DeepNorm and Sub-LN on the
-# decoder, as arch_scheme_params splits them); each block alone on the encoder-decoder with
+# every scheme with all the blocks on the two decoding architectures (the default run: DeepNorm
+# and DLCL-Post on the encoder-decoder, which holds every layer kind, DeepNorm and Sub-LN on the
+# decoder, as test_decoding.py splits them); each block alone on the encoder-decoder with
 # DeepNorm under -m slow (the layer tests above check each block alone under every scheme)
 MATRIX = [
     pytest.param(*p.values, "all", marks=p.marks)
-    for p in arch_scheme_params(itertools.product(("encdec", "decoder"), SCHEMES))
+    for p in arch_scheme_params(
+        itertools.product(("encdec", "decoder"), SCHEMES), encdec=STACK_FORMS
+    )
 ] + [pytest.param("encdec", "deepnorm", b, marks=pytest.mark.slow) for b in BLOCKS if b != "all"]
 
 
@@ -247,7 +256,9 @@ def test_torchscale_export_refuses_blocks_it_lacks_in_one_line(field, value):
 @pytest.mark.parametrize(
     "scheme, activation",
     [("deepnorm", a) for a in ("relu", "gelu", "swiglu", "geglu")]
-    + [("subln", "relu"), ("subln", "swiglu")],
+    # Sub-LN's inner norm with a gated FFN; with ReLU (its inner norm the same code, ReLU's
+    # formula DeepNorm's above) under -m slow
+    + [pytest.param("subln", "relu", marks=pytest.mark.slow), ("subln", "swiglu")],
 )
 def test_ffn_output_variance_at_init_is_the_derived_value(scheme, activation):
     """Mean square of the FFN's outputs over 256 weight draws × 64 LayerNorm-output inputs against

@@ -79,6 +79,9 @@ def test_skip_drops_the_update_and_counts_it(monkeypatch, tmp_path):
     assert all(np.isfinite(r["loss"]) for r in train_records)  # the NaN step is not averaged in
 
 
+# the default run halts after nan_max_skips in a row in
+# test_diagnostic_state_is_the_state_after_the_step_it_names (2 in a row there)
+@pytest.mark.slow
 def test_skip_halts_after_too_many_in_a_row(monkeypatch, tmp_path):
     _poison(monkeypatch, set(range(1, 100)))
     c = _config("skip")
@@ -87,6 +90,9 @@ def test_skip_halts_after_too_many_in_a_row(monkeypatch, tmp_path):
         train.run(c, str(tmp_path))
 
 
+# the default run checks the skipped step's state on the step function itself
+# (test_skip_leaves_the_state_unchanged_with_and_without_accumulation)
+@pytest.mark.slow
 def test_skip_leaves_parameters_unchanged_by_a_bad_batch(monkeypatch, tmp_path):
     # Two steps where the second is poisoned end where one clean step ends.
     c1, c2 = _config("skip", 1), _config("skip", 2)
@@ -183,6 +189,9 @@ def _accumulating(policy: str, updates: int):
     return c
 
 
+# in the default run, each policy trains with accumulation in the two tests below (skip to the
+# run's end, halt until its bad micro-batch)
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", train_config.NAN_POLICIES)
 def test_each_policy_trains_with_accumulation(policy, tmp_path):
     """grad_accum_steps > 1 under every nan_policy, through the trainer (under "skip",

@@ -107,6 +107,9 @@ def test_a_state_or_config_unlike_the_plans_keeps_the_jitted_step():
     assert planned_step.reuse(jitted, step, config, other_step.state) is jitted
 
 
+# the default run: one device, fresh and resumed (above); auto on a mesh trains in the default
+# run in test_reliability.py's two-process run
+@pytest.mark.slow
 def test_a_sharded_auto_run_compiles_its_train_step_once(tmp_path):
     """On 8 simulated devices (data 2, fsdp 2, tensor 2), fresh and resumed."""
     proc = subprocess.run(

@@ -106,12 +106,12 @@ def test_default_config_on_v5e_4():
         pytest.param("deepnorm", "full", 0, marks=pytest.mark.slow),
         ("deepnorm", "full", -1),
         pytest.param("pre_ln", "dots", -1, marks=pytest.mark.slow),
-        # the schemes since DeepNet under full remat: which keep the branch output (x + c·F)
+        # the schemes since DeepNet under full remat: which keep the branch output (x + c·F);
+        # one that does in the default run (one that does not: DeepNorm's above)
         ("deepscalelm", "full", 0),
-        ("peri_ln", "full", 0),
         *(
             pytest.param(s, "full", 0, marks=pytest.mark.slow)
-            for s in ("mix_ln", "ln_scaling", "rezero", "skipinit", "admin")
+            for s in ("peri_ln", "mix_ln", "ln_scaling", "rezero", "skipinit", "admin")
         ),
     ],
 )
@@ -150,6 +150,9 @@ def test_remat_flops_of_the_encoder_decoder_and_the_encoder(config, scheme, rema
     assert plan.program_flops / plan.model_flops == pytest.approx(plan.expected_recompute, rel=1e-9)
 
 
+# the default run: the exact count on 6 layers (above) and the CPU planner on the 1,000-layer
+# model (test_plan.py)
+@pytest.mark.slow
 @needs_libtpu
 def test_200_layers_compile_like_6_and_count_every_layer(capsys):
     shallow, deep = _plan(_decoder(6), "v5e-4"), _plan(_decoder(200), "v5e-4")
@@ -213,6 +216,8 @@ def test_an_unknown_target_is_one_line():
     assert len(lines) == 1 and lines[0].startswith("error: --target='v5p-6' is not a known")
 
 
+# the default run: the default config on h100-8 below (fsdp 8) and the arguments' bytes on v5e-4
+@pytest.mark.slow
 @needs_cuda_plugin
 def test_default_config_on_h100_8_deviceless():
     plan = _plan(default.get_config(), "h100-8")

@@ -254,7 +254,17 @@ def checkpointed_run(tmp_path_factory):
     return workdir
 
 
-@pytest.mark.parametrize("damage", ["truncated_file", "missing_file", "half_written", "bad_json"])
+# the default run: an array file cut short and a step folder copied half-way; a missing state
+# metadata file and a garbled data item (the same fallback) under -m slow
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "truncated_file",
+        pytest.param("missing_file", marks=pytest.mark.slow),
+        "half_written",
+        pytest.param("bad_json", marks=pytest.mark.slow),
+    ],
+)
 def test_damaged_latest_checkpoint_falls_back_with_a_warning(
     damage, checkpointed_run, tmp_path, capsys
 ):

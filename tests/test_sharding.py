@@ -43,29 +43,47 @@ def _worker(mode: str, tmp_path, *args: str, devices: int = 8) -> dict:
 
 @pytest.fixture(scope="module")
 def equivalence(tmp_path_factory):
+    """The encoder-decoder's runs (both stacks, cross-attention) and the sharded translations."""
     tmp = tmp_path_factory.mktemp("equivalence")
-    return _worker("equivalence", tmp, str(tmp))
+    return _worker("equivalence", tmp, str(tmp), "encdec")
 
 
-@pytest.mark.parametrize("arch", ["encdec", "decoder", "encoder"])
-def test_sharded_losses_equal_single_device(equivalence, arch):
-    r = equivalence[arch]
+@pytest.fixture(scope="module")
+def single_stack_equivalence(tmp_path_factory):
+    """The decoder-only and encoder-only runs (-m slow: the same layers and sharding rules)."""
+    tmp = tmp_path_factory.mktemp("single_stack_equivalence")
+    return _worker("equivalence", tmp, str(tmp), "decoder", "encoder")
+
+
+ARCHS = ["encdec", *(pytest.param(a, marks=pytest.mark.slow) for a in ("decoder", "encoder"))]
+
+
+def _equivalence(request, arch: str) -> dict:
+    name = "equivalence" if arch == "encdec" else "single_stack_equivalence"
+    return request.getfixturevalue(name)[arch]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_sharded_losses_equal_single_device(request, arch):
+    r = _equivalence(request, arch)
     assert len(r["single"]) == 3
     np.testing.assert_allclose(r["sharded"], r["single"], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("arch", ["encdec", "decoder", "encoder"])
-def test_per_device_parameter_bytes(equivalence, arch):
-    b = equivalence[arch]["bytes"]
+@pytest.mark.parametrize("arch", ARCHS)
+def test_per_device_parameter_bytes(request, arch):
+    b = _equivalence(request, arch)["bytes"]
     expected = b["total"] / 4  # fsdp 2 × tensor 2
     assert abs(b["device0"] - expected) <= 0.1 * expected, b
 
 
-def test_checkpoint_restores_onto_other_meshes(tmp_path):
-    r = _worker("restore", tmp_path, str(tmp_path))
+# the default run: (2, 2, 2) onto fsdp 4 × tensor 2 (every parameter resharded); onto pure data
+# parallelism (8, 1, 1) under -m slow
+@pytest.mark.parametrize("mesh", ["fsdp4_tensor2", pytest.param("data8", marks=pytest.mark.slow)])
+def test_checkpoint_restores_onto_other_meshes(tmp_path, mesh):
+    r = _worker("restore", tmp_path, str(tmp_path), mesh)
     assert len(r["straight"]) == 4
-    for name in ("data8", "fsdp4_tensor2"):
-        np.testing.assert_allclose(r[name], r["straight"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(r[mesh], r["straight"], rtol=1e-5, atol=1e-5)
 
 
 def _free_port() -> int:

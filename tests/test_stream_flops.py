@@ -65,7 +65,9 @@ def _census(arch: str, variant: str, n: int, **overrides):
 
 
 @pytest.mark.parametrize("arch", ("decoder", "encdec"))
-@pytest.mark.parametrize("n", (2, 4))
+# n = 4 in the default run (n² ≠ 2n there: a by-hand term of the wrong power shows); n = 2, the
+# same code, under -m slow
+@pytest.mark.parametrize("n", (pytest.param(2, marks=pytest.mark.slow), 4))
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_connection_flops_equal_the_census(variant, n, arch):
     cfg, shapes, forward, grad = _census(arch, variant, n, remat_policy="none")
