@@ -251,7 +251,11 @@ def summary_table(record: dict[str, Any]) -> str:
             f" (group {chosen['scan_group_size']})" if chosen["scan_group_size"] else ""
         )
         calibrated = f"{cal * 1e3:.1f} | {100 * case['calibrated_mfu']:.1f}%" if cal else "– | –"
-        ratios = f"{ms / measured:.2f} | " + (f"{cal * 1e3 / measured:.2f}" if cal else "–")
+        ratios = (
+            f"{ms / measured:.2f} | " + (f"{cal * 1e3 / measured:.2f}" if cal else "–")
+            if measured
+            else ""
+        )
         rows.append(
             f"| {case['config']} | {case['target']} | {_set(case)} | "
             f"{chosen['attention_impl']}, {policy} | {ms:.1f} | "
