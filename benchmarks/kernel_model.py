@@ -1,5 +1,5 @@
 """The kernel-level cost model (``deepnet_jax.scale.kernels``) of the shipped configs, deviceless,
-against the steps measured on an H100 — docs/scaling.md ("The kernel model").
+against the steps measured on an H100 and an H200 — docs/scaling.md ("The kernel model").
 
     python -m benchmarks.kernel_model --out=docs/records/kernel_model.json --docs=docs/scaling.md
 
@@ -10,7 +10,8 @@ measured step of the same config on the same target, the case carries it (``meas
 milliseconds per update and, for the profiled step, the profile's milliseconds per class) with
 where it comes from: those measurements kept no JSON record (their sessions printed them), so
 they are inputs copied from the docs, flagged as such, never outputs of this command. The
-ratio predicted ÷ measured is the calibration.
+ratio predicted ÷ measured is what the calibration (``deepnet_jax.scale.calibration``, fitted
+by ``benchmarks.kernel_calibration``) corrects; the plan's calibrated step is beside it.
 
 The cuDNN cases need cuDNN's library (``pip install -e ".[gpu-plan,cudnn-plan]"``): jax asks it
 for its version while tracing the fused attention. Without it they are recorded with that
@@ -50,6 +51,7 @@ _PROFILE = {  # ms per class, the reference step's xprof profile (the same secti
 # benchmarks.on_device's records: the H200's (benchmarks/on_device_calibration.sh) and the
 # H100's rerun (docs/scaling.md); a case's "record" is (file, line)
 H200 = "docs/records/h200/on_device.jsonl"
+H200_RUN2 = "docs/records/h200_run2/on_device.jsonl"  # the second run: the current step
 H100 = "docs/records/h100/on_device.jsonl"
 _CUDNN = ["model.attention_impl=cudnn", "model.attention_dropout=0.0"]
 _ONE_GPU = ["data.max_tokens=8192"]
@@ -113,7 +115,7 @@ CASES: list[dict[str, Any]] = [
         "name": "wmt17_ende",
         "target": "h200-1",
         "set": [*_CUDNN, "model.remat_policy=dots"],
-        "record": (H200, 1),
+        "record": (H200_RUN2, 0),
     },
     {
         "name": "wmt17_ende",
@@ -121,7 +123,9 @@ CASES: list[dict[str, Any]] = [
         "set": [*_CUDNN, "model.remat_policy=full"],
         "record": (H200, 0),
     },
-    {"name": "wmt17_ende", "target": "h200-1", "set": [], "record": (H200, 5)},
+    # the defaults: auto's choice changed after both runs measured it (the TIE rule), so
+    # the measurement of full (H200_RUN2 line 6) is not of the step this plans
+    {"name": "wmt17_ende", "target": "h200-1", "set": []},
     # what the trainer now runs by default (attention_impl and remat_policy auto: cuDNN's
     # attention on a GPU, the fastest predicted policy that fits), and the chunked loss
     {"name": "wmt17_ende", "target": "h100-1", "set": []},
@@ -136,7 +140,7 @@ CASES: list[dict[str, Any]] = [
         "name": "deepnet_3b",
         "target": "h200-1",
         "set": [*_ONE_GPU, "model.remat_policy=dots"],
-        "record": (H200, 2),
+        "record": (H200_RUN2, 1),
     },
     {"name": "deepnet_3b", "target": "h100-8", "set": [*_FSDP8, "model.remat_policy=dots"]},
     {"name": "deepnet_3b", "target": "v5p-8", "set": [*_FSDP4, "model.remat_policy=dots"]},
@@ -169,6 +173,8 @@ def plan_case(case: dict[str, Any]) -> dict[str, Any]:
         "kernels": len(plan.kernels),
         "predicted_step_s": plan.predicted_step_s,
         "predicted_mfu": plan.predicted_mfu,
+        "calibrated_step_s": plan.calibrated_step_s,
+        "calibrated_mfu": plan.calibrated_mfu,
         "kernel_classes": plan.kernel_classes,
         "roofline_bound_s": plan.roofline["bound_s"],
         "roofline_mfu_bound": plan.roofline["mfu_upper_bound"],
@@ -222,30 +228,40 @@ def refresh_measured(path: str) -> dict[str, Any]:
 
 
 def summary_table(record: dict[str, Any]) -> str:
-    """A row per case: predicted step and MFU, the roofline bound, measured and the ratio."""
+    """A row per case: predicted (roofline sum) and calibrated step and MFU, the roofline
+    bound, measured and the ratios."""
     rows = [
         "| config | target | set | attention, remat | predicted ms | predicted MFU | "
-        "roofline MFU bound | measured ms | predicted ÷ measured |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "calibrated ms | calibrated MFU | roofline MFU bound | measured ms | "
+        "predicted ÷ measured | calibrated ÷ measured |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for case in record["cases"]:
         measured = case.get("measured", {}).get("ms_per_update")
         if "error" in case:
             rows.append(
                 f"| {case['config']} | {case['target']} | {_set(case)} | – | "
-                f"not planned: {case['error'][:80]} | – | – | {measured or '–'} | – |"
+                f"not planned: {case['error'][:80]} | – | – | – | – | {measured or '–'} | – | – |"
             )
             continue
         ms = case["predicted_step_s"] * 1e3
+        cal = case.get("calibrated_step_s")
         chosen = case["chosen"]
         policy = chosen["remat_policy"] + (
             f" (group {chosen['scan_group_size']})" if chosen["scan_group_size"] else ""
         )
+        calibrated = f"{cal * 1e3:.1f} | {100 * case['calibrated_mfu']:.1f}%" if cal else "– | –"
+        ratios = (
+            f"{ms / measured:.2f} | " + (f"{cal * 1e3 / measured:.2f}" if cal else "–")
+            if measured
+            else ""
+        )
         rows.append(
             f"| {case['config']} | {case['target']} | {_set(case)} | "
             f"{chosen['attention_impl']}, {policy} | {ms:.1f} | "
-            f"{100 * case['predicted_mfu']:.1f}% | {100 * case['roofline_mfu_bound']:.0f}% | "
-            + (f"{measured:.1f} | {ms / measured:.2f} |" if measured else "– | – |")
+            f"{100 * case['predicted_mfu']:.1f}% | {calibrated} | "
+            f"{100 * case['roofline_mfu_bound']:.0f}% | "
+            + (f"{measured:.1f} | {ratios} |" if measured else "– | – | – |")
         )
     return "\n".join(rows)
 
