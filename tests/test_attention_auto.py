@@ -1,5 +1,5 @@
 """model.attention_impl='auto' (a training config's default): cuDNN's fused attention where it
-applies on a GPU, the reference elsewhere (deepnet_jax.training.attention_auto)."""
+applies on a GPU, splash on a TPU, the reference elsewhere (deepnet_jax.training.attention_auto)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_a_training_config_defaults_to_auto():
         ("gpu", {}, "cudnn"),  # a run on its own NVIDIA GPUs
         ("cuda", {}, "cudnn"),  # a deviceless GPU target
         ("cpu", {}, "reference"),
-        ("tpu", {}, "reference"),
+        ("tpu", {}, "splash"),  # Pallas' flash attention (test_splash_attention.py)
         ("gpu", {"dtype": "float32"}, "reference"),  # cuDNN's kernels take no float32
         ("gpu", {"attention_dropout": 0.1}, "reference"),  # nor dropout on the probabilities
     ],

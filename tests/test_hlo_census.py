@@ -202,3 +202,39 @@ def test_tpu_convolutions_count_the_matmuls_they_hold():
     assert hlo_census.matmul_flops(compiled) == hlo_census.matmul_flops(
         lowered.as_text(dialect="hlo")
     )
+
+
+def test_an_attribute_printed_over_several_lines_stays_with_its_instruction():
+    """A Pallas kernel's ``kernel_metadata`` holds a newline, so XLA prints the rest of the
+    instruction on lines of their own, one of them starting with ``}}``: the computation goes
+    on (its later matmuls counted) and the continuation, with the op_name, joins the call."""
+    text = """HloModule m
+
+%body (p: (s32[], f32[4,8])) -> (s32[], f32[4,8]) {
+  %p = (s32[], f32[4,8]) parameter(0)
+  %x = f32[4,8]{1,0} get-tuple-element(%p), index=1
+  %k = f32[4,8]{1,0} custom-call(%x), custom_call_target="tpu_custom_call", KERNEL_METADATA
+"xprof_metadata":"{\\"block_q\\": 128}
+"}}, metadata={op_name="jit(step)/layers/self_attn/shard_map"}
+  %w = f32[8,8]{1,0} constant({...})
+  %d = f32[4,8]{1,0} dot(%k, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %t = (s32[], f32[4,8]) tuple(%p)
+}
+
+%cond (p: (s32[], f32[4,8])) -> pred[] {
+  %p = (s32[], f32[4,8]) parameter(0)
+  ROOT %c = pred[] constant(true)
+}
+
+ENTRY %main (a: f32[4,8]) -> (s32[], f32[4,8]) {
+  %a = f32[4,8]{1,0} parameter(0)
+  %i = (s32[], f32[4,8]) tuple(%a)
+  ROOT %w = (s32[], f32[4,8]) while(%i), condition=%cond, body=%body, TRIPS
+}
+"""
+    text = text.replace("KERNEL_METADATA", "frontend_attributes={kernel_metadata={")
+    text = text.replace("TRIPS", 'backend_config={"known_trip_count":{"n":"3"}}')
+    module = hlo_module.parse(text)
+    assert [i.name for i in module.computations["body"]] == ["p", "x", "k", "w", "d", "t"]
+    assert "self_attn/shard_map" in module.computations["body"][2].rest
+    assert hlo_census.matmul_flops(module) == 3 * 2 * 4 * 8 * 8

@@ -15,7 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from deepnet_jax.model import fused_attention, rotary
+from deepnet_jax.model import fused_attention, rotary, splash_attention
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.model.dropout import dropout
 from deepnet_jax.model.masks import AttentionMask, dense
@@ -51,8 +51,9 @@ class MultiHeadAttention(nn.Module):
     ``qkv_proj`` kernel [D, 3, H, K] (slices q, k, v; fans per slice, only v scaled) instead of
     three; :func:`fuse_qkv_params` converts parameters between the two layouts.
     ``config.attention_impl`` picks the softmax(q·kᵀ/√K)·v computation: the einsum reference
-    (with attention dropout) or ``jax.nn.dot_product_attention`` (``xla`` or ``cudnn``), which
-    takes the mask natively or as a bias (``config.attention_masks``).
+    (with attention dropout), ``jax.nn.dot_product_attention`` (``xla`` or ``cudnn``), which
+    takes the mask natively or as a bias (``config.attention_masks``), or Pallas' TPU splash
+    attention (``splash``, :mod:`deepnet_jax.model.splash_attention`).
     """
 
     config: TransformerConfig
@@ -182,12 +183,16 @@ class MultiHeadAttention(nn.Module):
         dropout_key: jax.Array | None,
     ) -> jax.Array:
         """softmax(q·kᵀ/√K)·v [B, T, H, K] by ``config.attention_impl``: the reference (on the
-        dense mask), or ``jax.nn.dot_product_attention`` (``xla``, ``cudnn``) with the mask in
-        the form ``config.attention_masks`` names (:mod:`deepnet_jax.model.fused_attention`)."""
+        dense mask), ``jax.nn.dot_product_attention`` (``xla``, ``cudnn``) with the mask in
+        the form ``config.attention_masks`` names (:mod:`deepnet_jax.model.fused_attention`),
+        or the splash kernel (:mod:`deepnet_jax.model.splash_attention`)."""
         c = self.config
         if c.attention_impl == "reference":
             return self._reference_attention(q_BTHK, k_BSHK, v_BSHK, dense(mask), dropout_key)
         dtype = c.compute_dtype
+        if c.attention_impl == "splash":
+            q, k, v = (x.astype(dtype) for x in (q_BTHK, k_BSHK, v_BSHK))
+            return splash_attention.splash_attention(q, k, v, mask)
         return fused_attention.dot_product_attention(
             q_BTHK.astype(dtype),
             k_BSHK.astype(dtype),

@@ -34,7 +34,7 @@ ACTIVATIONS = ("relu", "gelu", "swiglu", "geglu")
 GATED_ACTIVATIONS = ("swiglu", "geglu")  # gated FFNs: fc2(φ(x·W_gate) ⊙ x·W_fc1)
 POSITIONS = ("sinusoidal", "learned", "rope")
 NORMS = ("layernorm", "rmsnorm", "dyt")
-ATTENTION_IMPLS = ("reference", "xla", "cudnn")
+ATTENTION_IMPLS = ("reference", "xla", "cudnn", "splash")
 ATTENTION_MASKS = ("native", "bias")  # fused_attention.MASK_FORMS
 DROPOUT_RNGS = ("hash", "jax")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -174,8 +174,10 @@ class TransformerConfig:
         "reference",
         "reference (einsum + softmax, any dropout), xla or "
         "cudnn (jax.nn.dot_product_attention; no attention dropout; "
-        "cudnn: GPU, bfloat16/float16); auto (a training config's default): cudnn where it "
-        "applies on a GPU, else reference (training/attention_auto.py)",
+        "cudnn: GPU, bfloat16/float16); splash (Pallas' TPU flash attention; no attention "
+        "dropout; lengths not a multiple of 128 and packed rows by xla); auto (a training "
+        "config's default): cudnn on a GPU or splash on a TPU where it applies, else reference "
+        "(training/attention_auto.py)",
         choices=(*ATTENTION_IMPLS, AUTO),
         resumable=True,
         before="reference",

@@ -58,6 +58,13 @@ def check(c: Any, defaults: dict[str, Any]) -> None:
             f"jax.nn.dot_product_attention has no attention dropout (attention_dropout="
             f"{c.attention_dropout}); use 'reference' or set model.attention_dropout=0",
         )
+    if c.attention_impl == "splash" and c.attention_masks != "native":
+        fail(
+            "attention_masks",
+            c.attention_masks,
+            "splash attention takes its masks natively (causal order and segment ids): "
+            "set model.attention_masks='native' or model.attention_impl='xla'",
+        )
     if c.attention_impl == "cudnn" and c.dtype == "float32":
         fail("attention_impl", "cudnn", "cuDNN attention needs model.dtype bfloat16 or float16")
     if c.scan_group_size and not c.scan_layers:

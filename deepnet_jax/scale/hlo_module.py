@@ -85,15 +85,18 @@ def parse(text: str) -> Module:
                 computations[current] = []
                 entry = current if header.group(1) else entry
             continue
-        if line.startswith("}"):
+        if line.rstrip() == "}":
             current = None
             continue
-        match = _INSTRUCTION.match(line)
+        match = _INSTRUCTION.match(line) if line[:1].isspace() else None
         if match:
             result, opcode, rest = _split_result(match.group(2))
             instruction = Instruction(match.group(1), result, opcode, rest)
             computations[current].append(instruction)
             shapes[instruction.name] = result
+        elif line and computations[current]:  # an attribute printed over several lines
+            last = computations[current][-1]
+            computations[current][-1] = dataclasses.replace(last, rest=f"{last.rest}\n{line}")
     if not entry:
         raise ValueError("HLO text has no ENTRY computation")
     return Module(computations, entry, shapes)

@@ -1,10 +1,9 @@
-"""``model.attention_impl='auto'``: cuDNN's fused attention where it applies, else the reference.
+"""``model.attention_impl='auto'``: a fused attention kernel where one applies, else the reference.
 
 A training config's default (``train_config.TRAINING_DEFAULTS``). Before a model is built, the
 trainer (on its devices' platform) and the planner (on its target's) call :func:`resolve`,
 which picks ``cudnn`` — ``jax.nn.dot_product_attention`` on cuDNN's flash attention, the same
-softmax(q·kᵀ/√d + mask)·v in one kernel — when all of these hold, and ``reference`` (einsum and
-a float32 softmax) otherwise:
+softmax(q·kᵀ/√d + mask)·v in one kernel — when all of these hold:
 
 * the devices are NVIDIA GPUs (``cuda``);
 * the compute dtype is bfloat16 or float16 (cuDNN's kernels take no float32);
@@ -14,6 +13,10 @@ a float32 softmax) otherwise:
 * cuDNN's library answers on this host (jax asks it for its version while tracing the fused
   attention): a GPU run has it; a deviceless plan for a GPU target has it with the
   ``cudnn-plan`` extra and plans the reference without it.
+
+On TPUs it picks ``splash`` (Pallas' flash attention, :mod:`deepnet_jax.model.splash_attention`)
+when ``model.attention_dropout`` is 0 and ``model.attention_masks`` is ``native``; everywhere
+else ``reference`` (einsum and a float32 softmax).
 
 cuDNN's attention is the faster of the two on the GPUs measured (docs/scaling.md, "Measured on
 one H100" and "Measured on one H200"). Both paths compute the same function: logits and every
@@ -48,7 +51,10 @@ def choice(config: RunConfig, platform: str) -> str:
         and not odd_lengths(config.data)
         and cudnn_answers()
     )
-    return "cudnn" if fused else "reference"
+    if fused:
+        return "cudnn"
+    splash = platform == "tpu" and not m.attention_dropout and m.attention_masks == "native"
+    return "splash" if splash else "reference"
 
 
 def odd_lengths(data: DataOptions) -> list[int]:

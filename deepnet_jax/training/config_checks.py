@@ -66,6 +66,11 @@ def _check_across(config: RunConfig, device_count: int) -> None:
             f"model.attention_impl='cudnn' needs a GPU; this backend is "
             f"{jax.default_backend()!r}: allowed here are 'reference' and 'xla'"
         )
+    if config.model.attention_impl == "splash" and jax.default_backend() != "tpu":
+        raise ValueError(
+            f"model.attention_impl='splash' needs a TPU; this backend is "
+            f"{jax.default_backend()!r}: allowed here are 'reference' and 'xla'"
+        )
     if config.data.dataset not in registry.NAMES:
         raise ValueError(
             f"data.dataset={config.data.dataset!r}; allowed values are {registry.NAMES}"
