@@ -19,9 +19,11 @@ its computation runs (``hlo_module.execution_counts``: loop bodies per trip):
   (:func:`kernels`' ``model_flops``), as the roofline takes the model's.
 * **Bytes**: its operands read and its result written once, as they are after fusion; an
   operand the kernel only slices (``dynamic-slice``, ``slice``, ``gather``) counts the slices,
-  and a buffer updated in place (``dynamic-update-slice`` of a fusion's parameter, the scanned
-  stack's per-layer writes) counts the update read and written, not the whole buffer
-  (:func:`deepnet_jax.scale.hbm_bytes.kernel_bytes`).
+  also where a nested fusion slices it (XLA:TPU's convolution fusions), and a buffer updated in
+  place (``dynamic-update-slice`` of a fusion's parameter, the scanned stack's per-layer
+  writes) counts the update read and written, not the whole buffer; on a TPU, arrays as laid
+  out in their tiles, and none in on-chip memory (``S(1)``: a prefetched operand costs its
+  ``copy-start``) (:func:`deepnet_jax.scale.hbm_bytes.kernel_bytes`).
 * **Time**: ``max(FLOPs ÷ peak, bytes ÷ HBM bandwidth)``; a collective: the bytes one device
   sends (``hlo_census``'s ring volumes) ÷ the interconnect bandwidth. An fp32 matmul runs at
   :data:`FP32_MATMUL_RATE` of the bf16 peak (TF32 on NVIDIA GPUs; one bf16 pass on TPUs, jax's
@@ -76,7 +78,16 @@ _FREE = {
     "opt-barrier",
     "add-dependency",
 }
-_MOVES = {"copy", "transpose", "bitcast", "reshape", "parameter", "copy-start", "copy-done"}
+_MOVES = {
+    "copy",
+    "transpose",
+    "bitcast",
+    "reshape",
+    "parameter",
+    "copy-start",
+    "copy-done",
+    "slice-start",  # XLA:TPU's asynchronous slice into on-chip memory
+}
 _SEQUENTIAL = re.compile(r"\b(body|condition|true_computation|false_computation)=%?([\w.\-]+)")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 _TARGET = re.compile(r'custom_call_target="([^"]+)"')
@@ -194,7 +205,7 @@ def kernels(
             if ins.opcode in _FREE or ins.opcode.endswith(("-done", "-update")) or not times:
                 continue
             flops = times * kernel_flops(module, ins)
-            moved = times * kernel_bytes(module, ins)
+            moved = times * kernel_bytes(module, ins, chip.platform == "tpu")
             out.append(_kernel(module, ins, times, flops, moved, chip, num_devices))
     return _with_hidden_flops(out, model_flops, chip)
 
