@@ -130,3 +130,25 @@ def test_the_planner_counts_the_connections(variant):
     assert plan.model_flops == flops.train_flops_per_step(model, {"inputs": (rows, length)})
     assert stream_flops.forward_flops(model, rows, length, 0) > 0
     assert plan.program_flops / plan.model_flops == pytest.approx(plan.expected_recompute, rel=1e-9)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_matmul_params_count_the_connection_weights(variant):
+    """``flops.matmul_params`` = the model's projection kernels + the connections' matmul
+    weights, counted on the initialized parameters of an encoder-decoder (n = 4): HC's
+    ``*_hc_alpha`` [n, n+1] and, dynamic, ``*_hc_alpha_fn`` [D, n+1] and ``*_hc_beta_fn`` [D];
+    mHC's ``*_phi`` (the HyperHead's too)."""
+    scheme, fields = VARIANTS[variant]
+    c = tiny_config("encdec", scheme, max_len=64, hc_rate=4, tie_embeddings=False, **fields)
+    cfg = TransformerConfig.from_config(c)
+    model = architectures.build(cfg)
+    args = (jnp.ones((B, S), jnp.int32), jnp.ones((B, T), jnp.int32))
+    params = nn.unbox(jax.eval_shape(model.init, jax.random.key(0), *args)["params"])
+    weights = ("['kernel']", "_hc_alpha']", "_hc_alpha_fn']", "_hc_beta_fn']", "_phi']")
+    counted = sum(
+        x.size
+        for path, x in jax.tree_util.tree_leaves_with_path(params)
+        if jax.tree_util.keystr(path).endswith(weights)
+    )
+    assert stream_flops.total_connection_params(cfg) > 0
+    assert flops.matmul_params(cfg) == counted

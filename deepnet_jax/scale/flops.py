@@ -105,7 +105,9 @@ def matmul_params(model_config: TransformerConfig) -> int:
     Per encoder layer 2d²(1 + r) + g·dF (attention q, out and k, v at r = kv heads / heads;
     the FFN's g matrices), per decoder layer the same plus 2d²(1 + r) for cross-attention in
     ``encdec``, and d·V for the vocabulary projection (the embedding table itself when
-    embeddings are tied). Embedding lookups, biases and norms are excluded.
+    embeddings are tied), and the stream schemes' connection weights
+    (``stream_flops.connection_params``: HC's (A_m A_r) and dynamic W's, mHC's φ, every
+    sublayer's and each stack's end). Embedding lookups, biases and norms are excluded.
     For a decoder-only model, forward FLOPs ≈ 2 · matmul_params · tokens + attention scores.
 
     ``model_config``: a ``TransformerConfig`` (a run's ``RunConfig.model``;
@@ -119,6 +121,7 @@ def matmul_params(model_config: TransformerConfig) -> int:
         model_config.num_encoder_layers * layer
         + model_config.num_decoder_layers * (layer + cross)
         + d * v
+        + stream_flops.total_connection_params(model_config)
     )
 
 

@@ -45,6 +45,29 @@ def connection_flops(model_config: TransformerConfig) -> tuple[int, int]:
     return 0, 0
 
 
+def connection_params(model_config: TransformerConfig) -> tuple[int, int]:
+    """(weights that enter one sublayer's connection matmuls, those of a stack's end) by the
+    module docstring's rules: static HC's [n, n+1] (A_m A_r); dynamic HC adds W (W_m W_r)
+    [D, n+1] and W_β [D]; mHC's φ [n, D, n² + 2n]; DeepSeek-V4's HyperHead φ [n, D, n] at the
+    end. (0, 0) for a one-stream scheme. Each weight is one multiply-add per token, so the
+    forward FLOPs are 2 × these per token wherever the matmul has no per-position operand."""
+    scheme = schemes.get(model_config.scheme)
+    n, d = model_config.hc_rate, model_config.d_model
+    if isinstance(scheme, HyperConnections):
+        return n * (n + 1) + (d * (n + 1) + d if model_config.hc_dynamic else 0), 0
+    if isinstance(scheme, MHC):
+        head = n * d * n if model_config.mhc_variant == "deepseek_v4" else 0
+        return n * d * (n * n + 2 * n), head
+    return 0, 0
+
+
+def total_connection_params(model_config: TransformerConfig) -> int:
+    """:func:`connection_params` over the model: every sublayer of every layer and each stack's
+    end (``flops.matmul_params`` adds these)."""
+    sublayer, end = connection_params(model_config)
+    return round(_over_sides(model_config, 1, 1, 1, sublayer, end))
+
+
 def batched_connection_flops(model_config: TransformerConfig) -> int:
     """The part of a sublayer's connection FLOPs per token whose matmuls have batch dimensions
     (a mixing matrix per position: dynamic HC's (A_m A_r)ᵀH), which ``remat_policy="dots"``
