@@ -192,10 +192,11 @@ def test_the_plan_predicts_a_gpu_step_from_its_kernels():
 
 
 @needs_cuda_plugin
-def test_cli_prints_the_kernel_table_and_the_json_figures():
+def test_cli_prints_the_kernel_table_and_the_json_figures(tmp_path):
+    record = tmp_path / "plan.json"
     proc = subprocess.run(
         [sys.executable, "-m", "deepnet_jax.cli.plan", "--config=configs/default.py",
-         "--target=h100-1", "--kernels"],
+         "--target=h100-1", "--kernels", f"--record={record}"],
         capture_output=True, text=True, cwd=ROOT, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -207,6 +208,11 @@ def test_cli_prints_the_kernel_table_and_the_json_figures():
     assert set(plan["kernel_classes"]) == set(kernels.CLASSES) and "kernels" not in plan
     rows = [line for line in lines if line.startswith("| ") and "| class |" not in line]
     assert len(rows) > 20 and "kernel model" in proc.stdout
+    # the record of a plan with --kernels keeps every kernel's row, summing to the prediction
+    recorded = json.loads(record.read_text())["plan"]
+    assert len(recorded["kernels"]) >= len(rows)
+    total = sum(k["seconds"] for k in recorded["kernels"])
+    assert math.isclose(total, plan["predicted_step_s"], rel_tol=1e-9)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="libtpu not installed")

@@ -41,7 +41,8 @@ _NUM_DEVICES = flags.DEFINE_integer("num_devices", None, "Shorthand for --target
 _RECORD = flags.DEFINE_string(
     "record",
     None,
-    "also write the plan's JSON as a record to this path: the figures under the command, "
+    "also write the plan's JSON as a record to this path (with --kernels, every kernel's row "
+    "too): the figures under the command, "
     "commit, date, machine and jax version that made them (common.records)",
 )
 _KERNELS = flags.DEFINE_bool(
@@ -95,17 +96,20 @@ def execute(arguments: list[str]) -> None:
     print(json.dumps(plan_json(result)))
     if _RECORD.value:
         with open(_RECORD.value, "w") as f:
-            json.dump({**records.header(), "plan": plan_json(result)}, f, indent=1)
+            plan = plan_json(result, kernels=_KERNELS.value)
+            json.dump({**records.header(), "plan": plan}, f, indent=1)
             f.write("\n")
     if result.fits is False:
         print(memory_plan.does_not_fit_line(result), file=sys.stderr)
         sys.exit(2)
 
 
-def plan_json(result: memory_plan.Plan) -> dict:
-    """The plan's JSON line: every figure, the kernel list left to ``--kernels``' table."""
+def plan_json(result: memory_plan.Plan, kernels: bool = False) -> dict:
+    """The plan's JSON line: every figure, the kernel list left to ``--kernels``' table (and
+    to the ``--record`` of a plan with ``--kernels``: ``kernels=True``)."""
     out = dataclasses.asdict(result)
-    out.pop("kernels")
+    if not kernels:
+        out.pop("kernels")
     return out
 
 
