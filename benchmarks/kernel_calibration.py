@@ -102,7 +102,8 @@ def main(argv: list[str]) -> None:
     fitted = [read(*p) for p in FIT]
     held = [read(*p) for p in HELD_OUT]
     factors, unmatched = calibration.fit([p["classes"] for p in fitted])
-    source = {**records.header(), "fitted_on": [p["profile"] for p in fitted]}
+    head = records.header()  # taken before hopper.json is written: one commit for both files
+    source = {**head, "fitted_on": [p["profile"] for p in fitted]}
     cal = calibration.Calibration("hopper", factors, unmatched, source)
     written = calibration.save(cal)
     checks = [check(p, cal, "fitted") for p in fitted] + [check(p, cal, "held out") for p in held]
@@ -110,7 +111,7 @@ def main(argv: list[str]) -> None:
     result["checks"] = checks
     print(table(result) + f"\n\nwrote {written}")
     if args.out:
-        records.write(args.out, result)
+        records.write(args.out, result, head)
     if args.docs:
         records.replace_block(args.docs, "kernel-calibration", table(result))
 
