@@ -99,24 +99,18 @@ def _attend(
     one = masks.CausalMask(shape) if causal else masks.FullMask(shape)
     sizes = _block_sizes(T, S)
     q_segments_BT = jnp.ones((B, T), jnp.int32)
-    if G == 1:
-        attend = kernel.make_splash_mha(
-            masks.MultiHeadMask([one] * H),
-            block_sizes=sizes,
-            head_shards=1,
-            q_seq_shards=1,
-            interpret=interpret,
-        )
-        q, k, v = (jnp.swapaxes(x, 1, 2) for x in (q_BTHK, k_BSNK, v_BSNK))  # [B, H, ·, K]
-        out_BHTK = jax.vmap(attend)(q, k, v, segment_ids=_segments(q_segments_BT, kv_segments_BS))
-        return jnp.swapaxes(out_BHTK, 1, 2)
-    attend = kernel.make_splash_mqa(
-        masks.MultiHeadMask([one] * G),
+    make = kernel.make_splash_mha if G == 1 else kernel.make_splash_mqa
+    attend = make(
+        masks.MultiHeadMask([one] * (H if G == 1 else G)),
         block_sizes=sizes,
         head_shards=1,
         q_seq_shards=1,
         interpret=interpret,
     )
+    if G == 1:
+        q, k, v = (jnp.swapaxes(x, 1, 2) for x in (q_BTHK, k_BSNK, v_BSNK))  # [B, H, ·, K]
+        out_BHTK = jax.vmap(attend)(q, k, v, segment_ids=_segments(q_segments_BT, kv_segments_BS))
+        return jnp.swapaxes(out_BHTK, 1, 2)
     q_BNGTK = q_BTHK.reshape(B, T, N, G, K).transpose(0, 2, 3, 1, 4)
     k_BNSK, v_BNSK = (jnp.swapaxes(x, 1, 2) for x in (k_BSNK, v_BSNK))
     ids = _segments(q_segments_BT, kv_segments_BS)
