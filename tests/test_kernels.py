@@ -208,11 +208,12 @@ def test_cli_prints_the_kernel_table_and_the_json_figures(tmp_path):
     assert set(plan["kernel_classes"]) == set(kernels.CLASSES) and "kernels" not in plan
     rows = [line for line in lines if line.startswith("| ") and "| class |" not in line]
     assert len(rows) > 20 and "kernel model" in proc.stdout
-    # the record of a plan with --kernels keeps every kernel's row, summing to the prediction
+    # the record of a plan with --kernels: each class's seconds by opcode, summing to the class
     recorded = json.loads(record.read_text())["plan"]
-    assert len(recorded["kernels"]) >= len(rows)
-    total = sum(k["seconds"] for k in recorded["kernels"])
-    assert math.isclose(total, plan["predicted_step_s"], rel_tol=1e-9)
+    for kind, seconds in recorded["kernel_classes"].items():
+        by_opcode = recorded["kernel_opcodes"].get(kind, {})
+        assert math.isclose(sum(by_opcode.values()), seconds, rel_tol=1e-9, abs_tol=1e-15)
+    assert recorded["kernel_opcodes"]["ffn"]["fusion"] > 0
 
 
 @pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="libtpu not installed")

@@ -41,8 +41,8 @@ _NUM_DEVICES = flags.DEFINE_integer("num_devices", None, "Shorthand for --target
 _RECORD = flags.DEFINE_string(
     "record",
     None,
-    "also write the plan's JSON as a record to this path (with --kernels, every kernel's row "
-    "too): the figures under the command, "
+    "also write the plan's JSON as a record to this path (with --kernels, each class's "
+    "seconds by opcode too): the figures under the command, "
     "commit, date, machine and jax version that made them (common.records)",
 )
 _KERNELS = flags.DEFINE_bool(
@@ -106,10 +106,16 @@ def execute(arguments: list[str]) -> None:
 
 def plan_json(result: memory_plan.Plan, kernels: bool = False) -> dict:
     """The plan's JSON line: every figure, the kernel list left to ``--kernels``' table (and
-    to the ``--record`` of a plan with ``--kernels``: ``kernels=True``)."""
+    with ``kernel_opcodes`` ({class: {opcode: seconds}}) in the ``--record`` of a plan with
+    ``--kernels``: ``kernels=True``)."""
     out = dataclasses.asdict(result)
-    if not kernels:
-        out.pop("kernels")
+    rows = out.pop("kernels")
+    if kernels:  # compact: each class's seconds by opcode (the rows are --kernels' table)
+        by_opcode: dict[str, dict[str, float]] = {}
+        for row in rows:
+            group = by_opcode.setdefault(row["kind"], {})
+            group[row["opcode"]] = group.get(row["opcode"], 0.0) + row["seconds"]
+        out["kernel_opcodes"] = by_opcode
     return out
 
 
