@@ -83,6 +83,7 @@ def execute(arguments: list[str]) -> None:
     """Plan ``--config`` on ``--target`` and print the figures (exit 1 on a bad config or flag,
     2 when the step does not fit)."""
     del arguments  # none
+    head = records.header()
     try:
         result = _plan(_target())
     except DoesNotFitError as e:
@@ -94,11 +95,8 @@ def execute(arguments: list[str]) -> None:
             raise ValueError(f"--kernels: target {result.target} has no chip figures (a CPU)")
         print(plan_report.kernel_table(result))
     print(json.dumps(plan_json(result)))
-    if _RECORD.value:
-        with open(_RECORD.value, "w") as f:
-            plan = plan_json(result, kernels=_KERNELS.value)
-            json.dump({**records.header(), "plan": plan}, f, indent=1)
-            f.write("\n")
+    if _RECORD.value:  # the header as the plan started: a rewritten record is no change yet
+        records.write(_RECORD.value, {"plan": plan_json(result, kernels=_KERNELS.value)}, head)
     if result.fits is False:
         print(memory_plan.does_not_fit_line(result), file=sys.stderr)
         sys.exit(2)
