@@ -51,22 +51,7 @@ def check(c: Any, defaults: dict[str, Any]) -> None:
         )
     if c.share_embeddings and c.arch != "encdec":
         fail("share_embeddings", True, f"only arch='encdec' has two embeddings, not {c.arch!r}")
-    if c.attention_impl not in ("reference", AUTO) and c.attention_dropout:
-        fail(
-            "attention_impl",
-            c.attention_impl,
-            f"jax.nn.dot_product_attention has no attention dropout (attention_dropout="
-            f"{c.attention_dropout}); use 'reference' or set model.attention_dropout=0",
-        )
-    if c.attention_impl == "splash" and c.attention_masks != "native":
-        fail(
-            "attention_masks",
-            c.attention_masks,
-            "splash attention takes its masks natively (causal order and segment ids): "
-            "set model.attention_masks='native' or model.attention_impl='xla'",
-        )
-    if c.attention_impl == "cudnn" and c.dtype == "float32":
-        fail("attention_impl", "cudnn", "cuDNN attention needs model.dtype bfloat16 or float16")
+    _check_attention(c)
     if c.scan_group_size and not c.scan_layers:
         fail(
             "scan_group_size",
@@ -83,6 +68,26 @@ def check(c: Any, defaults: dict[str, Any]) -> None:
         )
     _check_scheme_fields(c, defaults)
     _check_parameterization(c, defaults)
+
+
+def _check_attention(c: Any) -> None:
+    """The attention kernel against its dropout, masks and dtype (``attention_impl``)."""
+    if c.attention_impl not in ("reference", AUTO) and c.attention_dropout:
+        fail(
+            "attention_impl",
+            c.attention_impl,
+            f"jax.nn.dot_product_attention has no attention dropout (attention_dropout="
+            f"{c.attention_dropout}); use 'reference' or set model.attention_dropout=0",
+        )
+    if c.attention_impl == "splash" and c.attention_masks != "native":
+        fail(
+            "attention_masks",
+            c.attention_masks,
+            "splash attention takes its masks natively (causal order and segment ids): "
+            "set model.attention_masks='native' or model.attention_impl='xla'",
+        )
+    if c.attention_impl == "cudnn" and c.dtype == "float32":
+        fail("attention_impl", "cudnn", "cuDNN attention needs model.dtype bfloat16 or float16")
 
 
 def _check_scheme_fields(c: Any, defaults: dict[str, Any]) -> None:
