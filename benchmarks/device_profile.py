@@ -205,6 +205,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--row", type=int, required=True, help="the profiled row's line (0-based)")
     parser.add_argument("--out", default="", help="write the record (JSON) here")
     args = parser.parse_args(argv)
+    head = records.header()  # before --out is rewritten: the commit the figures come from
     with open(args.record) as f:
         row = [json.loads(line) for line in f if line.strip()][args.row]
     if "profile" not in row:
@@ -222,9 +223,7 @@ def main(argv: list[str]) -> None:
     }
     print(json.dumps(result, indent=1))
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({**records.header(), **result}, f, indent=1)
-            f.write("\n")
+        records.write(args.out, result, head)
 
 
 if __name__ == "__main__":
