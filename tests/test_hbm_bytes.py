@@ -94,7 +94,7 @@ _PREFETCHED = """HloModule m, is_scheduled=true
 ENTRY %main (a: f32[8,64], w: f32[64,128]) -> f32[8,128] {
   %a = f32[8,64]{1,0:T(8,128)} parameter(0)
   %w = f32[64,128]{1,0:T(8,128)} parameter(1)
-  %cs = (f32[64,128]{1,0:T(8,128)}, f32[64,128]{1,0:T(8,128)S(1)}, u32[]{:S(2)}) copy-start(%w)
+  %cs = (f32[64,128]{1,0:T(8,128)S(1)}, f32[64,128]{1,0:T(8,128)}, u32[]{:S(2)}) copy-start(%w)
   %cd = f32[64,128]{1,0:T(8,128)S(1)} copy-done(%cs)
   ROOT %f = f32[8,128]{1,0:T(8,128)} fusion(%a, %cd), kind=kOutput, calls=%mm
 }
@@ -105,8 +105,9 @@ def test_a_tpu_kernel_counts_tiles_and_only_hbm():
     """XLA:TPU prefetches w into on-chip memory (S(1)) with copy-start: the copy reads w from
     HBM once, the matmul reads it from on-chip memory (no HBM bytes); a's 64 columns take a
     128-column tile in HBM. Elsewhere (tpu=False) every array counts, unpadded; the copy
-    reads its source and writes its destination, the middle of its (source, destination,
-    context) tuple."""
+    reads its source and writes its destination, the first of its (destination, source,
+    context) tuple (what copy-done gives). The kernel model gives the copy's read to the matmul
+    (tests/test_async_copies.py)."""
     module, copy = _kernel(_PREFETCHED, "cs")
     _, fusion = _kernel(_PREFETCHED, "f")
     w, a_tiled, a, out = 64 * 128 * 4, 8 * 128 * 4, 8 * 64 * 4, 8 * 128 * 4
@@ -114,9 +115,6 @@ def test_a_tpu_kernel_counts_tiles_and_only_hbm():
     assert hbm_bytes.kernel_bytes(module, fusion, tpu=True) == a_tiled + out
     assert hbm_bytes.kernel_bytes(module, copy) == 2 * w
     assert hbm_bytes.kernel_bytes(module, fusion) == a + w + out
-    found = {k.name: k for k in kernels.kernels(module, TPU)}
-    assert set(found) == {"cs", "f"} and found["cs"].kind == "copies"
-    assert found["cs"].bytes == w and found["f"].bytes == a_tiled + out
 
 
 _SLICED_ON_CHIP = """HloModule m, is_scheduled=true

@@ -9,15 +9,17 @@ the update read and written, not the whole buffer. A view (``bitcast``, ``reshap
 fusion's parameter is that parameter, and so is a nested fusion's parameter (XLA:TPU nests a
 convolution's operand fusions, a per-layer ``dynamic-slice`` of a stacked [L, …] buffer among
 them, inside the convolution's fusion): what the nested fusion does with it is what the kernel
-does. An asynchronous start (``fusion-start``, ``copy-start``, ``slice-start``) writes the
-middle element of its ``(operands or source, result, context)`` tuple.
+does. An asynchronous start writes what its ``-done`` gives: the middle element of
+``fusion-start``'s and ``slice-start``'s ``((operands), result, context)``, the first of
+``copy-start``'s ``(destination, source, context)`` (so a copy reads its source and writes its
+destination, each where it lives).
 
 On XLA:TPU (``tpu=True``) each array counts as laid out: its tiles' padding
 (``hlo_module.padded_nbytes``), and nothing for an array in a memory space other than HBM
 (``S(1)``: the on-chip memory that memory-space assignment prefetches into and evicts from with
 ``copy-start``; ``S(2)``, ``S(6)``: sync flags and scalars). So a prefetched operand costs its
-copy's HBM read, not a second read by the kernel using it, and a slice into on-chip memory
-its read.
+copy's HBM read, not a second read by the kernel using it (the kernel model gives that read to
+the kernel: :mod:`deepnet_jax.scale.async_copies`), and a slice into on-chip memory its read.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from deepnet_jax.scale.hlo_module import FUSIONS, Instruction, Module, fused, op
 
 _SLICES = {"dynamic-slice", "slice", "gather"}
 _VIEWS = {"bitcast", "reshape"}
-# asynchronous starts: ((operands) or source, result, context)
+# asynchronous starts: ((operands), result, context); copy-start: (destination, source, context)
 _STARTS = {"fusion-start", "copy-start", "slice-start"}
 _CALLS = re.compile(r"\bcalls=%?([\w.\-]+)")
 _LAID_OUT = re.compile(
@@ -138,18 +140,14 @@ def _parameters(module: Module, ins: Instruction) -> tuple[dict[str, Instruction
 
 
 def _started_result(ins: Instruction) -> str:
-    """An instruction's result type; an asynchronous start's (``fusion-start``, ``slice-start``:
-    ``((operands), result, context)``, ``copy-start``: ``(source, destination, context)``) is
-    the middle element of its tuple (what its ``-done`` gives)."""
+    """An instruction's result type; an asynchronous start's is what its ``-done`` gives: the
+    middle of ``((operands), result, context)`` (``fusion-start``, ``slice-start``), the first
+    of ``copy-start``'s ``(destination, source, context)``."""
     if ins.opcode not in _STARTS:
         return ins.result
-    depth, parts, start = 0, [], 1
-    for i, ch in enumerate(ins.result):
-        depth += (ch in "({[") - (ch in ")}]")
-        if ch == "," and depth == 1:
-            parts.append(ins.result[start:i].strip())
-            start = i + 1
-    return parts[1] if len(parts) > 1 else ins.result
+    parts = hlo_module.tuple_elements(ins.result)
+    index = 0 if ins.opcode == "copy-start" else 1
+    return parts[index] if len(parts) > index else ins.result
 
 
 def _readers(name: str, users: dict[str, list[Instruction]]) -> list[tuple[Instruction, str]]:

@@ -22,8 +22,10 @@ its computation runs (``hlo_module.execution_counts``: loop bodies per trip):
   also where a nested fusion slices it (XLA:TPU's convolution fusions), and a buffer updated in
   place (``dynamic-update-slice`` of a fusion's parameter, the scanned stack's per-layer
   writes) counts the update read and written, not the whole buffer; on a TPU, arrays as laid
-  out in their tiles, and none in on-chip memory (``S(1)``: a prefetched operand costs its
-  ``copy-start``) (:func:`deepnet_jax.scale.hbm_bytes.kernel_bytes`).
+  out in their tiles, and none in on-chip memory (``S(1)``)
+  (:func:`deepnet_jax.scale.hbm_bytes.kernel_bytes`). An asynchronous copy between HBM and
+  on-chip memory (XLA:TPU's prefetches and evictions) adds its HBM bytes to the kernel that
+  reads or produced the array and is no kernel itself (:mod:`deepnet_jax.scale.async_copies`).
 * **Time**: ``max(FLOPs ÷ peak, bytes ÷ HBM bandwidth)``; a collective: the bytes one device
   sends (``hlo_census``'s ring volumes) ÷ the interconnect bandwidth. An fp32 matmul runs at
   :data:`FP32_MATMUL_RATE` of the bf16 peak (TF32 on NVIDIA GPUs; one bf16 pass on TPUs, jax's
@@ -40,8 +42,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections import defaultdict
 
-from deepnet_jax.scale import hlo_census, hlo_module
+from deepnet_jax.scale import async_copies, hlo_census, hlo_module
 from deepnet_jax.scale.hbm_bytes import kernel_bytes
 from deepnet_jax.scale.hlo_module import Instruction, Module
 from deepnet_jax.scale.targets import Chip
@@ -199,13 +202,22 @@ def kernels(
     ``model_flops``: the model's FLOPs per device; what exceeds the visible matmuls is given to
     the custom calls (their FLOPs are hidden), in proportion to their bytes."""
     module = hlo_module.as_module(text)
+    tpu = chip.platform == "tpu"
     out = []
     for comp, times in sequential_computations(module).items():
-        for ins in module.computations[comp]:
+        body = module.computations[comp]
+        served = async_copies.owners(body) if tpu else {}  # copy-start → the kernel it serves
+        extra: dict[str, int] = defaultdict(int)
+        for ins in body:
+            if ins.name in served:
+                extra[served[ins.name]] += kernel_bytes(module, ins, tpu)
+        for ins in body:
             if ins.opcode in _FREE or ins.opcode.endswith(("-done", "-update")) or not times:
                 continue
+            if ins.name in served:
+                continue  # its bytes are the served kernel's
             flops = times * kernel_flops(module, ins)
-            moved = times * kernel_bytes(module, ins, chip.platform == "tpu")
+            moved = times * (kernel_bytes(module, ins, tpu) + extra[ins.name])
             out.append(_kernel(module, ins, times, flops, moved, chip, num_devices))
     return _with_hidden_flops(out, model_flops, chip)
 
