@@ -17,8 +17,9 @@ The cuDNN cases need cuDNN's library (``pip install -e ".[gpu-plan,cudnn-plan]"`
 for its version while tracing the fused attention. Without it they are recorded with that
 error instead of figures.
 
-``--docs`` writes the tables between the ``kernel-model`` and ``kernel-classes`` markers of that
-file; ``tests/test_kernel_model_record.py`` regenerates them from the committed record.
+``--docs`` writes the tables between the ``kernel-model``, ``kernel-classes`` and
+``kernel-targets`` (``benchmarks.kernel_targets``) markers of that file;
+``tests/test_kernel_model_record.py`` regenerates them from the committed record.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import json
 import sys
 from typing import Any
 
+from benchmarks import kernel_targets
 from benchmarks.on_device import load_config
 from deepnet_jax.common import records
 from deepnet_jax.scale import kernels, targets
@@ -316,6 +318,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.docs:
         records.replace_block(args.docs, "kernel-model", summary_table(record))
         records.replace_block(args.docs, "kernel-classes", class_table(record))
+        records.replace_block(args.docs, "kernel-targets", kernel_targets.table(record))
     print(summary_table(record))
     return record
 

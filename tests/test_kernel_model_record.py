@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from benchmarks import kernel_model
+from benchmarks import kernel_model, kernel_targets
 from deepnet_jax.common import records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -21,6 +21,16 @@ def test_the_docs_tables_are_the_records():
         record = json.load(f)
     assert records.block(DOCS, "kernel-model") == kernel_model.summary_table(record)
     assert records.block(DOCS, "kernel-classes") == kernel_model.class_table(record)
+    assert records.block(DOCS, "kernel-targets") == kernel_targets.table(record)
+
+
+def test_a_measured_mfu_scales_the_predicted_one_by_the_step_times():
+    """Same model FLOPs on the same devices: MFU is inversely proportional to the step time."""
+    case = {"predicted_mfu": 0.3, "predicted_step_s": 0.1, "measured": {"ms_per_update": 150.0}}
+    assert kernel_targets.measured_mfu(case) == pytest.approx(0.2)
+    assert kernel_targets.measured_mfu({"predicted_mfu": 0.3, "predicted_step_s": 0.1}) is None
+    with pytest.raises(ValueError, match="no case"):
+        kernel_targets.table({"cases": []})
 
 
 def test_the_record_says_where_it_and_its_measurements_come_from():
