@@ -1,7 +1,7 @@
 """Command-line flags shared by the package's CLIs, each defined once here (absl flags are
 process-wide): the run-picking and search flags of ``translate``, ``evaluate`` and ``sample``,
-``--data_dir`` of ``data.prepare`` and the experiments, and ``--out`` of the experiments and
-``interop.torchscale export``.
+``--data_dir`` of ``cli.prepare`` and the experiments, and ``--out`` of the experiments and
+``cli.torchscale export``.
 
 Library modules never import this one, so importing the package defines no flags; each CLI
 module imports it and defines its own flags at module level, so its ``main(argv)`` can be
