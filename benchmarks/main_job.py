@@ -1,5 +1,6 @@
 """The main job (the README's first command) over several seeds, as a record: the tables of
-its results in README ("The main job") and docs/main_job.md are generated from it.
+its results in README ("The main job") and docs/main_job.md (:data:`BLOCKS`) are generated
+from it.
 
     python -m benchmarks.main_job --seeds=0,1,2 --jobs=2 --out=docs/records/main_job.json \\
         --docs=README.md --docs=docs/main_job.md
@@ -118,6 +119,30 @@ def table(record: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def scores_table(record: dict[str, Any]) -> str:
+    """docs/main_job.md's default arm beside the modern block: each seed's test BLEU / chrF."""
+    rows = ["| seed | default: test BLEU / chrF |", "|---|---|"]
+    rows += [
+        f"| {r['seed']} | {r['test_bleu']:.2f} / {r['test_chrf']:.2f} |" for r in record["runs"]
+    ]
+    return "\n".join(rows)
+
+
+# the blocks made from the record: a --docs file gets main-job, and each other one it has markers of
+BLOCKS = {"main-job": table, "main-job-scores": scores_table}
+
+
+def write_docs(doc: str, record: dict[str, Any]) -> list[str]:
+    """Write the record's :data:`BLOCKS` into ``doc`` (``main-job`` always, the others where
+    ``doc`` has their markers); the names written."""
+    with open(doc) as f:
+        text = f.read()
+    names = [n for n in BLOCKS if n == "main-job" or f"<!-- generated: {n} -->" in text]
+    for name in names:
+        records.replace_block(doc, name, BLOCKS[name](record))
+    return names
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -130,7 +155,7 @@ def main() -> int:
         "--docs",
         action="append",
         default=[],
-        help="write the table between this file's main-job markers (repeatable)",
+        help="write the tables between this file's markers (BLOCKS; repeatable)",
     )
     args, extra = parser.parse_known_args()
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -148,7 +173,7 @@ def main() -> int:
         json.dump(record, f, indent=1)
         f.write("\n")
     for doc in args.docs:
-        records.replace_block(doc, "main-job", table(record))
+        write_docs(doc, record)
     print(table(record))
     return 0
 

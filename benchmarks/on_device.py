@@ -20,6 +20,11 @@ is what the tests check. ``--profile=DIR`` also writes the executable's optimize
 ``jax.profiler`` trace of ``--profile_steps`` more updates into DIR, for
 :mod:`benchmarks.device_profile`; ``benchmarks/on_device_calibration.sh`` runs the rows of
 docs/scaling.md's "Measured on one H200" this way.
+
+Each JSON line begins with the run's :func:`deepnet_jax.common.records.header` (command,
+commit, date, machine, jax), taken as the run starts, one for all its configs, and says the
+environment's ``XLA_FLAGS`` (``xla_flags``); the lines written before it did (those under
+docs/records/h100 and h200*) have ``device_kind`` and ``jax`` alone.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import ml_collections
 import numpy as np
 
 from deepnet_jax import configs
+from deepnet_jax.common import records
 from deepnet_jax.data import synthetic
 from deepnet_jax.scale import targets
 from deepnet_jax.training import config_checks, memory_plan, remat_auto, train
@@ -162,6 +168,7 @@ def measure(
         "target": target.name,
         "device_kind": devices[0].device_kind,
         "jax": jax.__version__,
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),  # (the command line does not show them)
         "remat_policy": config.model.remat_policy,
         "scan_group_size": config.model.scan_group_size,
         "num_params": plan.num_params,
@@ -236,17 +243,22 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--json", default="", help="append each result as a JSON line here")
     parser.add_argument("--profile", default="", help="a folder: the HLO and a trace go there")
     parser.add_argument("--profile_steps", type=int, default=3)
+    parser.add_argument("--header", default="", help=argparse.SUPPRESS)  # a parent's, as JSON
     args = parser.parse_args(argv)
+    # the record's header as the run starts (before --json grows): the commit it started from
+    head = json.loads(args.header) if args.header else records.header()
     names = [n for n in args.configs.split(",") if n]
     if len(names) > 1:  # the allocator's peak is a process's: one process per config
-        results = [_in_own_process(name, argv) for name in names]
+        results = [_in_own_process(name, argv, head) for name in names]
     else:
-        results = [_measure_here(names[0], args)]
+        results = [_measure_here(names[0], args, head)]
     print(table(results))
 
 
-def _measure_here(name: str, args: argparse.Namespace) -> dict:
-    """Measure one config in this process; print and (``--json``) append its JSON line."""
+def _measure_here(name: str, args: argparse.Namespace, head: dict) -> dict:
+    """Measure one config in this process; print and (``--json``) append its JSON line: the
+    record ``{**head, **result}``, ``head`` the run's :func:`records.header` (command, commit,
+    date, machine, jax)."""
     target = targets.parse(args.target)
     if target.platform == "cpu":
         jax.config.update("jax_num_cpu_devices", target.num_devices)
@@ -261,6 +273,7 @@ def _measure_here(name: str, args: argparse.Namespace) -> dict:
         args.profile,
         args.profile_steps,
     )
+    result = {**head, **result}  # (both say the same jax)
     print(json.dumps(result), flush=True)
     if args.json:
         with open(args.json, "a") as f:
@@ -268,15 +281,23 @@ def _measure_here(name: str, args: argparse.Namespace) -> dict:
     return result
 
 
-def _in_own_process(name: str, argv: list[str]) -> dict:
-    """Run this script for config ``name`` alone in a fresh process; its result."""
+def _in_own_process(name: str, argv: list[str], head: dict) -> dict:
+    """Run this script for config ``name`` alone in a fresh process, its lines under this
+    run's header ``head``; its result."""
     rest, skip = [], False
-    for a in argv:  # every argument but --configs (=value or its own value)
-        if not skip and not a.startswith("--configs"):
+    for a in argv:  # every argument but --configs and --header (=value or its own value)
+        if not skip and not a.startswith(("--configs", "--header")):
             rest.append(a)
-        skip = a == "--configs"
+        skip = a in ("--configs", "--header")
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.on_device", f"--configs={name}", *rest],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.on_device",
+            f"--configs={name}",
+            f"--header={json.dumps(head)}",
+            *rest,
+        ],
         capture_output=True,
         text=True,
     )

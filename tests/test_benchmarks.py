@@ -9,6 +9,8 @@ import sys
 import pytest
 from conftest import xla_flags
 
+from deepnet_jax.common import records
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -216,3 +218,9 @@ def test_on_device_benchmark_runs_the_planned_step(tmp_path):
     assert compiled[1]["overrides"] == ["model.num_decoder_layers=2"]
     assert compiled[0]["planned_peak"] == ran["planned_peak"]  # one config, one program
     assert "| labml_shakespeare |" in proc.stdout  # the table
+    # each line under its run's header (common.records), one header for a run's processes
+    assert ran["command"].startswith("python -m benchmarks.on_device --target=cpu:2")
+    assert ran["commit"] == records.commit() and ran["date"].endswith("Z") and ran["machine"]
+    assert compiled[0]["date"] == compiled[1]["date"] and "--header" not in ran["command"]
+    assert compiled[0]["command"] == compiled[1]["command"]
+    assert compiled[1]["command"].endswith("--compile_only --set=model.num_decoder_layers=2")

@@ -14,11 +14,13 @@ import jax
 import numpy as np
 import pytest
 
+from deepnet_jax.common import records
 from deepnet_jax.configs import depth_table_recipe as table_recipe
 from deepnet_jax.configs import experiment_base, experiment_rows
 from deepnet_jax.data import synthetic
 from deepnet_jax.experiments import (
     common,
+    compact_results,
     depth_table,
     lr_tolerance,
     model_update,
@@ -51,6 +53,12 @@ def test_smoke_end_to_end_and_a_second_shard_adds_to_the_same_file(tmp_path):
     assert all(r["records"] and r["task"] == "reversal" for r in runs)
     saved = json.loads((tmp_path / "depth_table.json").read_text())
     assert len(saved["runs"]) == 6
+    # the header is the command that created the file (shard 0), kept by shard 1's additions;
+    # each run says the commit its command started from and when it was recorded
+    module = "python -m deepnet_jax.experiments.depth_table"
+    assert saved["header"]["command"] == f"{module} --setting=smoke --out={tmp_path} --shard=0/2"
+    assert saved["header"]["commit"] == records.commit() and next(iter(saved)) == "header"
+    assert all(r["commit"] == records.commit() and r["date"].endswith("Z") for r in runs)
     table = (tmp_path / "depth_table.md").read_text()
     assert "| dlcl_pre | " in table and "×2" in table and "seeds 0, 1" in table
     assert "2L-2L: post_ln" in table  # the called differences
@@ -74,7 +82,8 @@ def test_smoke_end_to_end_and_a_second_shard_adds_to_the_same_file(tmp_path):
     )
     assert sorted(json.dumps(r, sort_keys=True) for r in merged["runs"]) == sorted(
         json.dumps(r, sort_keys=True) for r in saved["runs"]
-    )
+    )  # each run with its own commit and date
+    assert merged["header"] == saved["header"]  # the file's, not the merging command's
     assert not (elsewhere / "runs").exists()  # no run was trained
     assert "×2" in (elsewhere / "depth_table.md").read_text()
     with pytest.raises(SystemExit, match="made with other settings"):
@@ -351,6 +360,25 @@ def test_two_results_objects_on_one_file_keep_both_runs(tmp_path):
     a.add({"seed": 2}, {"eval_loss": 3.0})
     again = results_file.Results(str(tmp_path), "grid", "smoke", {"steps": 4})
     assert [r["seed"] for r in again.runs] == [0, 1, 2]
+
+
+def test_a_results_file_keeps_its_creators_header_and_an_old_file_stays_without(tmp_path):
+    """The command that writes a results file first is its header, whichever shard started
+    first; a file from before headers takes runs and is written as before, with none."""
+    first = results_file.Results(str(tmp_path), "grid", "smoke", {"steps": 4}, head={"c": 1})
+    second = results_file.Results(str(tmp_path), "grid", "smoke", {"steps": 4}, head={"c": 2})
+    second.add({"seed": 0}, {"eval_loss": 1.0})
+    first.add({"seed": 1}, {"eval_loss": 2.0})
+    saved = json.loads((tmp_path / "grid.json").read_text())
+    assert saved["header"] == {"c": 2} and [r["seed"] for r in saved["runs"]] == [0, 1]
+    old = {"setting": "smoke", "settings": {"steps": 4}, "runs": [{"seed": 0, "eval_loss": 1.0}]}
+    (tmp_path / "old").mkdir()
+    path = tmp_path / "old" / "grid.json"
+    path.write_text(compact_results.dumps(old))
+    later = results_file.Results(str(tmp_path / "old"), "grid", "smoke", {"steps": 4})
+    later.add({"seed": 1}, {"eval_loss": 2.0})
+    grown = {**old, "runs": [*old["runs"], {"seed": 1, "eval_loss": 2.0}]}
+    assert path.read_text() == compact_results.dumps(grown)
 
 
 def test_init_setting_trains_each_reference_initialization():

@@ -336,3 +336,5 @@ def test_dropout_gap_smoke_scores_each_checkpoint_in_both_modes(tmp_path):
     assert "| update | train, dropout off | train, dropout on |" in table
     saved = json.loads((tmp_path / "dropout_gap.json").read_text())
     assert saved["results"] == results
+    command = f"python -m deepnet_jax.experiments.dropout_gap --setting=smoke --out={tmp_path}"
+    assert saved["header"]["command"] == command  # common.records.header

@@ -37,10 +37,15 @@ def header(argv: list[str] | None = None) -> dict[str, Any]:
     return {
         "command": "python " + " ".join(shlex.quote(a) for a in _module_argv(argv)),
         "commit": commit(),
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date": now(),
         "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
         "jax": jax_version,
     }
+
+
+def now() -> str:
+    """The UTC date and time to the second, as a record writes it (``2026-11-28T14:03:51Z``)."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _module_argv(argv: list[str]) -> list[str]:

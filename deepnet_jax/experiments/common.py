@@ -104,7 +104,8 @@ def run_grid(
 ) -> list[dict[str, Any]]:
     """Train every ``key`` (a dict of the run's settings) not in ``results`` yet, with
     ``make_config(key)``, in ``<work_root>/<i>``; add its result, its CPU seconds, the kind of
-    device it ran on, the default matmul precision it ran under and, when ``judged``, its
+    device it ran on, the default matmul precision it ran under, the commit its command started
+    from and the date (:meth:`results_file.Results.provenance`) and, when ``judged``, its
     :func:`verdict` (with ``entropy``; None for the synthetic smoke data: then only
     diverged/trained). ``keep(result, workdir)`` adds what an experiment keeps of a run beyond
     its result (e.g. its curves, its own verdict) before the result is saved; the result it
@@ -132,6 +133,7 @@ def run_grid(
             result["device"] = jax.devices()[0].device_kind  # "cpu", "NVIDIA H100 80GB HBM3"
             # None: the platform's default (fp32 on a CPU, TF32 passes on a GPU)
             result["matmul_precision"] = jax.config.jax_default_matmul_precision
+            result.update(results.provenance())  # commit, date: a file gathers many sessions
             if keep is not None:
                 result.update(key)  # keep sees the run's settings beside its result
                 keep(result, workdir)

@@ -4,9 +4,9 @@ precision no table or figure shows, one run per line.
     python -m deepnet_jax.experiments.compact_results docs/reproduction/*.json  # in place
     python -m deepnet_jax.experiments.compact_results --check FILE...  # 1 if one is not compact
 
-A run's scalars (its key, results, verdict, times, device) are kept as recorded. Of its curves
-(the lists of records ``records`` and ``diagnostics``) :data:`CURVES` keeps, per experiment,
-the splits and fields that a reader takes; every other curve is dropped:
+A run's scalars (its key, results, verdict, times, device, commit, date) are kept as recorded.
+Of its curves (the lists of records ``records`` and ``diagnostics``) :data:`CURVES` keeps, per
+experiment, the splits and fields that a reader takes; every other curve is dropped:
 
 * ``depth_table``: the training records' step, accuracy and NLL (the onsets of
   :mod:`depth_table_report` and :mod:`depth_table_views`, and of the onset figure; the
@@ -87,7 +87,7 @@ def _record(record: dict[str, Any], fields: tuple[str, ...] | None) -> dict[str,
 
 
 def compact(payload: dict[str, Any], experiment: str) -> dict[str, Any]:
-    """A results payload (``setting``, ``settings``, ``runs`` …) with each run
+    """A results payload (``header``, ``setting``, ``settings``, ``runs`` …) with each run
     :func:`compact_run`."""
     return {**payload, "runs": [compact_run(r, experiment) for r in payload.get("runs", [])]}
 

@@ -136,7 +136,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     grid = table_settings.GRIDS[args.setting]
     levels = {task: task_levels(table_recipe.task_config(base, task)) for task in grid["tasks"]}
     settings = {"grid": grid, "levels": levels, **run_recipe(base, "recipes" not in grid)}
-    results = results_file.Results(out, NAME, args.setting, settings, grid=["grid"])
+    results = results_file.Results(
+        out, NAME, args.setting, settings, grid=["grid"], head=args.header
+    )
     for path in _MERGE.value:
         print(f"merged {merge(results, path, chosen)} runs from {path}")
     if not _MERGE.value:

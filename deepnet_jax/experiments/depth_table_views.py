@@ -203,6 +203,38 @@ def _update(step: int | None) -> str:
     return "—" if step is None else str(step)
 
 
+def encoder_gradient_ratios(
+    payload: Payload,
+    scheme: str = "deepnorm",
+    layers: int = 18,
+    updates: Sequence[int] = (100, 200, 400, 1800),
+) -> str:
+    """A row per seed of ``scheme`` at ``layers`` and per update of ``updates``: the ratio
+    r = ‖∇ first encoder layer‖ / ‖∇ last encoder layer‖ of the run's diagnostics
+    (``grad_norm/encoder/all_first`` ÷ ``all_last``), two significant digits; "—" where the
+    run has no diagnostics record at that update."""
+    first, last = "grad_norm/encoder/all_first", "grad_norm/encoder/all_last"
+    runs = [r for r in payload["runs"] if r["scheme"] == scheme and r["layers"] == layers]
+    rows = []
+    for run in sorted(runs, key=lambda r: r["seed"]):
+        at = {d["step"]: d for d in run.get("diagnostics", []) if first in d and last in d}
+        for i, step in enumerate(updates):
+            d = at.get(step)
+            ratio = report.NO_RUN if d is None else _two_digits(d[first] / d[last])
+            label = f"seed {run['seed']} ({run['verdict']})" if i == 0 else ""
+            rows.append([label, f"{step:,}", ratio])
+    header = ["run", "update", "first/last encoder gradient, measured"]
+    return report.markdown_table(header, rows)
+
+
+def _two_digits(value: float) -> str:
+    """``value`` to two significant digits: ``0.020``, ``1.5``, ``1.4e-5`` below 10⁻³."""
+    if abs(value) >= 1e-3:
+        return f"{value:#.2g}".rstrip(".")
+    mantissa, exponent = f"{value:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
 def init_cells(init: Payload, quick: Payload) -> str:
     """The init setting beside the quick setting's cells of the same schemes and depths under
     the papers' initialization (``paper``): a row per scheme, depth and initialization, its

@@ -81,6 +81,12 @@ TABLES: tuple[Table, ...] = (
         for t in ("reversal64", "shakespeare")
     ),
     Table(_REPRODUCTION, "depth-table-corpus", (CORPUS,), views.corpus_runs),
+    Table(
+        _REPRODUCTION,
+        "depth-table-corpus-gradient-ratios",
+        (CORPUS,),
+        views.encoder_gradient_ratios,
+    ),
     Table(_REPRODUCTION, "depth-table-init", (INIT, QUICK), views.init_cells),
     Table(
         "docs/schemes.md",
@@ -162,6 +168,7 @@ ELSEWHERE = {
     ("docs/scaling.md", "kernel-calibration"): _CALIBRATION,
     ("docs/install.md", "tested-sets"): _SUITE,
     **{(doc, "main-job"): _MAIN_JOB for doc in ("README.md", "docs/main_job.md")},
+    ("docs/main_job.md", "main-job-scores"): _MAIN_JOB,
     ("docs/benchmarks.md", "sharding-state"): _SHARDING,
     ("docs/benchmarks.md", "compile-vs-depth"): _COMPILE_VS_DEPTH,
     ("docs/scaling.md", "grouped-vs-flat"): _GROUPED_VS_FLAT,

@@ -22,7 +22,8 @@ with ``deterministic`` True (dropout off) and False (dropout on, one mask per ba
 fixed key).
 
 Run: ``python -m deepnet_jax.experiments.dropout_gap --setting=quick --out=DIR``; writes
-``dropout_gap.json`` and ``dropout_gap.md``.
+``dropout_gap.json`` (the command's header, :func:`deepnet_jax.common.records.header`, the
+setting and the scores) and ``dropout_gap.md``.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 results.append({"update": step, "split": split, "mode": mode}
                                | score(run, batches, deterministic))  # fmt: skip
     with open(os.path.join(out, f"{NAME}.json"), "w") as f:
-        json.dump({"setting": args.setting, "results": results}, f, indent=1)
+        json.dump({"header": args.header, "setting": args.setting, "results": results}, f, indent=1)
     text = _table(results)
     path = report.write_table(out, NAME, text)
     print(text)

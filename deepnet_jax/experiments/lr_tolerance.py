@@ -84,7 +84,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     s = SETTINGS[args.setting]
     entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
     results = results_file.Results(
-        out, NAME, args.setting, {**s, "unigram_entropy": entropy}, grid=["schemes", "lrs"]
+        out,
+        NAME,
+        args.setting,
+        {**s, "unigram_entropy": entropy},
+        grid=["schemes", "lrs"],
+        head=args.header,
     )
     keys = [{"scheme": scheme, "lr": lr} for scheme in s["schemes"] for lr in s["lrs"]]
     make_config = functools.partial(run_config, base, args.setting)

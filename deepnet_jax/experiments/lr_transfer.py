@@ -240,7 +240,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     levels = {task: depth_table.task_levels(c) for task, c in bases.items()}
     recipes = {task: depth_table.run_recipe(c, with_rates=False) for task, c in bases.items()}
     settings = {"grid": GRIDS[args.setting], "levels": levels, "recipes": recipes}
-    results = results_file.Results(out, NAME, args.setting, settings, grid=["grid"])
+    results = results_file.Results(
+        out, NAME, args.setting, settings, grid=["grid"], head=args.header
+    )
     for path in _REUSE.value:
         print(f"reused {reuse(results, path, bases, grid)} runs from {path}")
     if not _REPORT.value:

@@ -78,7 +78,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
     gated = args.setting in GATED
     recorded = {**s, "schemes": schemes, "lr": common.PAPER_LR} | ({"ffns": FFNS} if gated else {})
-    results = results_file.Results(out, NAME, args.setting, recorded, grid=["schemes", "depths"])
+    results = results_file.Results(
+        out, NAME, args.setting, recorded, grid=["schemes", "depths"], head=args.header
+    )
     make_config = functools.partial(run_config, base, args.setting)
     runs = common.run_grid(
         results, run_keys(args.setting), make_config, entropy, os.path.join(out, "runs")

@@ -8,13 +8,14 @@ import dataclasses
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import ml_collections
 from absl import flags
 
 from deepnet_jax.cli import command, log_setup
 from deepnet_jax.cli import flags as cli_flags
-from deepnet_jax.common import console
+from deepnet_jax.common import console, records
 from deepnet_jax.configs.experiment_base import SETTINGS
 
 _SETTING = flags.DEFINE_string(
@@ -35,12 +36,15 @@ def compile_fast_for_smoke(setting: str) -> None:
 @dataclasses.dataclass(frozen=True)
 class Args:
     """An experiment's command line: ``--setting``, ``--out``, ``--data_dir`` and absl's
-    ``-v``/``--verbosity`` (None: library log lines hidden)."""
+    ``-v``/``--verbosity`` (None: library log lines hidden); ``header``: the command's
+    :func:`records.header` as it started (:func:`start`; empty from :func:`parse_args` alone),
+    which a results file it creates carries."""
 
     setting: str
     out: str
     data_dir: str
     verbosity: int | None
+    header: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def parse_args(
@@ -132,8 +136,13 @@ def start(
 ) -> tuple[Args, ml_collections.ConfigDict, str]:
     """An experiment's opening: parse ``argv`` (default: the process's arguments), set log
     verbosity, the smoke setting's fast compiles, build the setting's base config with
-    ``--data_dir`` applied; returns the arguments, the base config and the output folder."""
-    args = parse_args(sys.argv[1:] if argv is None else argv, settings, name)
+    ``--data_dir`` applied; returns the arguments (with the command's header, taken now:
+    the commit it starts from), the base config and the output folder."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv, settings, name)
+    # the command that does this: ``python -m deepnet_jax.experiments.<name> ARGV``
+    head = records.header([os.path.join(os.path.dirname(__file__), f"{name}.py"), *argv])
+    args = dataclasses.replace(args, header=head)
     log_setup.configure(args.verbosity)
     compile_fast_for_smoke(args.setting)
     config = base(args.setting)

@@ -1,6 +1,13 @@
 """An experiment's results file (:class:`Results`): its runs, kept after every run so that an
 interrupted experiment skips what it finished, shared by the processes of its shards under a
-lock, refused when made with other settings, and written compact (:mod:`compact_results`)."""
+lock, refused when made with other settings, and written compact (:mod:`compact_results`).
+
+Its ``header`` (:func:`deepnet_jax.common.records.header`) is the command that created the
+file, as that command started; runs, shards and merges that add to the file later keep it as it
+is. A file created before results files carried one (those committed under docs/reproduction/
+before it) has none, and keeps having none. Each run trained since says its own
+``commit`` (the one its command started from) and ``date`` (when it was recorded): a file
+gathers runs of many sessions."""
 
 from __future__ import annotations
 
@@ -10,7 +17,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from deepnet_jax.common import console
+from deepnet_jax.common import console, records
 from deepnet_jax.experiments import compact_results
 
 
@@ -34,7 +41,11 @@ class Results:
     (each run's key says which it is), so a row added to a grid trains only the new runs. A
     file made with another setting or other settings (a recipe, a step count) is refused, not
     overwritten. The file is written compact (:mod:`compact_results`: the curves the readers
-    of ``name``'s results take, one run per line)."""
+    of ``name``'s results take, one run per line).
+
+    ``head`` is the command's :func:`records.header` as it started (None: taken now, of this
+    process's command line): the header of the file if this command creates it, and the
+    ``commit`` of the runs it trains (:meth:`provenance`)."""
 
     def __init__(
         self,
@@ -43,17 +54,24 @@ class Results:
         setting: str,
         settings: dict[str, Any],
         grid: Sequence[str] = (),
+        head: dict[str, Any] | None = None,
     ):
         self.name = name
         self.path = os.path.join(out_dir, f"{name}.json")
-        self.payload: dict[str, Any] = {"setting": setting, "settings": settings, "runs": []}
+        self.started = records.header() if head is None else head
+        self.payload: dict[str, Any] = {
+            "header": self.started,
+            "setting": setting,
+            "settings": settings,
+            "runs": [],
+        }
         self.grid = tuple(grid)
         os.makedirs(out_dir, exist_ok=True)
         self.reload()
 
     def reload(self) -> None:
-        """Take the runs of the file on disk; SystemExit if it was made with another setting
-        or settings that differ outside ``grid``."""
+        """Take the runs and the header (or its absence) of the file on disk; SystemExit if it
+        was made with another setting or settings that differ outside ``grid``."""
         if not os.path.exists(self.path):
             return
         with open(self.path) as f:
@@ -67,6 +85,10 @@ class Results:
                 )
             )
         self.payload["runs"] = kept["runs"]
+        if "header" in kept:  # the command that created the file: kept as it is
+            self.payload["header"] = kept["header"]
+        else:  # a file from before headers: written without one, as it was
+            self.payload.pop("header", None)
 
     def differing(self, kept: dict[str, Any]) -> list[str]:
         """The fields in which a results file's payload ``kept`` differs from this one's
@@ -86,6 +108,11 @@ class Results:
 
     def find(self, key: dict[str, Any]) -> dict[str, Any] | None:
         return find_run(self.runs, key)
+
+    def provenance(self) -> dict[str, Any]:
+        """What a run this command trained records of its making: the ``commit`` its command
+        started from and the ``date`` now (UTC)."""
+        return {"commit": self.started.get("commit"), "date": records.now()}
 
     def add(self, key: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
         """Add one run's result, compact (:func:`compact_results.compact_run`: the run returned

@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     entropy = common.unigram_entropy(base)
     settings = {**s, "task": TASK, "chance": chance, "unigram_entropy": entropy}
     grid = ["runs", "lr", "warmup", "steps", "dropout"]  # each run's key holds these
-    results = results_file.Results(out, NAME, args.setting, settings, grid=grid)
+    results = results_file.Results(out, NAME, args.setting, settings, grid=grid, head=args.header)
     keys = [
         {"scheme": scheme, "layers": n, **{k: s[k] for k in ("lr", "warmup", "steps", "dropout")}}
         for scheme, n in s["runs"]
