@@ -3,8 +3,10 @@
 
 Splash attention is a flash-attention kernel for the TPU's matrix units (Mosaic): the [T, S]
 logits never reach HBM, the blocks a mask hides entirely are skipped (the causal mask's upper
-triangle), and the backward pass recomputes the probabilities block by block. Its masks come
-in its own terms:
+triangle), and the backward pass recomputes the probabilities block by block, in one kernel
+that gives dq, dk and dv together (``use_fused_bwd_kernel``: q, k, v and dO are read once, not
+once for dq and again for dk, dv; dq is summed over the key blocks in q's dtype, one block up
+to 512 keys). Its masks come in its own terms:
 
 * causal order as a :class:`CausalMask` over every head (a static property of the kernel);
 * right padding (:class:`deepnet_jax.model.masks.AttentionMask`'s ``kv_lengths``) as segment
@@ -134,8 +136,7 @@ def _block_sizes(length_q: int, length_k: int) -> kernel.BlockSizes:
         block_q_dkv=bq,
         block_kv_dkv=bk,
         block_kv_dkv_compute=bk,
-        block_q_dq=bq,
-        block_kv_dq=bk,
+        use_fused_bwd_kernel=True,  # dq in the dkv kernel: q, k, v, dO read once backward
     )
 
 
