@@ -482,3 +482,33 @@ def test_committed_runs_record_their_device_or_say_how_it_is_known(setting, note
     assert len(notes) == noted
     for run in notes:
         assert run["device"] is None and set(run["device_note"]) == {"device", "how"}
+
+
+def test_the_report_names_each_columns_device_where_a_panel_mixes_devices():
+    """The report's tables (:func:`dtr.table`) mark devices as the docs' tables do (tests/
+    test_docs_tables.py): a header per column, `` · CPU`` on a cell off its column's device,
+    each onset row's own device, the calls' depths and cross-device pairs; a panel on one
+    device is as it was without the field."""
+    h100 = "NVIDIA H100 80GB HBM3"
+    cells = {("post_ln", 6): h100, ("pre_ln", 6): h100, ("dlcl_pre", 6): "cpu"}
+    cells[("pre_ln", 50)] = "cpu"
+    runs = [
+        _run(seed, "trained", 0.5 + seed / 100, [0.5]) | {"scheme": s, "layers": n, "device": d}
+        for (s, n), d in cells.items()
+        for seed in range(2)
+    ]
+    settings = {"lr": 1e-3, "warmup": 50, "updates": 100, "batch": 8, "dropout": 0.0}
+    settings |= {"log_every": 25, "grid": {"seeds": [0, 1], "tasks": ["reversal"]}}
+    levels = {"unigram_entropy": 2.4, "chance": {"accuracy": 0.1, "nll": 2.3}}
+    settings["levels"] = {"reversal": levels}
+    text = dtr.table(runs, settings)
+    assert "| scheme | 6L-6L (H100) | 50L-50L (CPU) |" in text
+    assert "| dlcl_pre | trained ×2; 0.505 (0.5–0.51) · CPU |  |" in text
+    assert "| post_ln | trained ×2; 0.505 (0.5–0.51) |  |" in text
+    assert "| dlcl_pre | 6L-6L (CPU) |" in text and "| pre_ln | 6L-6L (H100) |" in text
+    assert "- 6L-6L (H100): post_ln ≈ pre_ln; post_ln ≈ dlcl_pre (H100 against CPU);" in text
+    one = dtr.table([r | {"device": "cpu"} for r in runs], settings)
+    bare = dtr.table([r | {"device": None} for r in runs], settings)
+    assert "Runs by device: cpu: 8" in one  # the note differs, and only the note
+    assert one.replace("cpu: 8", "not recorded: 8") == bare
+    assert "| scheme | 6L-6L | 50L-50L |" in one and "| pre_ln | 6L-6L |" in one

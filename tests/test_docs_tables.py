@@ -10,7 +10,13 @@ import os
 import pytest
 
 from deepnet_jax.common import records
-from deepnet_jax.experiments import depth_table_views, docs_tables, lr_tolerance, model_update
+from deepnet_jax.experiments import (
+    depth_table_devices,
+    depth_table_views,
+    docs_tables,
+    lr_tolerance,
+    model_update,
+)
 
 _IDS = [f"{t.doc}:{t.name}" for t in docs_tables.TABLES]
 
@@ -97,3 +103,72 @@ def test_calls_list_what_is_called_what_cannot_be_and_the_rest():
         "deepnorm against subln, post_ln against subln, pre_ln against subln; every other pair ≈",
         "- 200L-200L: not called yet, one seed in a cell: deepnorm against post_ln",
     ]
+
+
+_H100 = "NVIDIA H100 80GB HBM3"
+
+
+def test_device_label_is_the_kind_jax_reported_in_short():
+    label = depth_table_devices.device_label
+    assert label({"device": "cpu"}) == "CPU"
+    assert label({"device": _H100}) == "H100"
+    assert label({"device": "TPU v5p"}) == "TPU v5p"  # any other kind as reported
+    assert label({"device": None, "device_note": {"device": "cpu", "how": "typed in"}}) == "CPU"
+    assert label({"device": None}) is None and label({}) is None
+    cell = depth_table_devices.cell_device
+    assert cell([{"device": _H100}, {"device": "cpu"}, {}]) == "CPU+H100"
+    assert cell([{}]) is None
+
+
+def _device_payload(devices: dict[tuple[str, int], str | None]) -> dict:
+    """Two seeds per (scheme, depth) cell of ``devices``, each on its cell's device."""
+    accuracy = {"post_ln": 0.5, "deepnorm": 0.9, "dlcl_pre": 0.7}
+    runs = [
+        {
+            "task": "t",
+            "scheme": s,
+            "layers": n,
+            "seed": seed,
+            "verdict": "trained",
+            "eval_accuracy": accuracy[s] + seed / 100,
+            "device": device,
+        }
+        for (s, n), device in devices.items()
+        for seed in range(2)
+    ]
+    levels = {"unigram_entropy": 4.0, "chance": {"accuracy": 0.06, "nll": 4.0}}
+    settings = {"levels": {"t": levels}, "grid": {"tasks": []}}
+    return {"setting": "quick", "settings": settings, "runs": runs}
+
+
+def test_a_table_on_two_devices_names_each_columns_and_marks_the_cells_off_it():
+    cells = {("post_ln", 6): _H100, ("deepnorm", 6): _H100, ("dlcl_pre", 6): "cpu"}
+    cells |= {("post_ln", 50): "cpu", ("deepnorm", 50): "cpu"}
+    payload = _device_payload(cells)
+    lines = depth_table_views.verdicts(payload, "t").splitlines()
+    assert lines[0] == "| scheme | 6L-6L (H100) | 50L-50L (CPU) |"
+    assert lines[2] == "| post_ln | trained ×2; 0.505 (0.5–0.51) | trained ×2; 0.505 (0.5–0.51) |"
+    assert lines[4] == "| dlcl_pre | trained ×2; 0.705 (0.7–0.71) · CPU |  |"
+    onsets = depth_table_views.onsets(payload, "t").splitlines()
+    assert onsets[0] == lines[0] and onsets[4] == "| dlcl_pre | —/—/—; —/—/— · CPU |  |"
+    assert depth_table_views.calls(payload, "t").splitlines() == [
+        "- 6L-6L (H100): post_ln < deepnorm; post_ln < dlcl_pre (H100 against CPU); "
+        "deepnorm > dlcl_pre (H100 against CPU)",
+        "- 50L-50L (CPU): post_ln < deepnorm",
+    ]
+    # a column split evenly names no device; each of its cells says its own
+    even = _device_payload({("post_ln", 6): _H100, ("deepnorm", 6): "cpu"})
+    lines = depth_table_views.verdicts(even, "t").splitlines()
+    assert lines[0] == "| scheme | 6L-6L |"
+    assert lines[2].endswith("· H100 |") and lines[3].endswith("· CPU |")
+
+
+@pytest.mark.parametrize("device", ["cpu", None])
+def test_a_table_on_one_device_or_none_recorded_is_unmarked(device):
+    cells = {("post_ln", 6): device, ("deepnorm", 6): device, ("post_ln", 50): device}
+    payload = _device_payload(cells)
+    bare = {**payload, "runs": [{**r, "device": None} for r in payload["runs"]]}
+    for render in (depth_table_views.verdicts, depth_table_views.onsets, depth_table_views.calls):
+        assert render(payload, "t") == render(bare, "t")
+    assert depth_table_views.verdicts(payload, "t").startswith("| scheme | 6L-6L | 50L-50L |")
+    assert depth_table_views.calls(payload, "t").startswith("- 6L-6L: post_ln < deepnorm")

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from deepnet_jax.experiments import common, report
+from deepnet_jax.experiments import depth_table_devices as devices
 from deepnet_jax.experiments.thousand_layers_report import LEVELS, ONSET_MARGIN, first_reaching
 from deepnet_jax.model import schemes
 from deepnet_jax.training import progress
@@ -139,7 +140,8 @@ def _variant(run: dict[str, Any]) -> tuple[float, int, str | None]:
 def table(runs: Sequence[dict[str, Any]], settings: dict[str, Any]) -> str:
     """Per task (and recipe): the verdict/metric table (a row per scheme, a column per depth;
     the grid's rows without a run yet ``—``), the onsets of every seed, and the differences
-    called at each depth."""
+    called at each depth. Where a panel's runs ran on more than one kind of device, its
+    columns, cells, onset rows and calls say which (:mod:`depth_table_devices`)."""
     parts = [_recipe_note(settings)]
     for title, task, mine in panels(runs, settings):
         grouped = cells(mine)
@@ -147,8 +149,9 @@ def table(runs: Sequence[dict[str, Any]], settings: dict[str, Any]) -> str:
         field, label, higher = metric(levels)
         depths = sorted({n for (_, _, n) in grouped})
         schemes = list(dict.fromkeys(s for (_, s, _) in grouped))
-        header = ["scheme"] + [depth_label(n, levels) for n in depths]
-        rows = [[s] + [_cell(grouped, task, s, n, field) for n in depths] for s in schemes]
+        columns = devices.column_devices(grouped, depths)
+        header = ["scheme"] + [devices.header(depth_label(n, levels), n, columns) for n in depths]
+        rows = [[s] + [_cell(grouped, task, s, n, field, columns) for n in depths] for s in schemes]
         unrun = [s for s in grid_rows(settings["grid"], task) if s not in schemes]
         rows += [[s] + [report.NO_RUN] * len(depths) for s in unrun]  # a row not run yet
         parts.append(f"### {title}: verdicts and {label} (mean, min–max over seeds)\n")
@@ -162,8 +165,11 @@ def table(runs: Sequence[dict[str, Any]], settings: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def _cell(grouped: dict, task: str, scheme: str, n: int, field: str) -> str:
-    return cell_text(grouped[(task, scheme, n)], field) if (task, scheme, n) in grouped else ""
+def _cell(grouped: dict, task: str, scheme: str, n: int, field: str, columns: dict) -> str:
+    if (task, scheme, n) not in grouped:
+        return ""
+    mine = grouped[(task, scheme, n)]
+    return devices.cell(cell_text(mine, field), mine, n, columns)
 
 
 _SCHEDULES = {  # what follows the warm-up, by schedule.name
@@ -228,8 +234,10 @@ def _levels_note(levels: dict[str, Any], translates: bool = False) -> str:
 def _onset_table(
     grouped: dict, task: str, schemes: list[str], depths: list[int], levels: dict[str, Any]
 ) -> str:
-    """A row per (scheme, depth): each seed's update leaving chance and reaching each level."""
+    """A row per (scheme, depth): each seed's update leaving chance and reaching each level;
+    the depth with the cell's device where the runs ran on more than one kind."""
     header = ["scheme", "depth", "left chance", *(f"train acc ≥ {v:g}" for v in LEVELS)]
+    mixed = devices.mixed(r for cell_runs in grouped.values() for r in cell_runs)
     rows = []
     for scheme in schemes:
         for n in depths:
@@ -237,8 +245,11 @@ def _onset_table(
                 continue
             per_seed = [onsets(r, levels) for r in grouped[(task, scheme, n)]]
             columns = ["left_chance"] + [f"to_{v:g}" for v in LEVELS]
+            depth = depth_label(n, levels)
+            if mixed:  # the cell's own device, as the verdict table's columns name theirs
+                depth += f" ({devices.cell_device(grouped[(task, scheme, n)]) or 'not recorded'})"
             rows.append(
-                [scheme, depth_label(n, levels)]
+                [scheme, depth]
                 + [", ".join("—" if o[c] is None else str(o[c]) for o in per_seed) for c in columns]
             )
     return report.markdown_table(header, rows)
@@ -262,7 +273,10 @@ def _calls(
     """Each pair of schemes at each depth where both ran: the called relation (``?``: a cell
     of one seed, nothing called; ``>`` reads "better than", lower being better where the
     metric is a loss). Among more than the papers' schemes, only the pairs that hold one of
-    them (:data:`REFERENCE_SCHEMES`): each newer scheme against the papers' rows."""
+    them (:data:`REFERENCE_SCHEMES`): each newer scheme against the papers' rows. Where the
+    runs ran on more than one kind of device, each depth names its device and a pair of cells
+    on two devices says so (:mod:`depth_table_devices`)."""
+    columns = devices.column_devices(grouped, depths)
     lines = []
     for n in depths:
         here = [s for s in schemes if (task, s, n) in grouped]
@@ -276,6 +290,8 @@ def _calls(
                     values(grouped[(task, b, n)], field),
                     higher,
                 )
-                called.append(f"{a} {rel} {b}")
-        lines.append(f"- {depth_label(n, levels)}: " + "; ".join(called))
+                where = devices.pair(grouped[(task, a, n)], grouped[(task, b, n)])
+                called.append(f"{a} {rel} {b}{where}")
+        depth = devices.header(depth_label(n, levels), n, columns)
+        lines.append(f"- {depth}: " + "; ".join(called))
     return _CALLS_LEGEND + "\n\n" + "\n".join(lines) + "\n"

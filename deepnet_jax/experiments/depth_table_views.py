@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from deepnet_jax.experiments import depth_table_devices as devices
 from deepnet_jax.experiments import depth_table_report as table_report
 from deepnet_jax.experiments import depth_table_settings as table_settings
 from deepnet_jax.experiments import report
@@ -65,12 +66,21 @@ def _scheme_by_depth(
     planned: Sequence[str] = (),
 ) -> str:
     """A row per scheme, a column per depth, ``text(cell_runs)`` in each cell ("" not run);
-    then a row of ``—`` for each of the ``planned`` rows that has no run."""
+    then a row of ``—`` for each of the ``planned`` rows that has no run. Where the runs ran
+    on more than one kind of device, each column's header names its device and each cell on
+    another is marked (:mod:`depth_table_devices`)."""
     grouped, schemes, depths = _grid(runs)
     (task,) = {t for (t, _, _) in grouped}
-    header = ["scheme"] + [table_report.depth_label(n, levels) for n in depths]
+    columns = devices.column_devices(grouped, depths)
+    header = ["scheme"] + [
+        devices.header(table_report.depth_label(n, levels), n, columns) for n in depths
+    ]
+
+    def shown(cell_runs: list[Run], n: int) -> str:
+        return devices.cell(text(cell_runs), cell_runs, n, columns)
+
     rows = [
-        [s] + [text(grouped[(task, s, n)]) if (task, s, n) in grouped else "" for n in depths]
+        [s] + [shown(grouped[(task, s, n)], n) if (task, s, n) in grouped else "" for n in depths]
         for s in schemes
     ]
     rows += [[s] + [report.NO_RUN] * len(depths) for s in planned if s not in schemes]
@@ -119,30 +129,40 @@ def onsets(payload: Payload, task: str) -> str:
 def calls(payload: Payload, task: str) -> str:
     """A line per depth: the differences called beyond the seed spread (``a < b``), then the
     pairs not called because a cell has one seed so far (``a against b``), then "every other pair ≈"
-    (:func:`depth_table_report.compare`)."""
+    (:func:`depth_table_report.compare`). Where the runs ran on more than one kind of device,
+    each depth names its device as the tables' headers do, and a difference called between
+    cells on two devices says so (``a > b (H100 against CPU)``: :mod:`depth_table_devices`)."""
     levels = payload["settings"]["levels"][task]
     field, _, higher = table_report.metric(levels)
     grouped, schemes, depths = _grid(task_runs(payload, task))
+    columns = devices.column_devices(grouped, depths)
     lines = []
     for n in depths:
         here = [s for s in schemes if (task, s, n) in grouped]
         value = {s: table_report.values(grouped[(task, s, n)], field) for s in here}
         pairs = [
-            (a, b, table_report.compare(value[a], value[b], higher))
+            (
+                a,
+                b,
+                table_report.compare(value[a], value[b], higher),
+                devices.pair(grouped[(task, a, n)], grouped[(task, b, n)]),
+            )
             for i, a in enumerate(here)
             for b in here[i + 1 :]
             if a in table_report.REFERENCE_SCHEMES or b in table_report.REFERENCE_SCHEMES
         ]
-        lines.append(f"- {table_report.depth_label(n, levels)}: {_calls_text(pairs)}")
+        depth = devices.header(table_report.depth_label(n, levels), n, columns)
+        lines.append(f"- {depth}: {_calls_text(pairs)}")
     return "\n".join(lines)
 
 
-def _calls_text(pairs: Sequence[tuple[str, str, str]]) -> str:
-    parts = [f"{a} {rel} {b}" for a, b, rel in pairs if rel in "<>"]
-    unknown = [f"{a} against {b}" for a, b, rel in pairs if rel == "?"]
+def _calls_text(pairs: Sequence[tuple[str, str, str, str]]) -> str:
+    """``(a, b, relation, devices)`` per pair (devices: :func:`depth_table_devices.pair`)."""
+    parts = [f"{a} {rel} {b}{where}" for a, b, rel, where in pairs if rel in "<>"]
+    unknown = [f"{a} against {b}" for a, b, rel, _ in pairs if rel == "?"]
     if unknown:
         parts.append("not called yet, one seed in a cell: " + ", ".join(unknown))
-    if any(rel == "≈" for _, _, rel in pairs):
+    if any(rel == "≈" for _, _, rel, _ in pairs):
         parts.append("every other pair ≈" if len(parts) else "every pair ≈")
     return "; ".join(parts) if parts else "one scheme, nothing to compare"
 
@@ -152,15 +172,18 @@ def seed_values(payload: Payload, task: str) -> str:
     levels = payload["settings"]["levels"][task]
     field = table_report.metric(levels)[0]
     grouped, schemes, depths = _grid(task_runs(payload, task))
+    columns = devices.column_devices(grouped, depths)
     header = ["scheme"]
     for n in depths:
         seeds = sorted({r["seed"] for (_, _, m), c in grouped.items() if m == n for r in c})
-        label = table_report.depth_label(n, levels)
+        label = devices.header(table_report.depth_label(n, levels), n, columns)
         header.append(f"{label} (seeds {', '.join(str(s) for s in seeds)})")
-    rows = [
-        [s] + [", ".join(f"{r[field]:.3f}" for r in grouped.get((task, s, n), [])) for n in depths]
-        for s in schemes
-    ]
+
+    def shown(cell_runs: list[Run], n: int) -> str:
+        text = ", ".join(f"{r[field]:.3f}" for r in cell_runs)
+        return devices.cell(text, cell_runs, n, columns)
+
+    rows = [[s] + [shown(grouped.get((task, s, n), []), n) for n in depths] for s in schemes]
     return report.markdown_table(header, rows)
 
 
@@ -277,7 +300,7 @@ def init_cells(init: Payload, quick: Payload) -> str:
 
 def _is_cpu(run: Run) -> bool:
     """Ran on a CPU, by its record or by a later note (``device_note``)."""
-    return (run.get("device") or (run.get("device_note") or {}).get("device")) == "cpu"
+    return devices.device_label(run) == "CPU"
 
 
 def cpu_costs(payload: Payload) -> str:
@@ -304,7 +327,9 @@ def _cost_cell(runs: Sequence[Run]) -> str:
     timed = [r for r in runs if _is_cpu(r) and r.get("cpu_seconds")]
     plain = [r for r in timed if r["scheme"] not in DLCL]
     dlcl = [r for r in timed if r["scheme"] in DLCL]
-    elsewhere = sorted({_device_name(r) for r in runs if not _is_cpu(r)})
+    elsewhere = sorted(
+        {devices.device_label(r) or "device not recorded" for r in runs if not _is_cpu(r)}
+    )
     text = _seconds(plain) if plain else ""
     if dlcl:
         text = f"{text} (DLCL {_seconds(dlcl)})" if text else f"DLCL {_seconds(dlcl)}"
@@ -312,9 +337,3 @@ def _cost_cell(runs: Sequence[Run]) -> str:
         where = ", ".join(elsewhere)
         text = f"{text} (the rest: {where})" if text else f"({where})"
     return text
-
-
-def _device_name(run: Run) -> str:
-    """ "H100" for "NVIDIA H100 80GB HBM3"; the recorded name's first word otherwise."""
-    device = run.get("device")
-    return device.removeprefix("NVIDIA ").split()[0] if device else "device not recorded"

@@ -163,7 +163,10 @@ _DEVICE_BLOCKS = (
     *("h200-runs-compared", "h100-steps"),
 )
 ELSEWHERE = {
-    **{("docs/scaling.md", name): _KERNEL_MODEL for name in ("kernel-model", "kernel-classes")},
+    **{
+        ("docs/scaling.md", name): _KERNEL_MODEL
+        for name in ("kernel-model", "kernel-classes", "kernel-targets")
+    },
     **{("docs/scaling.md", n): _DEVICE for n in _DEVICE_BLOCKS},
     ("docs/scaling.md", "kernel-calibration"): _CALIBRATION,
     ("docs/install.md", "tested-sets"): _SUITE,
