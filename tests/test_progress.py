@@ -80,3 +80,14 @@ def test_a_halted_run_stops_listening_too(monkeypatch, tmp_path):
     with pytest.raises(actions.NonFiniteError):
         train.run(_config("halt"), str(tmp_path))
     assert len(jax_monitoring.get_event_duration_listeners()) == before
+
+
+def test_a_resumed_runs_bar_counts_the_whole_run():
+    """Resumed at micro-step 65 of 800: the bar shows 65/800 and yields 65 … 799."""
+    p = progress.Progress(small_config("encdec", "deepnorm"), None, np.ones(10), 1e7)
+    try:
+        bar = p.steps(65, 800)
+        assert (bar.n, bar.total) == (65, 800)
+        assert list(bar) == list(range(65, 800))
+    finally:
+        p.close()

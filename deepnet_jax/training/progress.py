@@ -191,12 +191,14 @@ class Progress:
         self.bar: tqdm | None = None
 
     def steps(self, start: int, micro_steps: int) -> tqdm:
-        """The micro-step indices ``start … micro_steps − 1`` behind a progress bar."""
+        """The micro-step indices ``start … micro_steps − 1`` behind a progress bar that counts
+        the run's micro-steps (a resumed run's bar starts at ``start`` of ``micro_steps``)."""
         self.bar = tqdm(
             range(start, micro_steps),
             desc="train",
             unit="batch",
             initial=start,
+            total=micro_steps,
             disable=jax.process_index() != 0,
         )
         return self.bar
