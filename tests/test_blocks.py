@@ -240,3 +240,27 @@ def test_bf16_compute_with_fp32_params():
     variables = layer.init(jax.random.key(0), x, None)
     assert all(v.dtype == jnp.float32 for v in jax.tree.leaves(variables))
     assert layer.apply(variables, x, None).dtype == jnp.bfloat16
+
+
+def test_projection_out_scales_scale_each_slice_before_the_tag():
+    """``Projection.out_scales`` (attention's 1/√K on q): a fused [D, 3, H, K] projection with
+    factors (1/4, 1, 1) gives the plain projection's q slice times 1/4 (a power of two: exact)
+    and its k and v slices unchanged, and the value tagged for the remat policies is the
+    scaled one (``checkpoint_name``'s operand is the multiply's result)."""
+    from deepnet_jax.model.sublayers import Projection
+
+    cfg = TransformerConfig.from_config(tiny_config("decoder"))
+    shapes = dict(in_shape=(8,), out_shape=(3, 2, 4), in_names=("embed",))
+    names = dict(out_names=("qkv", "heads", "kv"), config=cfg, tag="qkv_proj")
+    plain = Projection(**shapes, **names)
+    scaled = Projection(**shapes, **names, out_scales=(0.25, 1.0, 1.0))
+    x = jax.random.normal(jax.random.key(0), (2, 5, 8))
+    variables = plain.init(jax.random.key(1), x)
+    variables = jax.tree.map(lambda p: p + 0.1, variables)  # a nonzero bias too
+    want, got = plain.apply(variables, x), scaled.apply(variables, x)
+    np.testing.assert_array_equal(got[:, :, 0], want[:, :, 0] * 0.25)
+    np.testing.assert_array_equal(got[:, :, 1:], want[:, :, 1:])
+    eqns = jax.make_jaxpr(lambda x: scaled.apply(variables, x))(x).jaxpr.eqns
+    made_by = {str(v): e.primitive.name for e in eqns for v in e.outvars}
+    tag = next(e for e in eqns if e.primitive.name == "name")
+    assert made_by[str(tag.invars[0])] == "mul"

@@ -86,9 +86,24 @@ def test_lengths_off_the_block_and_dense_masks_take_xlas_path():
     )
 
 
-def test_a_model_with_splash_attention_is_the_xla_models():
+@pytest.mark.parametrize("length", [128, 64])  # the kernel; XLA's path (off the block)
+def test_queries_scaled_by_their_projection_give_the_kernels_own_scaling(length):
+    """``q_scaled=True`` with q/√K given (attention's projection scales q for the kernel) is
+    ``q_scaled=False`` with q: bit for bit, since 1/√K = 1/4 is a power of two, so scaling q
+    and scaling the logits q·kᵀ round alike."""
+    q, k, v = _qkv(2, length, length, 2, 2)
+    tokens = random_tokens((2, length), 40).at[1, 20:].set(0)
+    mask = masks.self_attention_mask(tokens, None, causal=True)
+    want = splash_attention.splash_attention(q, k, v, mask)
+    got = splash_attention.splash_attention(q * 0.25, k, v, mask, q_scaled=True)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("fused_qkv", [False, True])
+def test_a_model_with_splash_attention_is_the_xla_models(fused_qkv):
     """An encoder-decoder (encoder self-attention, decoder causal self-attention and
-    cross-attention, padded rows) with ``attention_impl='splash'`` gives the ``xla`` model's
+    cross-attention, padded rows; q/k/v from separate or fused projections, q scaled by its
+    projection for the kernel) with ``attention_impl='splash'`` gives the ``xla`` model's
     logits, loss and parameter gradients to float32 rounding (the kernel's S·ε per sum,
     above). Gradients are compared at the scale of the largest: the key projection's bias
     has gradient 0 in exact arithmetic (softmax is unchanged by a shift along the keys), so
@@ -96,6 +111,7 @@ def test_a_model_with_splash_attention_is_the_xla_models():
     length = splash_attention.BLOCK
     cfg = tiny_config("encdec", "deepnorm", attention_impl="splash", max_len=length, num_heads=2)
     cfg.num_encoder_layers = cfg.num_decoder_layers = 1
+    cfg.fused_qkv = fused_qkv
     xla_cfg = cfg.copy_and_resolve_references()
     xla_cfg.attention_impl = "xla"
     model, xla = architectures.build(cfg), architectures.build(xla_cfg)

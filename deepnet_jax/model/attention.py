@@ -97,8 +97,17 @@ class MultiHeadAttention(nn.Module):
             return out_BTD
         return out_BTD, {"k": k_BSHK, "v": v_BSHK}
 
+    def _prescaled(self) -> bool:
+        """Whether the queries leave their projection already scaled by 1/√K: for the splash
+        kernel, which takes q·kᵀ unscaled, and only where nothing nonlinear (``qk_norm``) comes
+        between the projection and the attention. The matmul's output fusion then scales q (no
+        kernel of its own forward), and the remat policies save the scaled q, which backward
+        hands to the kernel as saved."""
+        return self.config.attention_impl == "splash" and not self.config.qk_norm
+
     def _in_projection(self, name: str, gain: float) -> Projection:
-        """``q_proj`` [D] → [H, K], or ``k_proj``/``v_proj`` [D] → [N, K] (N kv heads)."""
+        """``q_proj`` [D] → [H, K] (scaled by 1/√K where :meth:`_prescaled`), or
+        ``k_proj``/``v_proj`` [D] → [N, K] (N kv heads)."""
         c = self.config
         queries = name == "q_proj"
         heads, axis = (c.num_heads, "heads") if queries else (c.kv_heads, "kv_heads")
@@ -112,6 +121,7 @@ class MultiHeadAttention(nn.Module):
             tag=name,
             role="attn_in",
             std=self._std(name),
+            out_scales=(c.head_dim**-0.5,) if queries and self._prescaled() else None,
             name=name,
         )
 
@@ -135,6 +145,7 @@ class MultiHeadAttention(nn.Module):
                 tag="qkv_proj",
                 slice_gains=(1.0, 1.0, self.value_gain),
                 role="attn_in",
+                out_scales=(K**-0.5, 1.0, 1.0) if self._prescaled() else None,
                 name="qkv_proj",
             )(x_q)
             q_BTHK, k_BSHK, v_BSHK = (qkv_BT3HK[:, :, i] for i in range(3))
@@ -192,7 +203,7 @@ class MultiHeadAttention(nn.Module):
         dtype = c.compute_dtype
         if c.attention_impl == "splash":
             q, k, v = (x.astype(dtype) for x in (q_BTHK, k_BSHK, v_BSHK))
-            return splash_attention.splash_attention(q, k, v, mask)
+            return splash_attention.splash_attention(q, k, v, mask, q_scaled=self._prescaled())
         return fused_attention.dot_product_attention(
             q_BTHK.astype(dtype),
             k_BSHK.astype(dtype),

@@ -31,16 +31,18 @@ def dot_product_attention(
     mask: AttentionMask | jax.Array | None,
     implementation: str,
     form: str = "native",
+    scale: float | None = None,
 ) -> jax.Array:
     """softmax(q·kᵀ/√K masked)·v [B, T, H, K] by ``jax.nn.dot_product_attention``;
-    keys and values [B, S, N, K] with N dividing H (grouped-query attention).
+    keys and values [B, S, N, K] with N dividing H (grouped-query attention). ``scale``: the
+    logits' factor in place of 1/√K (1.0 for queries already scaled).
 
     ``mask``: an :class:`AttentionMask`, a boolean array broadcastable to [B, 1, T, S] (True =
     may attend: the bias form) or None. ``form``: ``native`` or ``bias`` (:data:`MASK_FORMS`).
     """
     arguments = mask_arguments(mask, q_BTHK.shape[1], implementation, form)
     return jax.nn.dot_product_attention(
-        q_BTHK, k_BSNK, v_BSNK, implementation=implementation, **arguments
+        q_BTHK, k_BSNK, v_BSNK, scale=scale, implementation=implementation, **arguments
     )
 
 

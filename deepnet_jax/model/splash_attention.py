@@ -55,18 +55,24 @@ def splash_attention(
     k_BSNK: jax.Array,
     v_BSNK: jax.Array,
     mask: AttentionMask | jax.Array | None,
+    q_scaled: bool = False,
 ) -> jax.Array:
     """softmax(q·kᵀ/√K masked)·v [B, T, H, K]; keys and values [B, S, N, K] with N dividing H
     (query head h reads kv head h // (H/N)). The splash kernel where :func:`applies`, else
-    ``jax.nn.dot_product_attention`` (XLA) with the same mask."""
+    ``jax.nn.dot_product_attention`` (XLA) with the same mask. ``q_scaled``: q is already
+    q/√K (its projection scaled it), so the kernel's logits are q·kᵀ as given."""
     B, T, _, K = q_BTHK.shape
     S = k_BSNK.shape[1]
+    scale = 1.0 if q_scaled else K**-0.5
     if not applies(T, S, mask):
-        return fused_attention.dot_product_attention(q_BTHK, k_BSNK, v_BSNK, mask, "xla")
+        return fused_attention.dot_product_attention(
+            q_BTHK, k_BSNK, v_BSNK, mask, "xla", scale=scale
+        )
     causal = bool(mask is not None and mask.causal)
     lengths_B = mask.kv_lengths if mask is not None else jnp.full((B,), S, jnp.int32)
     kv_segments_BS = (jnp.arange(S)[None, :] < lengths_B[:, None]).astype(jnp.int32)
-    q_BTHK = q_BTHK * jnp.asarray(K**-0.5, q_BTHK.dtype)
+    if not q_scaled:
+        q_BTHK = q_BTHK * jnp.asarray(scale, q_BTHK.dtype)
     call = functools.partial(_attend, causal=causal, interpret=_platform() != "tpu")
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:

@@ -55,7 +55,11 @@ class Projection(nn.Module):
     :func:`~deepnet_jax.model.initializers.fairseq_initializers`). Under
     ``config.parameterization="completep"`` the kernel is N(0, (gain·σ_base)²/m_N) per slice
     (CompleteP's hidden init, ``parameterization.hidden_std``), the bias zero.
-    ``tag`` names the output for ``checkpoint_name``-based remat policies.
+    ``tag`` names the output for ``checkpoint_name``-based remat policies. ``out_scales``
+    multiplies the output before it is tagged: one factor, or one per index of the first output
+    axis
+    (attention's 1/√K on the queries, :mod:`deepnet_jax.model.attention`): the matmul's own
+    output fusion scales it, and the saved output is the scaled one.
     """
 
     in_shape: tuple[int, ...]
@@ -68,6 +72,7 @@ class Projection(nn.Module):
     slice_gains: tuple[float, ...] | None = None
     role: str = "linear"
     std: float | jax.Array | None = None
+    out_scales: tuple[float, ...] | None = None
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -89,6 +94,9 @@ class Projection(nn.Module):
                 self.config.storage_dtype,
             )
             y = y + bias.astype(dtype)
+        if self.out_scales is not None:
+            scales = jnp.asarray(self.out_scales, dtype)
+            y = y * scales.reshape(scales.shape + (1,) * (len(self.out_shape) - 1))
         if self.tag is not None:
             y = checkpoint_name(y, self.tag)
         return y
