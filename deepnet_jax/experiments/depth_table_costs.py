@@ -7,7 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from deepnet_jax.experiments import depth_table_devices as devices
 from deepnet_jax.experiments import depth_table_plot as table_plot
+from deepnet_jax.experiments import depth_table_plot_devices as plot_devices
 from deepnet_jax.experiments import depth_table_report as table_report
 from deepnet_jax.experiments import report
 from deepnet_jax.experiments.thousand_layers_report import LEVELS
@@ -78,7 +80,9 @@ def onset_plot(
 ) -> str | None:
     """A row of panels per synthetic task, one per milestone: the update each scheme reaches it
     against depth (log), the seeds' mean with min–max bars, an open marker at the budget where
-    a seed never did. ``<out>/<name>.png``; None when no task has a chance level."""
+    a seed never did; where a task's runs ran on more than one kind of device its depths, lines
+    and points say which (:mod:`depth_table_plot_devices`). ``<out>/<name>.png``; None when no
+    task has a chance level."""
     tasks = [t for t in settings["grid"]["tasks"] if "chance" in settings["levels"][t]]
     tasks = [t for t in tasks if any(r["task"] == t for r in runs)]
     if not tasks:
@@ -87,24 +91,36 @@ def onset_plot(
     fig, axes = plt.subplots(
         len(tasks), len(MILESTONES), figsize=(5 * len(MILESTONES), 3.2 * len(tasks)), squeeze=False
     )
-    budget = settings["updates"]
     for row, task in zip(axes, tasks, strict=True):
         mine = [r for r in runs if r["task"] == task]
-        schemes = list(dict.fromkeys(r["scheme"] for r in mine))
         for ax, milestone in zip(row, MILESTONES, strict=True):
-            for scheme in schemes:
-                points = onsets_by_depth(mine, settings["levels"][task], scheme, milestone)
-                _draw(ax, points, budget, scheme, table_plot.style(scheme, schemes))
-            ax.set_xscale("log")
-            depths = sorted({r["layers"] for r in mine})
-            ax.set_xticks(depths, [str(n) for n in depths])
-            ax.set_xticks([], minor=True)
-            ax.set_ylim(0, budget * 1.05)
+            _panel(ax, mine, settings["levels"][task], settings["updates"], milestone)
             ax.set_title(f"{task}: {_TITLES[milestone]}", fontsize=9)
-            ax.set_xlabel("layers per side (N in NL-NL)")
-            ax.set_ylabel("update")
         row[0].legend(fontsize=7)
     return report.save_figure(fig, out, name)
+
+
+def _panel(
+    ax: Any, mine: list[dict[str, Any]], levels: dict[str, Any], budget: int, milestone: str
+) -> None:
+    """One task's (``mine``: its runs) onsets at ``milestone``, a line per scheme; its depths,
+    lines and points say their device where its runs ran on several
+    (:mod:`depth_table_plot_devices`)."""
+    grouped = table_report.cells(mine)
+    depths = sorted({n for (_, _, n) in grouped})
+    columns = devices.column_devices(grouped, depths)
+    schemes = list(dict.fromkeys(r["scheme"] for r in mine))
+    named = False
+    for scheme in schemes:
+        points = onsets_by_depth(mine, levels, scheme, milestone)
+        cells_at = {n: grouped[(t, s, n)] for (t, s, n) in grouped if s == scheme}
+        style = table_plot.style(scheme, schemes)
+        named |= _draw(ax, points, budget, scheme, style, (cells_at, columns))
+    plot_devices.axis(ax, depths, columns)
+    plot_devices.note(ax, columns, named)
+    ax.set_ylim(0, budget * 1.05)
+    ax.set_xlabel("layers per side (N in NL-NL)")
+    ax.set_ylabel("update")
 
 
 def _draw(
@@ -113,21 +129,24 @@ def _draw(
     budget: int,
     scheme: str,
     style: dict[str, Any],
-) -> None:
+    marks: tuple[dict[int, list[dict[str, Any]]], dict[int, str | None]],
+) -> bool:
     """One scheme's line through the seeds that reached the milestone, and open markers at the
-    budget for the depths where a seed never did."""
+    budget for the depths where a seed never did; ``marks``: the scheme's cells by depth and
+    the panel's column devices (:func:`plot_devices.draw`). Returns whether a point was named
+    with its cell's device."""
+    cells_at, columns = marks
     reached = [(n, [v for v in vs if v is not None]) for n, vs in points]
     line = [(n, sum(vs) / len(vs), min(vs), max(vs)) for n, vs in reached if vs]
-    if line:
-        xs, means, lows, highs = zip(*line, strict=True)
-        errors = [
-            [m - lo for m, lo in zip(means, lows, strict=True)],
-            [hi - m for m, hi in zip(means, highs, strict=True)],
-        ]
-        ax.errorbar(xs, means, yerr=errors, capsize=3, label=scheme, **style)
+    named = plot_devices.draw(ax, line, cells_at, columns, scheme, style) if line else False
     never = [n for n, vs in points if any(v is None for v in vs)]
     if never:
         ax.plot(never, [budget] * len(never), linestyle="none", marker="o", fillstyle="none",
                 color=style["color"], label=None if line else f"{scheme} (never)")  # fmt: skip
+    on_line = {n for n, *_ in line}
+    for n in never:  # a cell with no seed on the line is named at the budget
+        if n not in on_line:
+            named |= plot_devices.name(ax, n, budget, cells_at[n], columns, style["color"])
     if not line and not never:
         ax.plot([], [], label=scheme, **style)
+    return named

@@ -7,7 +7,8 @@ A run's device is the kind JAX reported (``run["device"]``: ``"cpu"``,
 is. A table whose runs name two or more says each column's device in its header, the device of
 most of the column's cells (``18L-18L (H100)``), and marks each cell whose device differs from
 its column's (``…; 0.969 (0.951–0.983) · CPU``); a column whose cells split evenly names none
-in its header and every cell in it is marked.
+in its header and every cell in it is marked. The figures mark them alike
+(:mod:`depth_table_plot_devices`).
 """
 
 from __future__ import annotations
@@ -69,13 +70,20 @@ def header(label: str, n: int, columns: dict[int, str | None]) -> str:
     return f"{label} ({device})" if device else label
 
 
+def off_column(cell_runs: Sequence[Run], n: int, columns: dict[int, str | None]) -> str | None:
+    """The cell's device (:func:`cell_device`) where it differs from its column's
+    (:func:`column_devices`); None where it does not, or the table is on one device."""
+    if n not in columns:
+        return None
+    device = cell_device(cell_runs)
+    return device if device and device != columns[n] else None
+
+
 def cell(text: str, cell_runs: Sequence[Run], n: int, columns: dict[int, str | None]) -> str:
     """A cell's ``text`` with `` · DEVICE`` appended where its device differs from its
-    column's (:func:`column_devices`; nothing appended where the table is on one device)."""
-    if n not in columns:
-        return text
-    device = cell_device(cell_runs)
-    return f"{text} · {device}" if device and device != columns[n] else text
+    column's (:func:`off_column`; nothing appended where the table is on one device)."""
+    device = off_column(cell_runs, n, columns)
+    return f"{text} · {device}" if device else text
 
 
 def pair(a_runs: Sequence[Run], b_runs: Sequence[Run]) -> str:

@@ -8,6 +8,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from deepnet_jax.experiments import depth_table_devices as devices
+from deepnet_jax.experiments import depth_table_plot_devices as plot_devices
 from deepnet_jax.experiments import report
 from deepnet_jax.experiments.depth_table_report import (
     REFERENCE_SCHEMES,
@@ -46,7 +48,9 @@ OTHER_COLORS = (
 def plot(runs: Sequence[dict[str, Any]], settings: dict[str, Any], out: str, name: str) -> str:
     """The final metric against depth (log scale), a panel per task (and recipe), a line per scheme
     through the seeds' mean, bars from their min to max, a cross above the axis where a seed
-    diverged. Written to ``<out>/<name>.png``; returns the path."""
+    diverged. Where a panel's runs ran on more than one kind of device its depths, lines and
+    points say which (:mod:`depth_table_plot_devices`). Written to ``<out>/<name>.png``;
+    returns the path."""
     plt = report.pyplot()
     shown = panels(runs, settings)
     fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown), 3.4), squeeze=False)
@@ -93,6 +97,8 @@ def _plot_task(ax: Any, grouped: dict, task: str, field: str) -> None:
         )
         * 1.05
     )
+    columns = devices.column_devices(grouped, depths)
+    named = False
     for scheme in schemes:
         points = []
         for n in depths:
@@ -104,15 +110,8 @@ def _plot_task(ax: Any, grouped: dict, task: str, field: str) -> None:
                 points.append((n, sum(finite) / len(finite), min(finite), max(finite)))
             if len(finite) < len(vs):
                 ax.plot([n], [top], marker="x", markersize=9, color="black")
-        if not points:
-            continue
-        xs, means, lows, highs = zip(*points, strict=True)
-        errors = [
-            [m - lo for m, lo in zip(means, lows, strict=True)],
-            [hi - m for m, hi in zip(means, highs, strict=True)],
-        ]
-        ax.errorbar(xs, means, yerr=errors, capsize=3, label=scheme, **style(scheme, schemes))
-    ax.set_xscale("log")
-    ax.set_xticks(depths)
-    ax.set_xticklabels([str(n) for n in depths])
-    ax.set_xticks([], minor=True)  # the log axis's own minor labels (2×10¹ …) overlap them
+        if points:
+            mine = {n: grouped[(task, scheme, n)] for n, *_ in points}
+            named |= plot_devices.draw(ax, points, mine, columns, scheme, style(scheme, schemes))
+    plot_devices.axis(ax, depths, columns)
+    plot_devices.note(ax, columns, named)
