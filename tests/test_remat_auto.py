@@ -61,13 +61,13 @@ def _peaks(planned) -> dict[tuple[str, int], int]:
     c = RunConfig.from_config(_config())
     return {
         (p, k): planned(remat_auto.candidate(c, p, k), jax.devices()).plan.peak
-        for p, k in remat.CANDIDATES
+        for p, k in remat.candidates(c.model)
     }
 
 
 def test_each_budget_picks_the_first_candidate_that_fits(memoized):
     peaks = _peaks(memoized)
-    order = list(remat.CANDIDATES)
+    order = remat.candidates(RunConfig.from_config(_config()).model)
     # the candidates trade recomputation for memory: no recomputation plans the largest peak,
     # and the grouped full remat the smallest (residual-dominated model)
     assert peaks[order[0]] == max(peaks.values())
@@ -206,6 +206,8 @@ def test_a_group_size_set_beside_auto_is_kept():
     assert remat.candidates(c.model) == [("dots", 4), ("full", 4)]
     c.model.scan_group_size, c.model.scan_layers = 0, False  # unscanned: no groups
     assert remat.candidates(c.model) == [("none", 0), ("dots", 0), ("qkv_fc1", 0), ("full", 0)]
+    c.model.attention_impl = "splash"  # the one attention whose forward kernel it saves
+    assert ("attention_out", 0) in remat.candidates(c.model)
 
 
 def test_on_a_chip_auto_picks_the_fastest_predicted_candidate_that_fits(monkeypatch):
@@ -230,13 +232,14 @@ def test_on_a_chip_auto_picks_the_fastest_predicted_candidate_that_fits(monkeypa
     lines = []
     chosen, _ = remat_auto.choose(c, jax.devices(), lines.append, judged_on=targets.parse("h100-1"))
     assert (chosen.model.remat_policy, chosen.model.scan_group_size) == ("dots", 0)
-    flat = [pair for pair in remat.CANDIDATES if pair[1] == 0]
+    every = remat.candidates(c.model)  # reference attention: no attention_out
+    flat = [pair for pair in every if pair[1] == 0]
     assert planned == flat  # every flat candidate planned; a flat one fits: no nested ones
     assert "predicted step" in lines[0] and "did not fit" in lines[0]
     planned.clear()
     peaks.update({pair: 9 * GIB for pair in flat})  # no flat candidate fits: the nested ones
     chosen, _ = remat_auto.choose(c, jax.devices(), lines.append, judged_on=targets.parse("h100-1"))
-    assert planned == list(remat.CANDIDATES) and chosen.model.scan_group_size == -1
+    assert planned == every and chosen.model.scan_group_size == -1
     for pair in flat:
         del peaks[pair]
     peaks.update({("none", 0): 9 * GIB, ("qkv_fc1", 0): 9 * GIB})

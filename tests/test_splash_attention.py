@@ -99,11 +99,14 @@ def test_queries_scaled_by_their_projection_give_the_kernels_own_scaling(length)
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("fused_qkv", [False, True])
-def test_a_model_with_splash_attention_is_the_xla_models(fused_qkv):
+@pytest.mark.parametrize(
+    "fused_qkv, remat_policy", [(False, "full"), (True, "full"), (False, "attention_out")]
+)
+def test_a_model_with_splash_attention_is_the_xla_models(fused_qkv, remat_policy):
     """An encoder-decoder (encoder self-attention, decoder causal self-attention and
     cross-attention, padded rows; q/k/v from separate or fused projections, q scaled by its
-    projection for the kernel) with ``attention_impl='splash'`` gives the ``xla`` model's
+    projection for the kernel; the backward recomputing the kernel's forward, or taking its
+    output and log-sum-exp as saved) with ``attention_impl='splash'`` gives the ``xla`` model's
     logits, loss and parameter gradients to float32 rounding (the kernel's S·ε per sum,
     above). Gradients are compared at the scale of the largest: the key projection's bias
     has gradient 0 in exact arithmetic (softmax is unchanged by a shift along the keys), so
@@ -111,7 +114,7 @@ def test_a_model_with_splash_attention_is_the_xla_models(fused_qkv):
     length = splash_attention.BLOCK
     cfg = tiny_config("encdec", "deepnorm", attention_impl="splash", max_len=length, num_heads=2)
     cfg.num_encoder_layers = cfg.num_decoder_layers = 1
-    cfg.fused_qkv = fused_qkv
+    cfg.fused_qkv, cfg.remat_policy = fused_qkv, remat_policy
     xla_cfg = cfg.copy_and_resolve_references()
     xla_cfg.attention_impl = "xla"
     model, xla = architectures.build(cfg), architectures.build(xla_cfg)
@@ -204,3 +207,33 @@ def test_training_with_splash_is_refused_without_a_tpu():
     c.data.dataset, c.data.max_len = "synthetic_reversal", 16
     with pytest.raises(ValueError, match=r"model\.attention_impl='splash' needs a TPU"):
         train.validate(c)
+
+
+@pytest.mark.parametrize("policy, forward_calls", [("full", 2), ("attention_out", 1)])
+def test_attention_out_keeps_the_kernels_forward_out_of_the_backward(policy, forward_calls):
+    """Deviceless for a v5p-8 slice: a rematerialized layer (projections around the kernel),
+    differentiated. Under ``full`` the backward recomputes the kernel's forward for its
+    residuals (two forward calls); under ``attention_out`` the output and log-sum-exp the kernel
+    names (``remat.ATTENTION_OUT``) are saved, and its forward runs once."""
+    from deepnet_jax.model import remat
+    from deepnet_jax.scale import targets
+
+    devices = targets.compile_devices(targets.parse("v5p-8"))
+    mesh = jax.sharding.Mesh(np.array(devices).reshape(4, 1, 1), ("data", "fsdp", "tensor"))
+    B, T, H, K = 8, 256, 2, 128
+    rows = jax.sharding.NamedSharding(mesh, jax.P("data"))
+    x = jax.ShapeDtypeStruct((B, T, H, K), jnp.bfloat16, sharding=rows)
+    w = jax.ShapeDtypeStruct((K, K), jnp.bfloat16, sharding=rows.update(spec=jax.P()))
+
+    def layer(x, w):
+        q, k, v = (x @ w, x @ w.T, x @ (w + 1))
+        return splash_attention.splash_attention(q, k, v, None) @ w
+
+    step = jax.checkpoint(layer, policy=remat.POLICIES[policy])
+    loss = lambda x, w: step(x, w).astype(jnp.float32).sum()  # noqa: E731
+    grad = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))  # the forward's value is used
+    rules = (("batch", ("data", "fsdp")), ("heads", "tensor"), ("kv_heads", "tensor"))
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        text = grad.lower(x, w).compile().as_text()
+    calls = re.findall(r"%splash_mha_(fwd|dkv)[\w.]*\s*=", text)
+    assert calls.count("fwd") == forward_calls and calls.count("dkv") == 1, calls

@@ -87,7 +87,9 @@ def test_remat_policies_match_no_remat(scan_layers):
     key = jax.random.key(7)
     results = {}
     # The unrolled stack shares the remat mechanism; one policy keeps its compile time short.
-    policies = ("none", "full", "dots", "qkv_fc1") if scan_layers else ("none", "full")
+    policies = (
+        ("none", "full", "dots", "qkv_fc1", "attention_out") if scan_layers else ("none", "full")
+    )
     for policy in policies:
         model = architectures.build(
             tiny_config(arch, scheme, scan_layers=scan_layers, remat_policy=policy, **DROPOUTS)

@@ -31,6 +31,12 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.max_len = 256
     c.data.max_tokens = 32768  # global; fairseq's 4096 per GPU × 8 GPUs
 
+    # ZeRO-3 over all devices (parameters, gradients and optimizer state sharded; the batch
+    # too), as MaxText's default: each device updates 1/N of the optimizer state (the v5p-8
+    # step's kernel model against data parallelism: docs/scaling.md). One device: the same
+    # program either way.
+    c.mesh.data, c.mesh.fsdp = 1, -1
+
     c.optimizer.learning_rate = 5e-4
     c.optimizer.weight_decay = 0.0
     c.schedule.warmup_steps = 4000

@@ -14,8 +14,9 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
-from deepnet_jax.model import fused_attention, rotary, splash_attention
+from deepnet_jax.model import fused_attention, remat, rotary, splash_attention
 from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.model.dropout import dropout
 from deepnet_jax.model.masks import AttentionMask, dense
@@ -196,22 +197,26 @@ class MultiHeadAttention(nn.Module):
         """softmax(q·kᵀ/√K)·v [B, T, H, K] by ``config.attention_impl``: the reference (on the
         dense mask), ``jax.nn.dot_product_attention`` (``xla``, ``cudnn``) with the mask in
         the form ``config.attention_masks`` names (:mod:`deepnet_jax.model.fused_attention`),
-        or the splash kernel (:mod:`deepnet_jax.model.splash_attention`)."""
+        or the splash kernel (:mod:`deepnet_jax.model.splash_attention`). The output is named
+        ``remat.ATTENTION_OUT`` for the ``attention_out`` policy (the splash kernel names its
+        own, with its log-sum-exp)."""
         c = self.config
-        if c.attention_impl == "reference":
-            return self._reference_attention(q_BTHK, k_BSHK, v_BSHK, dense(mask), dropout_key)
         dtype = c.compute_dtype
         if c.attention_impl == "splash":
             q, k, v = (x.astype(dtype) for x in (q_BTHK, k_BSHK, v_BSHK))
             return splash_attention.splash_attention(q, k, v, mask, q_scaled=self._prescaled())
-        return fused_attention.dot_product_attention(
-            q_BTHK.astype(dtype),
-            k_BSHK.astype(dtype),
-            v_BSHK.astype(dtype),
-            mask,
-            c.attention_impl,
-            c.attention_masks,
-        )
+        if c.attention_impl == "reference":
+            out = self._reference_attention(q_BTHK, k_BSHK, v_BSHK, dense(mask), dropout_key)
+        else:
+            out = fused_attention.dot_product_attention(
+                q_BTHK.astype(dtype),
+                k_BSHK.astype(dtype),
+                v_BSHK.astype(dtype),
+                mask,
+                c.attention_impl,
+                c.attention_masks,
+            )
+        return checkpoint_name(out, remat.ATTENTION_OUT)
 
     def _output(self, out_BTHK: jax.Array) -> jax.Array:
         """The heads [B, T, H, K] → [B, T, D]: Sub-LN's ``inner_attn_ln`` on the concatenated

@@ -19,13 +19,21 @@ recomputed; "+" marks a cheaper partial recomputation):
  1     none            0                    nothing / every layer's internals
  2     dots            0                    0+ (non-matmul ops) / every layer's matmul outputs
  3     qkv_fc1         0                    0+ (more) / q, k, v and FFN-in per layer
- 4     full            0                    1 / one residual per layer
- 5     dots            -1 (k ≈ √L)          1+ / a residual per group + one group's matmuls
- 6     full            -1 (k ≈ √L)          2 / about 2√L residuals
+ 4     attention_out   0                    1− (all but the attention kernel's forward) /
+                                            the attention's output and log-sum-exp per layer
+                                            (splash attention only)
+ 5     full            0                    1 / one residual per layer
+ 6     dots            -1 (k ≈ √L)          1+ / a residual per group + one group's matmuls
+ 7     full            -1 (k ≈ √L)          2 / about 2√L residuals
 ====  ==============  ===================  =================================================
 
-A stack that is not scanned (``model.scan_layers=False``, DLCL) has no groups: candidates 1–4.
-With ``model.scan_group_size`` set (k ≠ 0), auto keeps that grouping: candidates 5 and 6 at k.
+``attention_out`` is a candidate where the attention is Pallas' splash kernel, which names its
+output and log-sum-exp (:data:`ATTENTION_OUT`) as the residuals of its backward kernel: with
+both saved, the backward recomputes the layer's projections, norms and FFN but not the
+attention's forward kernel. Other attention implementations name only their output, and
+recompute their forward for its softmax statistics anyway.
+A stack that is not scanned (``model.scan_layers=False``, DLCL) has no groups: candidates 1–5.
+With ``model.scan_group_size`` set (k ≠ 0), auto keeps that grouping: candidates 6 and 7 at k.
 
 The budget, per device: ``memory_budget_gb`` when set; planning for a TPU or GPU target, the
 chip's memory less :data:`HEADROOM`; the device's own limit (``memory_stats()["bytes_limit"]``,
@@ -48,18 +56,30 @@ from deepnet_jax.common.config_schema import field
 
 # Names tagged with ``checkpoint_name`` inside each layer, saved by the "qkv_fc1" policy.
 SAVED_NAMES = ("q_proj", "k_proj", "v_proj", "qkv_proj", "fc1", "gate")
+# The attention's output, and splash attention's log-sum-exp [B, H, T] (the residuals of its
+# backward kernel), saved by the "attention_out" policy.
+ATTENTION_OUT = "attention_out"
 # model.remat_policy → the jax.checkpoint policy of each layer (None: no remat)
 POLICIES = {
     "none": None,
     "full": jax.checkpoint_policies.nothing_saveable,
     "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
     "qkv_fc1": jax.checkpoint_policies.save_only_these_names(*SAVED_NAMES),
+    "attention_out": jax.checkpoint_policies.save_only_these_names(ATTENTION_OUT),
 }
 AUTO = "auto"  # model.remat_policy resolved to a policy and a group size before a model is built
 # A nested scan's group keeps nothing but its input (the per-layer policy applies inside it).
 GROUP_POLICY = jax.checkpoint_policies.nothing_saveable
 # (model.remat_policy, model.scan_group_size), least recomputation first (module docstring)
-CANDIDATES = (("none", 0), ("dots", 0), ("qkv_fc1", 0), ("full", 0), ("dots", -1), ("full", -1))
+CANDIDATES = (
+    ("none", 0),
+    ("dots", 0),
+    ("qkv_fc1", 0),
+    ("attention_out", 0),
+    ("full", 0),
+    ("dots", -1),
+    ("full", -1),
+)
 
 # The model config fields remat owns, each declared once (default, allowed values,
 # comment): ``deepnet_jax.model.config.TransformerConfig`` names them in the config's order.
@@ -75,7 +95,8 @@ CONFIG_FIELDS = {
     ),
     "remat_policy": field(
         "full",
-        "none, full (nothing saved), dots (matmul outputs), qkv_fc1 (the named projections); "
+        "none, full (nothing saved), dots (matmul outputs), qkv_fc1 (the named projections), "
+        "attention_out (the attention's output; splash's log-sum-exp too); "
         "auto: the least recomputation whose planned peak fits memory_budget_gb (or the "
         "device's or host's memory), chosen with scan_group_size "
         "(deepnet_jax/training/remat_auto.py); a training config defaults to auto, a model built "
@@ -125,11 +146,17 @@ def group_size(config: ScanFields, L: int) -> int:
 
 def candidates(config: ScanFields) -> list[tuple[str, int]]:
     """The (policy, group size) pairs ``auto`` tries for a model config, cheapest first: with
-    a ``scan_group_size`` set, the grouped candidates at that size only."""
+    a ``scan_group_size`` set, the grouped candidates at that size only; ``attention_out``
+    only under splash attention (a config's ``attention_impl``; the module docstring)."""
     group = config.scan_group_size
     if group:
         return [(p, group) for p, k in CANDIDATES if k == -1]
-    return [(p, k) for p, k in CANDIDATES if config.scan_layers or k == 0]
+    splash = getattr(config, "attention_impl", None) == "splash"
+    return [
+        (p, k)
+        for p, k in CANDIDATES
+        if (config.scan_layers or k == 0) and (p != "attention_out" or splash)
+    ]
 
 
 def budget_bytes(

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as kernel
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
 
-from deepnet_jax.model import fused_attention
+from deepnet_jax.model import fused_attention, remat
 from deepnet_jax.model.masks import AttentionMask
 
 BLOCK = 128  # the kernel's key block: a multiple of the TPU's 128 lanes
@@ -113,6 +113,7 @@ def _attend(
         block_sizes=sizes,
         head_shards=1,
         q_seq_shards=1,
+        residual_checkpoint_name=remat.ATTENTION_OUT,  # out and log-sum-exp, for the policies
         interpret=interpret,
     )
     if G == 1:
