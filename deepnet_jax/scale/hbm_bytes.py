@@ -5,7 +5,8 @@ A kernel's operands are read and its result written once, as they are after fusi
 operand the kernel only slices (``dynamic-slice``, ``slice``, ``gather``: their sliced
 operand, not their indices) counts the slices, and a buffer updated in place
 (``dynamic-update-slice`` of a fusion's parameter, the scanned stack's per-layer writes) counts
-the update read and written, not the whole buffer. A view (``bitcast``, ``reshape``) of a
+the update written, not the whole buffer (what the update is computed from is read as any
+operand; a ``dynamic-update-slice`` on its own reads its update operand and writes it). A view (``bitcast``, ``reshape``) of a
 fusion's parameter is that parameter, and so is a nested fusion's parameter (XLA:TPU nests a
 convolution's operand fusions, a per-layer ``dynamic-slice`` of a stacked [L, …] buffer among
 them, inside the convolution's fusion): what the nested fusion does with it is what the kernel
@@ -101,7 +102,7 @@ def _fusion_bytes(module: Module, ins: Instruction, size: Callable[[str], int], 
             buffer, update = [*operand_names(inner), "", ""][:2]
             if origin(buffer) in params:
                 in_place.add(origin(buffer))
-                total += 2 * size(update) if size(origin(buffer)) else 0
+                total += size(update) if size(origin(buffer)) else 0
     for name in params:
         if name in in_place or not size(name):  # on-chip (XLA:TPU's S(1)): no HBM bytes
             continue
