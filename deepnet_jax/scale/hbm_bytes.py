@@ -5,15 +5,15 @@ A kernel's operands are read and its result written once, as they are after fusi
 the kernel only slices (``dynamic-slice``, ``slice``, ``gather``: their sliced operand, not
 their indices) counts the slices, and a buffer updated in place (``dynamic-update-slice`` of a
 fusion's parameter, the scanned stack's per-layer writes) counts the update written, not the
-whole buffer (what the update is computed from is read as any operand; a ``dynamic-update-
-slice`` on its own reads its update operand and writes it). A view (``bitcast``, ``reshape``) of
-a fusion's parameter is that parameter, and so is a nested fusion's parameter (XLA:TPU nests a
-convolution's operand fusions, a per-layer ``dynamic-slice`` of a stacked [L, …] buffer among
-them, inside the convolution's fusion): what the nested fusion does with it is what the kernel
-does. An asynchronous start writes what its ``-done`` gives: the middle element of ``fusion-
-start``'s and ``slice-start``'s ``((operands), result, context)``, the first of ``copy-start``'s
-``(destination, source, context)`` (so a copy reads its source and writes its destination, each
-where it lives).
+whole buffer (what the update is computed from is read as any operand; a
+``dynamic-update-slice`` on its own reads its update operand and writes it). A view
+(``bitcast``, ``reshape``) of a fusion's parameter is that parameter, and so is a nested
+fusion's parameter (XLA:TPU nests a convolution's operand fusions, a per-layer ``dynamic-slice``
+of a stacked [L, …] buffer among them, inside the convolution's fusion): what the nested fusion
+does with it is what the kernel does. An asynchronous start writes what its ``-done`` gives: the
+middle element of ``fusion-start``'s and ``slice-start``'s ``((operands), result, context)``,
+the first of ``copy-start``'s ``(destination, source, context)`` (so a copy reads its source and
+writes its destination, each where it lives).
 
 On XLA:TPU (``tpu=True``) each array counts as laid out: its tiles' padding
 (``hlo_module.padded_nbytes``), and nothing for an array in a memory space other than HBM
