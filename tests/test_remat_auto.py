@@ -285,3 +285,24 @@ def _plan_with(peak: int, step: float | None, calibrated: float | None = None) -
     return memory_plan.Plan(
         **{**fields, "peak": peak, "predicted_step_s": step, "calibrated_step_s": calibrated}
     )
+
+
+@pytest.mark.parametrize("target, splash", [("v5p-8", True), ("h100-1", False)])
+def test_attention_out_is_planned_where_attention_resolves_to_splash(monkeypatch, target, splash):
+    """With ``model.attention_impl='auto'``, the candidates are those of the kernel the target
+    gets (the trainer resolves attention first): a TPU's splash attention adds
+    ``attention_out``, an H100's kernel does not."""
+    from deepnet_jax.scale import targets
+
+    planned = []
+
+    def compile_step(config, devices=None, target=None):
+        planned.append((config.model.remat_policy, config.model.scan_group_size))
+        return memory_plan.CompiledStep(_plan_with(GIB, 1.0), None, None, {}, config)
+
+    monkeypatch.setattr(memory_plan, "compile_step", compile_step)
+    c = _config()
+    c.model.attention_impl, c.model.dropout, c.model.attention_dropout = "auto", 0.0, 0.0
+    c = RunConfig.from_config(c).replace(memory_budget_gb=2.0)
+    remat_auto.choose(c, jax.devices(), lambda line: None, judged_on=targets.parse(target))
+    assert (("attention_out", 0) in planned) == splash, planned

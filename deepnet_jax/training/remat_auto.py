@@ -42,6 +42,7 @@ import jax
 
 from deepnet_jax.model import remat
 from deepnet_jax.model.remat import GIB
+from deepnet_jax.training import attention_auto
 from deepnet_jax.training.config_checks import check_budget, is_auto
 from deepnet_jax.training.progress import say
 from deepnet_jax.training.run_config import RunConfig
@@ -105,7 +106,10 @@ def choose_step(
     from deepnet_jax.training.abstract_step import DoesNotFitError
 
     check_budget(config)
-    configs = {pair: candidate(config, *pair) for pair in remat.candidates(config.model)}
+    judge = judged_on or target
+    platform = judge.platform if judge is not None else devices[0].platform
+    kernel = attention_auto.resolve(config, platform).model  # its candidates (attention_out)
+    configs = {pair: candidate(config, *pair) for pair in remat.candidates(kernel)}
     budget, source = run_budget(config, devices, target)  # its errors before any compile
     judged_on = judged_on or target
     ranked = judged_on is not None and judged_on.chip.peak_flops > 0
