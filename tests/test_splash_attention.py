@@ -100,7 +100,12 @@ def test_queries_scaled_by_their_projection_give_the_kernels_own_scaling(length)
 
 
 @pytest.mark.parametrize(
-    "fused_qkv, remat_policy", [(False, "full"), (True, "full"), (False, "attention_out")]
+    "fused_qkv, remat_policy",
+    [
+        (False, "full"),
+        pytest.param(True, "full", marks=pytest.mark.slow),  # out_scales' slices: test_blocks
+        (False, "attention_out"),
+    ],
 )
 def test_a_model_with_splash_attention_is_the_xla_models(fused_qkv, remat_policy):
     """An encoder-decoder (encoder self-attention, decoder causal self-attention and
