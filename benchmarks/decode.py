@@ -4,6 +4,8 @@ Run from the repository root::
 
     python -m benchmarks.decode [--workdir=RUN] [--batch=32] [--length=64] [--repeats=3]
     python -m benchmarks.decode --smoke          # a 2-layer model, seconds (CI runs this)
+    python -m benchmarks.decode --workdir=RUN --out=docs/records/decode.json \\
+        --docs=docs/benchmarks.md
 
 Rows (one JSON line each):
 
@@ -28,6 +30,10 @@ Rows (one JSON line each):
   of 8–40 tokens with random parameters (which rarely emit EOS, so every hypothesis runs to
   its length limit: a lower bound). Timed after a warm-up pass that compiles every length
   bucket: ``sentences_per_s``.
+
+``--out`` writes the rows as a record (command, commit, machine, date); ``--docs`` writes the
+``decode`` block of that file from it (:func:`table`; ``tests/test_decode_record.py``
+regenerates it from the committed record).
 """
 
 from __future__ import annotations
@@ -209,6 +215,44 @@ def beam_row(config, workdir: str | None, sentences: int, batch: int) -> dict:
     }
 
 
+BLOCK = "decode"  # docs/benchmarks.md's block :func:`table` writes
+_DECODERS = (  # (decoder, its seconds per batch, its uncached ÷ cached time) of a generation row
+    ("cached", "cached_s", None),
+    ("uncached_full", "uncached_full_s", "speedup_vs_full"),
+    ("uncached_prefix", "uncached_prefix_s", "speedup_vs_prefix"),
+)
+
+
+def table(record: dict) -> str:
+    """The ``decode`` block: the generation row's seconds per batch for each decoder and
+    uncached ÷ cached time (bold: ``uncached_full``'s, the one the ≥ 5× target is on), whether
+    the three decoders' tokens agree, then the beam row's sentences per second, seconds,
+    and mean output tokens per sentence (EOS included)."""
+    rows = {r.get("row", "device"): r for r in record["rows"]}
+    g, beam, device = rows["generation"], rows["beam"], rows["device"]
+    lines = [
+        f"Model {g['layers']}, d {g['d_model']}, random parameters; device "
+        f"`{device['device']}` ({device['backend']}). " + records.made_line(record),
+        "",
+        f"| decoder | s per batch ({g['batch']} × {g['length']} tokens) | uncached / cached |",
+        "|---|---:|---:|",
+    ]
+    for name, seconds, speedup in _DECODERS:
+        ratio = "1" if speedup is None else f"{g[speedup]:.2f}×"
+        ratio = f"**{ratio}**" if speedup == "speedup_vs_full" else ratio
+        lines.append(f"| {name} | {g[seconds]:.3f} | {ratio} |")
+    lines += [
+        "",
+        f"`outputs_agree: {str(g['outputs_agree']).lower()}`.",
+        "",
+        f"**Beam search** (beam {beam['beam_size']}, batch {beam['batch']}, "
+        f"{beam['sentences']} sentences: {beam['inputs']}): "
+        f"**{beam['sentences_per_s']:.1f} sentences/s** ({beam['seconds']:.2f} s; "
+        f"{beam['mean_output_tokens']:.1f} output tokens per sentence on average, EOS included).",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", default=None, help="a trained default run for the beam row")
@@ -219,7 +263,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--sentences", type=int, default=256)
     parser.add_argument("--smoke", action="store_true", help="tiny model and sizes (CI)")
     parser.add_argument("--out", help="write the rows as a JSON record here (common.records)")
+    parser.add_argument("--docs", help=f"write the {BLOCK} block of this file (needs --out)")
     args = parser.parse_args(argv)
+    if args.docs and not args.out:
+        parser.error("--docs: needs --out (the block is made from the committed record)")
     head = records.header()
     if args.smoke:
         args.batch, args.src_len, args.length, args.repeats, args.sentences = 4, 8, 8, 1, 8
@@ -231,7 +278,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows.append(beam_row(config, args.workdir, args.sentences, args.batch))
     print(json.dumps(rows[-1]), flush=True)
     if args.out:
-        records.write(args.out, {"rows": rows}, head)
+        record = records.write(args.out, {"rows": rows}, head)
+        if args.docs:  # (--docs needs --out)
+            records.replace_block(args.docs, BLOCK, table(record))
     return rows
 
 

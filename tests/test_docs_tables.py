@@ -34,7 +34,10 @@ def test_every_generated_block_has_a_generator():
     names = [(t.doc, t.name) for t in docs_tables.TABLES]
     assert len(names) == len(set(names))
     # the kernel model's blocks are benchmarks/kernel_model.py's (tests/test_kernel_model_record.py)
-    assert set(docs_tables.ELSEWHERE) <= set(docs_tables.markers())
+    waiting = set(docs_tables.pending())  # registered, their record not committed yet
+    assert set(docs_tables.ELSEWHERE) - waiting <= set(docs_tables.markers())
+    assert set(docs_tables.RECORD_FILES) <= set(docs_tables.ELSEWHERE)
+    assert docs_tables.elsewhere_problems() == []
 
 
 _FROM_CODE = {("README.md", "run-dir")}  # made from the code's declarations: no results file
@@ -54,6 +57,8 @@ def test_check_names_a_stale_block_and_write_restores_it(tmp_path, monkeypatch, 
     table = docs_tables.Table(str(doc), "t", (), lambda: "| new |\n|---|\n")
     monkeypatch.setattr(docs_tables, "TABLES", (table,))
     monkeypatch.setattr(docs_tables, "docs", lambda: [])
+    monkeypatch.setattr(docs_tables, "ELSEWHERE", {})  # (their markers are in docs() only)
+    monkeypatch.setattr(docs_tables, "RECORD_FILES", {})
     assert docs_tables.main(["--check"]) == 1
     assert "stale: " in capsys.readouterr().out and records.block(str(doc), "t") == "old"
     assert docs_tables.main([]) == 0
@@ -66,9 +71,40 @@ def test_a_marker_without_a_generator_fails(tmp_path, monkeypatch, capsys):
     doc.write_text("<!-- generated: orphan -->\n| x |\n<!-- end: orphan -->\n")
     monkeypatch.setattr(docs_tables, "TABLES", ())
     monkeypatch.setattr(docs_tables, "docs", lambda: [str(doc)])
+    monkeypatch.setattr(docs_tables, "ELSEWHERE", {})
+    monkeypatch.setattr(docs_tables, "RECORD_FILES", {})
     assert docs_tables.unregistered() == [(str(doc), "orphan")]
     assert docs_tables.main(["--check"]) == 1
     assert "has no generator" in capsys.readouterr().out
+
+
+def test_an_entry_awaiting_its_record_is_pending_until_the_record_is_there(
+    tmp_path, monkeypatch, capsys
+):
+    doc, record = tmp_path / "page.md", tmp_path / "record.json"
+    key = (str(doc), "b")
+    monkeypatch.setattr(docs_tables, "TABLES", ())
+    monkeypatch.setattr(docs_tables, "docs", lambda: [str(doc)])
+    monkeypatch.setattr(docs_tables, "ELSEWHERE", {key: "python -m benchmarks.x --docs=page.md"})
+    monkeypatch.setattr(docs_tables, "RECORD_FILES", {key: str(record)})
+    bare, marked = "a hand table\n", "<!-- generated: b -->\n| x |\n<!-- end: b -->\n"
+
+    def check(text: str) -> tuple[int, str]:
+        doc.write_text(text)
+        return docs_tables.main(["--check"]), capsys.readouterr().out
+
+    # no record, no markers: pending, and --check passes saying so
+    assert docs_tables.pending() == [key]
+    rc, out = check(bare)
+    assert rc == 0 and f"pending: {doc} block b, no {record} yet" in out
+    rc, out = check(marked)  # markers before their record: a block with nothing behind it
+    assert rc == 1 and f"{doc} block b has markers but {record} is not there" in out
+    record.write_text("{}")
+    assert docs_tables.pending() == []
+    rc, out = check(bare)  # the record without its markers
+    assert rc == 1 and f"{doc} block b has no markers" in out and "pending" not in out
+    rc, out = check(marked)
+    assert rc == 0 and "pending" not in out and docs_tables.elsewhere_problems() == []
 
 
 def test_the_docs_number_formats():

@@ -115,3 +115,13 @@ def test_plan_targets_out(tmp_path, monkeypatch):
          "error": "error: refused", "plan": None}
     ]  # fmt: skip
     assert set(record["versions"]) == {"jax", "libtpu", "jax-cuda12-plugin"}
+
+
+def test_made_line_names_the_short_commit_date_machine_and_jax():
+    head = {"date": "2026-11-28T14:03:51Z", "machine": "Linux x86_64, 2 CPUs", "jax": "0.10.2"}
+    tail = "(2026-11-28T14:03:51Z; Linux x86_64, 2 CPUs; jax 0.10.2)."
+    clean = {**head, "commit": "ab" * 20}
+    assert records.made_line(clean) == f"Measured at commit `abababa` {tail}"
+    dirty = {**head, "commit": "ab" * 20 + "+dirty"}
+    assert records.made_line(dirty) == f"Measured at commit `abababa+dirty` {tail}"
+    assert records.made_line({**head, "commit": None}) == f"Measured at an unknown commit {tail}"

@@ -90,6 +90,15 @@ def write(path: str, payload: dict[str, Any], head: dict[str, Any] | None = None
     return record
 
 
+def made_line(record: dict[str, Any]) -> str:
+    """One line for a generated block saying where its figures were measured, from the
+    record's header: ``Measured at commit `0123abc` (2026-11-28T14:03:51Z; Linux x86_64,
+    2 CPUs; jax 0.10.2).`` (``+dirty`` kept: the work tree had changes)."""
+    full = record.get("commit")
+    head = "an unknown commit" if not full else f"commit `{full[:7]}{full[40:]}`"
+    return f"Measured at {head} ({record['date']}; {record['machine']}; jax {record['jax']})."
+
+
 def _markers(name: str) -> tuple[str, str]:
     return f"<!-- generated: {name} -->", f"<!-- end: {name} -->"
 
