@@ -123,6 +123,37 @@ def test_the_docs_number_formats():
     ]
 
 
+def test_lr_grid_table_cells_say_how_a_run_ended_and_where_none_ran():
+    run = {"scheme": "a", "verdict": "trained", "eval_loss": 5.4444, "nonfinite_step": None}
+    blew = {**run, "lr": 8e-3, "verdict": "diverged", "eval_loss": 1030.4}
+    payload = {
+        "settings": {"layers": 6, "steps": 150, "lrs": [2e-3, 8e-3, 3.2e-2], "schemes": ["a"]},
+        "runs": [{**run, "lr": 2e-3}, {**blew, "first_train_loss": 9.13}],
+    }
+    table = lr_tolerance.grid_table(payload)
+    assert table.startswith("6L-6L, 150 updates: verdict and validation NLL.")
+    assert "| a | 2e-3 | trained (5.444) | diverged (NLL 1,030 from 9.13) | — |" in table
+
+
+def test_warmups_table_has_a_row_per_scheme_and_warmup():
+    def run(scheme, warmup, moved):
+        steps = [{"step": s, "model_update": moved * s} for s in (0, 5, 25, 100)]
+        return {"scheme": scheme, "layers": 6, "warmup": warmup, "eval_loss": 6.0,
+                "diagnostics": steps}  # fmt: skip
+
+    payload = {
+        "setting": "quick",
+        "settings": {"depths": [6, 18], "schemes": ["post_ln", "deepnorm"]},
+        "runs": [run("post_ln", "none", 0.1), run("deepnorm", "paper", 0.001)],
+    }
+    rows = model_update.warmups_table(payload).splitlines()[2:]
+    assert rows[0] == "| post_ln | none | 0.500 / — | 2.50 / — | 10.0 / — | 6.000 / — |"
+    assert rows[1].startswith("| deepnorm | none | — |")
+    assert rows[5] == "| deepnorm | paper | 0.0050 / — | 0.025 / — | 0.100 / — | 6.000 / — |"
+    assert [r.split(" | ")[1] for r in rows] == ["none"] * 4 + ["paper"] * 4
+    assert len(rows) == 2 * 4  # the quick setting's four schemes under each warm-up
+
+
 def test_calls_list_what_is_called_what_cannot_be_and_the_rest():
     def run(scheme, layers, seed, accuracy):
         return {"task": "t", "scheme": scheme, "layers": layers, "seed": seed,

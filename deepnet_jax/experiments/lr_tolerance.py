@@ -97,22 +97,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     largest = {scheme: largest_trained(runs, scheme) for scheme in s["schemes"]}
     results.payload["largest_trained_lr"] = largest
     results.save()
-    header = ["scheme", "largest lr that trained"] + [f"{lr:g}" for lr in s["lrs"]]
-    rows = []
-    for scheme in s["schemes"]:
-        row: list[Any] = [scheme, "none" if largest[scheme] is None else f"{largest[scheme]:g}"]
-        for lr in s["lrs"]:
-            run = next(r for r in runs if (r["scheme"], r["lr"]) == (scheme, lr))
-            row.append(
-                f"diverged ({common.divergence_text(run)})"
-                if run["verdict"] == "diverged"
-                else f"{run['verdict']} {run['eval_loss']:.3f}"
-            )
-        rows.append(row)
-    note = f"{s['layers']}L-{s['layers']}L, {s['steps']} updates: verdict and validation NLL"
-    if entropy is not None:
-        note += f" (unigram entropy of the validation targets {entropy:.3f} nats)"
-    table = f"{note}.\n\n" + report.markdown_table(header, rows)
+    table = grid_table(results.payload)
     paths = [results.path, report.write_table(out, NAME, table), _plot(runs, s, entropy, out)]
     print(table)
     print("wrote " + ", ".join(paths))
@@ -140,6 +125,27 @@ def lr_text(lr: float) -> str:
     """A learning rate as the docs write it: 3.2e-2, 8e-3."""
     mantissa, exponent = f"{lr:e}".split("e")
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def grid_table(payload: dict[str, Any]) -> str:
+    """A results payload (``lr_tolerance.json``) as the experiment prints it and the docs show
+    it (docs/reproduction.md, between its markers): a note, then a row per scheme with the
+    largest learning rate that trained and each rate's verdict and validation NLL (how a
+    diverged run broke)."""
+    s = payload["settings"]
+    header = ["scheme", "largest lr that trained"] + [lr_text(lr) for lr in s["lrs"]]
+    rows = []
+    for scheme in s["schemes"]:
+        largest = largest_trained(payload["runs"], scheme)
+        row: list[Any] = [scheme, "none" if largest is None else lr_text(largest)]
+        for lr in s["lrs"]:
+            run = results_file.find_run(payload["runs"], {"scheme": scheme, "lr": lr})
+            row.append(_at_text(run))
+        rows.append(row)
+    note = f"{s['layers']}L-{s['layers']}L, {s['steps']} updates: verdict and validation NLL"
+    if s.get("unigram_entropy") is not None:
+        note += f" (unigram entropy of the validation targets {s['unigram_entropy']:.3f} nats)"
+    return f"{note}.\n\n" + report.markdown_table(header, rows)
 
 
 def largest_lr_table(payload: dict[str, Any]) -> str:

@@ -239,9 +239,25 @@ def warmup_table(
     :func:`report.setting_rows`), ΔF after each of ``after`` updates and the validation NLL,
     each as ``shallowest / … / deepest`` (``—`` for a depth the file has no run of; a row with
     none: ``—``)."""
+    header = ["scheme", *(f"ΔF after {step}" for step in after), "validation NLL"]
+    return report.markdown_table(header, _warmup_rows(payload, warmup, after))
+
+
+def warmups_table(payload: dict[str, Any], after: tuple[int, ...] = (5, 25, 100)) -> str:
+    """:func:`warmup_table` for each warm-up of :data:`WARMUPS` in turn, in one table with a
+    ``warm-up`` column (docs/reproduction.md's table of the quick setting)."""
+    header = ["scheme", "warm-up", *(f"ΔF after {step}" for step in after), "validation NLL"]
+    rows = [
+        [row[0], warmup, *row[1:]]
+        for warmup in WARMUPS
+        for row in _warmup_rows(payload, warmup, after)
+    ]
+    return report.markdown_table(header, rows)
+
+
+def _warmup_rows(payload: dict[str, Any], warmup: str, after: tuple[int, ...]) -> list[list[Any]]:
     s = payload["settings"]
     runs = {(r["scheme"], r["layers"]): r for r in payload["runs"] if r["warmup"] == warmup}
-    header = ["scheme", *(f"ΔF after {step}" for step in after), "validation NLL"]
     columns = [lambda r, step=step: delta_f_text(_after(r, step)) for step in after]
     columns.append(lambda r: f"{r['eval_loss']:.3f}")
     rows = []
@@ -252,7 +268,7 @@ def warmup_table(
             continue
         texts = [[report.NO_RUN if r is None else text(r) for r in mine] for text in columns]
         rows.append([scheme] + [" / ".join(t) for t in texts])
-    return report.markdown_table(header, rows)
+    return rows
 
 
 def _sig(v: float, digits: int) -> str:
