@@ -47,6 +47,7 @@ GATED_FIRST = f"{_RESULTS}/model_update_gated_first.json"
 MU_SINCE_DEEPNET = f"{_RESULTS}/model_update_since_deepnet.json"
 LR_TRANSFER = f"{_RESULTS}/lr_transfer_quick.json"
 LR_QUICK = f"{_RESULTS}/lr_tolerance_quick.json"
+MU_QUICK = f"{_RESULTS}/model_update_quick.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +83,7 @@ TABLES: tuple[Table, ...] = (
         Table(_REPRODUCTION, f"lr-transfer-{t}", (LR_TRANSFER,), _task(transfer.docs_table, t))
         for t in ("reversal64", "shakespeare")
     ),
+    Table(_REPRODUCTION, "model-update-quick", (MU_QUICK,), model_update.warmups_table),
     Table(_REPRODUCTION, "lr-tolerance-quick", (LR_QUICK,), lr_tolerance.grid_table),
     Table(_REPRODUCTION, "depth-table-corpus", (CORPUS,), views.corpus_runs),
     Table(
@@ -104,6 +106,7 @@ TABLES: tuple[Table, ...] = (
         lr_tolerance.largest_lr_table,
     ),
     Table("docs/schemes.md", "lr-tolerance-papers", (LR_QUICK,), lr_tolerance.largest_lr_table),
+    Table("docs/schemes.md", "model-update-papers", (MU_QUICK,), model_update.warmup_table),
     Table(
         "docs/schemes.md",
         "model-update-since-deepnet",
