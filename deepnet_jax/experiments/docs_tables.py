@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from deepnet_jax.common import console, records
+from deepnet_jax.experiments import depth_table_recipe_grid as recipe_grid
 from deepnet_jax.experiments import depth_table_views as views
 from deepnet_jax.experiments import lr_tolerance, model_update
 from deepnet_jax.experiments import lr_transfer_report as transfer
@@ -48,6 +49,7 @@ MU_SINCE_DEEPNET = f"{_RESULTS}/model_update_since_deepnet.json"
 LR_TRANSFER = f"{_RESULTS}/lr_transfer_quick.json"
 LR_QUICK = f"{_RESULTS}/lr_tolerance_quick.json"
 MU_QUICK = f"{_RESULTS}/model_update_quick.json"
+RECIPE = f"{_RESULTS}/depth_table_recipe.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +81,7 @@ TABLES: tuple[Table, ...] = (
         )
     ),
     Table(_REPRODUCTION, "depth-table-quick-costs", (QUICK,), views.cpu_costs),
+    Table(_REPRODUCTION, "depth-table-recipe", (RECIPE,), recipe_grid.recipe_grid),
     *(
         Table(_REPRODUCTION, f"lr-transfer-{t}", (LR_TRANSFER,), _task(transfer.docs_table, t))
         for t in ("reversal64", "shakespeare")
