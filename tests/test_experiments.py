@@ -338,3 +338,18 @@ def test_dropout_gap_smoke_scores_each_checkpoint_in_both_modes(tmp_path):
     assert saved["results"] == results
     command = f"python -m deepnet_jax.experiments.dropout_gap --setting=smoke --out={tmp_path}"
     assert saved["header"]["command"] == command  # common.records.header
+
+
+@pytest.mark.parametrize("setting", sorted(dropout_gap.SETTINGS))
+def test_dropout_gap_keeps_every_checkpoint_it_scores(tmp_path, setting):
+    # the quick setting once kept 4 of its 5 checkpoints and lost update 400 after 1,800 updates
+    from deepnet_jax.runs import checkpoint
+
+    c = dropout_gap.base_config(setting)
+    ckpt = checkpoint.Checkpointer(str(tmp_path), c.checkpoint_every, c.max_to_keep)
+    last = c.total_steps
+    saved = [*range(c.checkpoint_every, last + 1, c.checkpoint_every)]
+    for step in saved + ([last] if last % c.checkpoint_every else []):  # the trainer's saves
+        ckpt.save(step, {"w": np.zeros(2, np.float32)}, {}, {"step": step})
+    ckpt.manager.wait_until_finished()
+    assert set(dropout_gap.SETTINGS[setting]) <= set(ckpt.manager.all_steps())

@@ -63,7 +63,7 @@ def base_config(setting: str) -> ml_collections.ConfigDict:
         lr, warmup = c.optimizer.learning_rate, c.schedule.warmup_steps
         c = experiment_rows.with_run(c, "post_ln", 6, lr, warmup, last)
     c.checkpoint_every = SETTINGS[setting][0]
-    c.max_to_keep = last // c.checkpoint_every
+    c.max_to_keep = -(-last // c.checkpoint_every)  # every multiple of it, and the last update
     c.eval_every, c.decode.eval_sentences, c.final_split = 0, 0, ""
     return c
 
