@@ -33,6 +33,7 @@ from deepnet_jax.experiments import depth_table_recipe_grid as recipe_grid
 from deepnet_jax.experiments import depth_table_views as views
 from deepnet_jax.experiments import lr_tolerance, model_update
 from deepnet_jax.experiments import lr_transfer_report as transfer
+from deepnet_jax.experiments import thousand_layers_report as thousand
 from deepnet_jax.runs import workdir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -50,6 +51,7 @@ LR_TRANSFER = f"{_RESULTS}/lr_transfer_quick.json"
 LR_QUICK = f"{_RESULTS}/lr_tolerance_quick.json"
 MU_QUICK = f"{_RESULTS}/model_update_quick.json"
 RECIPE = f"{_RESULTS}/depth_table_recipe.json"
+ONSET = f"{_RESULTS}/thousand_layers_onset.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +90,7 @@ TABLES: tuple[Table, ...] = (
     ),
     Table(_REPRODUCTION, "model-update-quick", (MU_QUICK,), model_update.warmups_table),
     Table(_REPRODUCTION, "lr-tolerance-quick", (LR_QUICK,), lr_tolerance.grid_table),
+    Table(_REPRODUCTION, "thousand-layers-onset", (ONSET,), thousand.docs_table),
     Table(_REPRODUCTION, "depth-table-corpus", (CORPUS,), views.corpus_runs),
     Table(
         _REPRODUCTION,

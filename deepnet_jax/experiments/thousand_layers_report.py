@@ -92,6 +92,13 @@ def table(
     return note + "\n\n" + report.markdown_table(header, rows)
 
 
+def docs_table(payload: dict[str, Any]) -> str:
+    """:func:`table` of a results payload (``thousand_layers.json``), as docs/reproduction.md
+    shows it between its markers (:mod:`deepnet_jax.experiments.docs_tables`)."""
+    s = payload["settings"]
+    return table(payload["runs"], s, s["chance"], s["unigram_entropy"])
+
+
 def _step(value: int | None) -> str:
     return "—" if value is None else str(value)
 
