@@ -31,7 +31,7 @@ from typing import Any
 from deepnet_jax.common import console, records
 from deepnet_jax.experiments import depth_table_recipe_grid as recipe_grid
 from deepnet_jax.experiments import depth_table_views as views
-from deepnet_jax.experiments import lr_tolerance, model_update
+from deepnet_jax.experiments import dropout_gap, lr_tolerance, model_update
 from deepnet_jax.experiments import lr_transfer_report as transfer
 from deepnet_jax.experiments import thousand_layers_report as thousand
 from deepnet_jax.runs import workdir
@@ -52,6 +52,7 @@ LR_QUICK = f"{_RESULTS}/lr_tolerance_quick.json"
 MU_QUICK = f"{_RESULTS}/model_update_quick.json"
 RECIPE = f"{_RESULTS}/depth_table_recipe.json"
 ONSET = f"{_RESULTS}/thousand_layers_onset.json"
+DROPOUT_GAP = f"{_RESULTS}/dropout_gap_quick.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +93,7 @@ TABLES: tuple[Table, ...] = (
     Table(_REPRODUCTION, "lr-tolerance-quick", (LR_QUICK,), lr_tolerance.grid_table),
     Table(_REPRODUCTION, "thousand-layers-onset", (ONSET,), thousand.docs_table),
     Table(_REPRODUCTION, "depth-table-corpus", (CORPUS,), views.corpus_runs),
+    Table(_REPRODUCTION, "dropout-gap", (DROPOUT_GAP,), dropout_gap.docs_table),
     Table(
         _REPRODUCTION,
         "depth-table-corpus-gradient-ratios",

@@ -110,6 +110,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return {"results": results}
 
 
+def docs_table(payload: dict[str, Any]) -> str:
+    """The table of a results payload (``dropout_gap.json``), as docs/reproduction.md shows it
+    between its markers (:mod:`deepnet_jax.experiments.docs_tables`)."""
+    return _table(payload["results"]).strip()
+
+
 def _table(results: list[dict[str, Any]]) -> str:
     """A row per checkpoint, a column per (split, mode): NLL / accuracy."""
     columns = [(s, m) for s in ("train", "validation") for m in MODES]
