@@ -52,6 +52,7 @@ LR_QUICK = f"{_RESULTS}/lr_tolerance_quick.json"
 MU_QUICK = f"{_RESULTS}/model_update_quick.json"
 RECIPE = f"{_RESULTS}/depth_table_recipe.json"
 ONSET = f"{_RESULTS}/thousand_layers_onset.json"
+THOUSAND = f"{_RESULTS}/thousand_layers_quick.json"
 DROPOUT_GAP = f"{_RESULTS}/dropout_gap_quick.json"
 
 
@@ -91,6 +92,7 @@ TABLES: tuple[Table, ...] = (
     ),
     Table(_REPRODUCTION, "model-update-quick", (MU_QUICK,), model_update.warmups_table),
     Table(_REPRODUCTION, "lr-tolerance-quick", (LR_QUICK,), lr_tolerance.grid_table),
+    Table(_REPRODUCTION, "thousand-layers-quick", (THOUSAND,), thousand.docs_table),
     Table(_REPRODUCTION, "thousand-layers-onset", (ONSET,), thousand.docs_table),
     Table(_REPRODUCTION, "depth-table-corpus", (CORPUS,), views.corpus_runs),
     Table(_REPRODUCTION, "dropout-gap", (DROPOUT_GAP,), dropout_gap.docs_table),
