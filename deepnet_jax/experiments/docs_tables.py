@@ -184,6 +184,9 @@ _MAIN_JOB = (
     "python -m benchmarks.main_job --seeds=0,1,2 --jobs=2 --out=docs/records/main_job.json "
     "--docs=README.md --docs=docs/main_job.md"
 )
+_DATA_COUNTS = (  # checked by tests/test_data_counts_record.py
+    "python -m benchmarks.data_counts --out=docs/records/data_counts.json --docs=docs/main_job.md"
+)
 # checked by tests/test_device_profile.py
 _DEVICE = "python -m benchmarks.device_tables --docs=docs/scaling.md"
 _CALIBRATION = (  # checked by tests/test_calibration.py
@@ -204,6 +207,7 @@ ELSEWHERE = {
     ("docs/install.md", "tested-sets"): _SUITE,
     **{(doc, "main-job"): _MAIN_JOB for doc in ("README.md", "docs/main_job.md")},
     ("docs/main_job.md", "main-job-scores"): _MAIN_JOB,
+    ("docs/main_job.md", "main-job-sets"): _DATA_COUNTS,
     ("docs/benchmarks.md", "sharding-state"): _SHARDING,
     ("docs/benchmarks.md", "compile-vs-depth"): _COMPILE_VS_DEPTH,
     ("docs/scaling.md", "grouped-vs-flat"): _GROUPED_VS_FLAT,
@@ -219,6 +223,7 @@ ELSEWHERE = {
 # is pending (its markers may be absent, and --check notes it); once it exists the entry is held
 # like the others (its markers must be there). Markers with the record still absent fail.
 RECORD_FILES = {
+    ("docs/main_job.md", "main-job-sets"): "docs/records/data_counts.json",
     ("docs/benchmarks.md", "input-pipeline"): "docs/records/input_pipeline.json",
     ("docs/benchmarks.md", "decode"): "docs/records/decode.json",
     ("docs/benchmarks.md", "step-efficiency"): "docs/records/step_efficiency.json",
