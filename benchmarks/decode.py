@@ -76,20 +76,14 @@ def _best_time(fn, repeats: int) -> float:
     return min(times)
 
 
-def generation_row(config, batch: int, src_len: int, length: int, repeats: int) -> dict:
-    model = architectures.build(config)
-    rng = np.random.default_rng(0)
-    src = jnp.asarray(
-        rng.integers(FIRST_CONTENT_ID, config.vocab_size, (batch, src_len)), jnp.int32
-    )
-    params = model_inputs.init_params(model, "encdec", {"src": src, "inputs": src[:, :8]}, seed=0)
-    bos = BOS_ID
+def _cached_decoder(model, batch: int, src_len: int, length: int):
+    """Greedy decoding with the key/value cache: one token per step, [B, S] → [B, length + 1]."""
 
     @jax.jit
     def cached(params, src):
         enc = model.apply({"params": params}, src, method=architectures.EncoderDecoder.encode)
         cache = architectures.init_cache(model.config, batch, length, src_len)
-        out = jnp.zeros((batch, length + 1), jnp.int32).at[:, 0].set(bos)
+        out = jnp.zeros((batch, length + 1), jnp.int32).at[:, 0].set(BOS_ID)
 
         def step(t, out, cache, enc_out=None):
             token = jax.lax.dynamic_slice_in_dim(out, t, 1, axis=1)
@@ -108,10 +102,16 @@ def generation_row(config, batch: int, src_len: int, length: int, repeats: int) 
         carry = step(0, out, cache, enc)
         return jax.lax.fori_loop(1, length, lambda t, c: step(t, *c), carry)[0]
 
+    return cached
+
+
+def _uncached_full_decoder(model, batch: int, length: int):
+    """Greedy decoding re-running the decoder over the whole fixed-length buffer each step."""
+
     @jax.jit
     def uncached_full(params, src):
         enc = model.apply({"params": params}, src, method=architectures.EncoderDecoder.encode)
-        out = jnp.zeros((batch, length + 1), jnp.int32).at[:, 0].set(bos)
+        out = jnp.zeros((batch, length + 1), jnp.int32).at[:, 0].set(BOS_ID)
 
         def step(t, out):
             logits = model.apply(
@@ -128,6 +128,11 @@ def generation_row(config, batch: int, src_len: int, length: int, repeats: int) 
 
         return jax.lax.fori_loop(0, length, step, out)
 
+    return uncached_full
+
+
+def _uncached_prefix_decoder(model, batch: int, length: int):
+    """Greedy decoding re-running the decoder over the growing prefix (a compile per length)."""
     encode = jax.jit(
         lambda p, s: model.apply({"params": p}, s, method=architectures.EncoderDecoder.encode)
     )
@@ -141,23 +146,38 @@ def generation_row(config, batch: int, src_len: int, length: int, repeats: int) 
 
     def uncached_prefix(params, src):
         enc = encode(params, src)
-        out = jnp.full((batch, 1), bos, jnp.int32)
+        out = jnp.full((batch, 1), BOS_ID, jnp.int32)
         for _ in range(length):
             out = jnp.concatenate([out, next_token(params, out, enc, src)[:, None]], axis=1)
         return out
 
-    outputs = {
-        name: fn(params, src)
-        for name, fn in (("cached", cached), ("full", uncached_full), ("prefix", uncached_prefix))
+    return uncached_prefix
+
+
+def generation_row(config, batch: int, src_len: int, length: int, repeats: int) -> dict:
+    """Cached against the two uncached greedy decoders on random sources: their outputs must
+    agree token for token; the best of ``repeats`` times of each and the speedups."""
+    model = architectures.build(config)
+    rng = np.random.default_rng(0)
+    src = jnp.asarray(
+        rng.integers(FIRST_CONTENT_ID, config.vocab_size, (batch, src_len)), jnp.int32
+    )
+    params = model_inputs.init_params(model, "encdec", {"src": src, "inputs": src[:, :8]}, seed=0)
+    decoders = {
+        "cached": _cached_decoder(model, batch, src_len, length),
+        "full": _uncached_full_decoder(model, batch, length),
+        "prefix": _uncached_prefix_decoder(model, batch, length),
     }
+    outputs = {name: fn(params, src) for name, fn in decoders.items()}
     # the three decoders must agree token for token (greedy over the same parameters)
     agree = bool(
         np.array_equal(outputs["cached"], outputs["full"])
         and np.array_equal(outputs["cached"], outputs["prefix"])
     )
-    t_cached = _best_time(functools.partial(cached, params, src), repeats)
-    t_full = _best_time(functools.partial(uncached_full, params, src), repeats)
-    t_prefix = _best_time(functools.partial(uncached_prefix, params, src), repeats)
+    t_cached, t_full, t_prefix = (
+        _best_time(functools.partial(decoders[name], params, src), repeats)
+        for name in ("cached", "full", "prefix")
+    )
     return {
         "row": "generation",
         "layers": f"{config.num_encoder_layers}L-{config.num_decoder_layers}L",

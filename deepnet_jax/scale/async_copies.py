@@ -27,21 +27,9 @@ from deepnet_jax.scale import hlo_census, hlo_module
 from deepnet_jax.scale.hlo_module import Instruction, operand_names
 
 _VIEWS = {"bitcast", "reshape"}
-# opcodes that launch no kernel of their own (kernels._FREE) or whose time is not their HBM
-# bytes: a copy feeding one of these serves no kernel
-_NOT_KERNELS = {
-    "parameter",
-    "constant",
-    "get-tuple-element",
-    "tuple",
-    "while",
-    "conditional",
-    "call",
-    "after-all",
-    "opt-barrier",
-    "add-dependency",
-    "copy-start",
-}
+# opcodes that launch no kernel of their own (views aside: a copy is followed through them) or
+# whose time is not their HBM bytes: a copy feeding one of these serves no kernel
+_NOT_KERNELS = (hlo_module.LAUNCHES_NOTHING - _VIEWS) | {"copy-start"}
 
 
 def on_chip(type_text: str) -> bool:

@@ -36,6 +36,24 @@ _CALLS = re.compile(r"\bcalls=%?([\w.\-]+)")
 # a fusion, and XLA:GPU's asynchronous form of one (``fusion-start``, waited on by a
 # ``fusion-done`` that launches nothing)
 FUSIONS = {"fusion", "fusion-start"}
+# opcodes that launch no kernel: bookkeeping of buffers and control flow
+LAUNCHES_NOTHING = frozenset(
+    {
+        "parameter",
+        "constant",
+        "get-tuple-element",
+        "tuple",
+        "bitcast",
+        "while",
+        "conditional",
+        "call",
+        "after-all",
+        "partition-id",
+        "replica-id",
+        "opt-barrier",
+        "add-dependency",
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True)

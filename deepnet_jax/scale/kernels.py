@@ -65,22 +65,7 @@ CLASSES = (
 # cores (H100 SXM datasheet: 494.7 dense TF32 against 989.4 bf16 TFLOP/s), XLA:TPU's default
 # precision (one bf16 pass)
 FP32_MATMUL_RATE = {"cuda": 0.5, "tpu": 1.0, "cpu": 1.0}
-# opcodes that launch nothing: bookkeeping of buffers and control flow
-_FREE = {
-    "parameter",
-    "constant",
-    "get-tuple-element",
-    "tuple",
-    "bitcast",
-    "while",
-    "conditional",
-    "call",
-    "after-all",
-    "partition-id",
-    "replica-id",
-    "opt-barrier",
-    "add-dependency",
-}
+_FREE = hlo_module.LAUNCHES_NOTHING
 _MOVES = {
     "copy",
     "transpose",
