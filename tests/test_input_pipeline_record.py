@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
+import record_blocks
 
 from benchmarks import input_pipeline as bench
 from deepnet_jax.common import records
@@ -84,17 +84,14 @@ def test_docs_writes_the_block_from_the_record(tmp_path, monkeypatch):
 
 def test_docs_needs_out(monkeypatch, capsys):
     _stub(monkeypatch)
-    with pytest.raises(SystemExit):
-        bench.main(["--docs=docs/benchmarks.md"])
-    assert "--docs: needs --out" in capsys.readouterr().err
+    record_blocks.assert_docs_needs_out(bench.main, capsys)
 
 
 def test_the_docs_block_is_the_committed_record():
-    if not os.path.isfile(RECORD):
-        pytest.skip("docs/records/input_pipeline.json is not committed yet (docs_tables.pending)")
-    with open(RECORD) as f:
-        record = json.load(f)
-    assert record["command"].startswith("python -m benchmarks.input_pipeline")
-    assert all(record[k] for k in ("commit", "date", "machine", "jax"))
-    doc = os.path.join(ROOT, "docs", "benchmarks.md")
-    assert records.block(doc, bench.BLOCK) == bench.table(record)
+    record_blocks.assert_block_is_committed_record(
+        "docs/records/input_pipeline.json",
+        "benchmarks.input_pipeline",
+        "docs/benchmarks.md",
+        bench.BLOCK,
+        bench.table,
+    )
