@@ -33,6 +33,7 @@ from deepnet_jax.experiments import depth_table_recipe_grid as recipe_grid
 from deepnet_jax.experiments import depth_table_views as views
 from deepnet_jax.experiments import dropout_gap, lr_tolerance, model_update
 from deepnet_jax.experiments import lr_transfer_report as transfer
+from deepnet_jax.experiments import postln_main_job as postln
 from deepnet_jax.experiments import thousand_layers_report as thousand
 from deepnet_jax.runs import workdir
 
@@ -54,6 +55,7 @@ RECIPE = f"{_RESULTS}/depth_table_recipe.json"
 ONSET = f"{_RESULTS}/thousand_layers_onset.json"
 THOUSAND = f"{_RESULTS}/thousand_layers_quick.json"
 DROPOUT_GAP = f"{_RESULTS}/dropout_gap_quick.json"
+POSTLN_MAIN_JOB = f"{_RESULTS}/postln_main_job_quick.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +98,7 @@ TABLES: tuple[Table, ...] = (
     Table(_REPRODUCTION, "thousand-layers-onset", (ONSET,), thousand.docs_table),
     Table(_REPRODUCTION, "depth-table-corpus", (CORPUS,), views.corpus_runs),
     Table(_REPRODUCTION, "dropout-gap", (DROPOUT_GAP,), dropout_gap.docs_table),
+    Table(_REPRODUCTION, "postln-main-job-gradients", (POSTLN_MAIN_JOB,), postln.docs_table),
     Table(
         _REPRODUCTION,
         "depth-table-corpus-gradient-ratios",
