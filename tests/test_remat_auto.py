@@ -91,6 +91,26 @@ def test_each_budget_picks_the_first_candidate_that_fits(memoized):
     assert {order[0], order[-1]} <= chosen and len(chosen) >= 3, peaks
 
 
+def test_the_chosen_plan_lists_every_candidate_it_compiled(memoized):
+    """On a CPU ``auto`` plans the candidates in order up to the first that fits: the chosen
+    plan's ``auto_candidates`` (cli.plan's JSON line and record) are those, with their peaks."""
+    from deepnet_jax.cli.plan import plan_json
+
+    peaks = _peaks(memoized)
+    order = remat.candidates(RunConfig.from_config(_config()).model)
+    c = _config()
+    c.memory_budget_gb = peaks[order[len(order) // 2]] / GIB
+    _, plan = remat_auto.choose(RunConfig.from_config(c), jax.devices(), lambda line: None)
+    chosen = (plan.auto_candidates[-1]["remat_policy"], plan.auto_candidates[-1]["scan_group_size"])
+    tried = order[: order.index(chosen) + 1]
+    assert [(x["remat_policy"], x["scan_group_size"]) for x in plan.auto_candidates] == tried
+    assert [x["peak"] for x in plan.auto_candidates] == [peaks[k] for k in tried]
+    assert [x["fits"] for x in plan.auto_candidates] == [False] * (len(tried) - 1) + [True]
+    assert all(x["predicted_step_s"] is None for x in plan.auto_candidates)  # a CPU: not ranked
+    assert plan.peak == peaks[chosen]
+    assert json.loads(json.dumps(plan_json(plan)))["auto_candidates"] == plan.auto_candidates
+
+
 def test_nothing_fits_is_one_line(memoized, capsys):
     peaks = _peaks(memoized)
     smallest = min(peaks.values())

@@ -92,6 +92,10 @@ class Plan:
     # where the family has no calibration (TPUs, A100, B200) or on a CPU
     calibrated_step_s: float | None = None
     calibrated_mfu: float | None = None
+    # model.remat_policy='auto': every candidate it compiled, in order (remat_auto.choose_step:
+    # policy, scan_group_size, peak, predicted_step_s (calibrated where there is one; None on a
+    # CPU), fits); None for a plan of a named policy
+    auto_candidates: list[dict[str, Any]] | None = None
     kernels: list[Any] = dataclasses.field(default_factory=list, repr=False)  # scale.kernels.Kernel
 
 

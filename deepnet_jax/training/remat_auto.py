@@ -35,6 +35,7 @@ The planner's figures are those of the backend it compiles for (the run's device
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -113,7 +114,7 @@ def choose_step(
     budget, source = run_budget(config, devices, target)  # its errors before any compile
     judged_on = judged_on or target
     ranked = judged_on is not None and judged_on.chip.peak_flops > 0
-    tried, fit, near = [], [], []
+    tried, fit, near, predicted = [], [], [], {}
     for (policy, group), c in configs.items():
         if ranked and group and any(g == 0 for _, g, _ in fit):
             break  # a flat scan fits: its nested candidates recompute more for less memory
@@ -122,6 +123,8 @@ def choose_step(
         except DoesNotFitError:  # XLA itself refused it: more than the chip has
             continue
         tried.append((policy, group, step.plan.peak))
+        if ranked:
+            predicted[(policy, group)] = _predicted(step)
         if step.plan.peak <= budget:
             fit.append((policy, group, step.plan))
             if not ranked:  # CPU: the first that fits
@@ -131,19 +134,41 @@ def choose_step(
     if not near:
         raise _none_fits(tried, budget, source)
     policy, group, c, step = near[0]
+    candidates = [
+        {"remat_policy": p, "scan_group_size": k, "peak": peak,
+         "predicted_step_s": predicted.get((p, k)), "fits": peak <= budget}
+        for p, k, peak in tried
+    ]  # fmt: skip
+    plan = dataclasses.replace(step.plan, auto_candidates=candidates)
+    step = dataclasses.replace(step, plan=plan)
+    report(_chosen_line(policy, group, step.plan, budget, source, fit if ranked else None, tried))
+    return c, step
+
+
+def _chosen_line(
+    policy: str,
+    group: int,
+    plan: Plan,
+    budget: int,
+    source: str,
+    fit: list[tuple[str, int, Plan]] | None,
+    tried: list[tuple[str, int, int]],
+) -> str:
+    """The line ``auto`` reports: the chosen candidate and its peak against the budget, the
+    fitting candidates' predicted steps (``fit``; None on a CPU: not ranked) and the ones that
+    did not fit."""
     line = (
         f"model.remat_policy='auto': {_name(policy, group)}, planned peak "
-        f"{_size(step.plan.peak)} per device of {budget / GIB:.2f} GiB ({source})"
+        f"{_size(plan.peak)} per device of {budget / GIB:.2f} GiB ({source})"
     )
-    if ranked:
+    if fit is not None:
         line += "; predicted step " + ", ".join(
             f"{_name(p, k)} {(r.calibrated_step_s or r.predicted_step_s) * 1e3:.3g} ms"
             for p, k, r in fit
         )
-        line += " (calibrated)" if step.plan.calibrated_step_s else " (roofline sum)"
+        line += " (calibrated)" if plan.calibrated_step_s else " (roofline sum)"
     unfit = [t for t in tried if t[2] > budget]
-    report(line + (f"; did not fit: {_tried(unfit)}" if unfit else ""))
-    return c, step
+    return line + (f"; did not fit: {_tried(unfit)}" if unfit else "")
 
 
 def _none_fits(tried: list[tuple[str, int, int]], budget: int, source: str) -> ValueError:
