@@ -84,9 +84,17 @@ def test_every_gpu_gives_its_devices(name, kind):
     assert f"memory_bandwidth: {round(target.chip.memory_bytes_per_s)}" in spec
 
 
+@pytest.fixture(scope="module")
+def default_on_v5e_4() -> memory_plan.Plan:
+    """The default config's plan on v5e-4 (pure data parallelism), compiled once for the two
+    tests that read it: the next one, and the FSDP one's data-parallel side (XLA:TPU takes
+    about half a minute for it on a 2-core machine)."""
+    return _plan(default.get_config(), "v5e-4")
+
+
 @needs_libtpu
-def test_default_config_on_v5e_4():
-    plan = _plan(default.get_config(), "v5e-4")
+def test_default_config_on_v5e_4(default_on_v5e_4):
+    plan = default_on_v5e_4
     assert plan.device_kind == "TPU v5 lite" and plan.mesh == {"data": 4, "fsdp": 1, "tensor": 1}
     _argument_bytes_are_the_plan(plan)
     assert plan.fits and plan.device_memory == 16 * 2**30 and plan.warnings == []
@@ -169,10 +177,10 @@ def test_200_layers_compile_like_6_and_count_every_layer(capsys):
 
 
 @needs_libtpu
-def test_fsdp_gathers_and_scatters_data_parallel_all_reduces():
-    fsdp_config, dp_config = default.get_config(), default.get_config()
+def test_fsdp_gathers_and_scatters_data_parallel_all_reduces(default_on_v5e_4):
+    fsdp_config = default.get_config()
     fsdp_config.mesh.data, fsdp_config.mesh.fsdp = 1, 4
-    fsdp, dp = _plan(fsdp_config, "v5e-4"), _plan(dp_config, "v5e-4")
+    fsdp, dp = _plan(fsdp_config, "v5e-4"), default_on_v5e_4
     c = fsdp.collectives
     assert c["all-gather"]["count"] > 0 and c["reduce-scatter"]["count"] > 0
     assert fsdp.params < dp.params / 3  # a quarter of each matrix; norms and biases replicated
