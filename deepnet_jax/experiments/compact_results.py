@@ -19,6 +19,9 @@ experiment, the splits and fields that a reader takes; every other curve is drop
   figure), not its per-layer LayerNorm inputs and gradient norms (29 KB a run).
 * ``lr_tolerance`` and ``lr_transfer``: no curve (their tables and figures read the final
   validation NLL).
+* ``deepnorm18_corpus``: each diagnostics record's update, the encoder's per-layer gradient
+  norms and LayerNorm inputs (its report's attenuation, predicted and measured); each
+  validation's figures are a run field of their own (``validation``).
 
 An experiment not named there (``thousand_layers``, whose report plots every curve) keeps its
 curves whole. Kept curve values are written to :data:`DIGITS` significant digits, float32's
@@ -55,6 +58,16 @@ CURVES: dict[str, dict[str, dict[str, tuple[str, ...] | None]]] = {
     "model_update": {"diagnostics": {"diagnostics": ("step", "model_update")}},
     "lr_tolerance": {},
     "lr_transfer": {},
+    "deepnorm18_corpus": {
+        "diagnostics": {
+            "diagnostics": (
+                "step",
+                "grad_norm/encoder/all",
+                "ln_input/encoder/self_attn_layer_norm",
+                "ln_input/encoder/final_layer_norm",
+            )
+        }
+    },
 }
 _CURVE_FIELDS = ("records", "diagnostics")
 
