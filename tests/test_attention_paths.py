@@ -227,6 +227,18 @@ def test_cudnn_attention_is_refused_without_a_gpu():
         train.validate(c)
 
 
+def test_cudnn_attention_is_checked_against_the_planned_devices():
+    """A planner compiling for a GPU target on a CPU host (cli.plan --target=h100-1) names the
+    target's platform: cuDNN is accepted for it, and refused for a CPU or TPU target."""
+    c = train_config.default_config()
+    c.model = tiny_config("decoder", attention_impl="cudnn", dtype="bfloat16")
+    c.data.dataset, c.data.max_len = "synthetic_reversal", 16
+    assert train.validate(c, 1, "gpu").model.attention_impl == "cudnn"
+    for platform in ("cpu", "tpu"):
+        with pytest.raises(ValueError, match=rf"needs a GPU; these devices are '{platform}'"):
+            train.validate(c, 1, platform)
+
+
 def _max_abs(tree_a, tree_b) -> float:
     return max(
         float(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32)).max())

@@ -73,7 +73,10 @@ def _devices(target: targets.Target) -> list[jax.Device]:
 
 def _plan(target: targets.Target) -> memory_plan.Plan:
     devices = _devices(target)
-    config = train.validate(_CONFIG.value, len(devices))  # typed: what the planner takes
+    # typed: what the planner takes, checked against the target's devices (a GPU's cuDNN
+    # attention plans on a CPU host)
+    platform = "gpu" if target.platform == "cuda" else target.platform
+    config = train.validate(_CONFIG.value, len(devices), platform)
     if config_checks.is_auto(config):  # the chosen candidate's plan
         return remat_auto.choose(config, devices, print, target)[1]
     return memory_plan.plan(config, devices, target)

@@ -25,19 +25,26 @@ from deepnet_jax.training.config import GROUPS, default_config
 from deepnet_jax.training.run_config import RunConfig
 
 
-def validate(config: ml_collections.ConfigDict, device_count: int | None = None) -> RunConfig:
+def validate(
+    config: ml_collections.ConfigDict,
+    device_count: int | None = None,
+    platform: str | None = None,
+) -> RunConfig:
     """One clear error for the first invalid training field, before any data is prepared or
     anything compiled: unknown and missing fields, each group's own check (:data:`GROUPS`),
     then the relations across groups, on the typed config. Returns that typed config
     (:class:`RunConfig`, its derived fields and ``auto`` choices as given): what a command
-    passes on. ``device_count``: the devices the mesh spans (default: all)."""
+    passes on. ``device_count``: the devices the mesh spans (default: all); ``platform``: theirs
+    ("gpu", "tpu" or "cpu"; default: jax's backend), which a planner compiling for another
+    machine's devices names."""
     check_fields(config)  # typos and missing fields first
     check_groups(config)  # each group on its own
     run = RunConfig.from_config(config)
     check_budget(run)  # memory_budget_gb and remat_policy='auto'
     resolved = stand_in(run).resolved()  # fields derived from the data
     architectures.build(resolved.model)  # the model as the run will build it
-    _check_across(resolved, jax.device_count() if device_count is None else device_count)
+    devices = jax.device_count() if device_count is None else device_count
+    _check_across(resolved, devices, platform or jax.default_backend())
     if resolved.data.dataset == registry.SYNTHETIC:
         _check_synthetic(resolved)
     else:
@@ -57,19 +64,19 @@ def _check_cudnn_lengths(data: DataOptions) -> None:
         )
 
 
-def _check_across(config: RunConfig, device_count: int) -> None:
-    """The relations between groups that every dataset shares."""
+def _check_across(config: RunConfig, device_count: int, platform: str) -> None:
+    """The relations between groups that every dataset shares, for devices of ``platform``."""
     if config.model.attention_impl == "cudnn":
         _check_cudnn_lengths(config.data)
-    if config.model.attention_impl == "cudnn" and jax.default_backend() != "gpu":
+    if config.model.attention_impl == "cudnn" and platform != "gpu":
         raise ValueError(
-            f"model.attention_impl='cudnn' needs a GPU; this backend is "
-            f"{jax.default_backend()!r}: allowed here are 'reference' and 'xla'"
+            f"model.attention_impl='cudnn' needs a GPU; these devices are {platform!r}: "
+            "allowed here are 'reference' and 'xla'"
         )
-    if config.model.attention_impl == "splash" and jax.default_backend() != "tpu":
+    if config.model.attention_impl == "splash" and platform != "tpu":
         raise ValueError(
-            f"model.attention_impl='splash' needs a TPU; this backend is "
-            f"{jax.default_backend()!r}: allowed here are 'reference' and 'xla'"
+            f"model.attention_impl='splash' needs a TPU; these devices are {platform!r}: "
+            "allowed here are 'reference' and 'xla'"
         )
     if config.data.dataset not in registry.NAMES:
         raise ValueError(
