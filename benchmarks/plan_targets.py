@@ -22,9 +22,10 @@ Three sets of rows, each a ``table`` of the record's ``rows``:
   ``--cpu_vs_tpu`` target (temporaries per device).
 
 ``--out`` writes the record (command, commit, date, machine, jax: ``common.records``; the
-compilers' versions under ``versions``); ``--docs`` writes blocks ``plan-targets``,
-``plan-targets-depth`` and ``plan-targets-cpu-vs-tpu`` of that file from the record
-(:func:`targets_table`, :func:`depth_table`, :func:`cpu_vs_tpu_table`;
+compilers' versions under ``versions``) after every row, so that a killed run keeps what it
+planned (``--resume`` plans only the rows it lacks, at the same clean commit); ``--docs``
+writes blocks ``plan-targets``, ``plan-targets-depth`` and ``plan-targets-cpu-vs-tpu`` of that
+file from the record (:func:`targets_table`, :func:`depth_table`, :func:`cpu_vs_tpu_table`;
 ``tests/test_plan_targets_record.py`` regenerates them). Byte, FLOP and collective figures are
 deterministic for a commit and the compilers' versions; compile times are wall-clock.
 """
@@ -42,17 +43,8 @@ from typing import Any
 from deepnet_jax import configs
 from deepnet_jax.common import records
 
-CONFIGS = (
-    "default",
-    "ding_de_en",
-    "iwslt14_deen",
-    "wmt17_ende",
-    "deepnet_1000l",
-    "magneto_lm",
-    "labml_shakespeare",
-    "bert_mlm",
-    "dlcl_30l",
-)
+CONFIGS = ("default", "ding_de_en", "iwslt14_deen", "wmt17_ende", "deepnet_1000l", "magneto_lm",
+           "labml_shakespeare", "bert_mlm", "dlcl_30l")  # fmt: skip
 TARGETS = ("v5e-8", "v5p-8", "v5p-64", "v6e-8", "h100-8", "h100-64")
 DEPTH_TARGETS = ("v5p-8", "v5e-8")
 DEPTH_SHAPES = ((500, 0), (500, -1), (3, 0))  # (layers per stack, scan_group_size)
@@ -62,33 +54,16 @@ CPU_VS_TPU_CONFIGS = ("default", "wmt17_ende", "magneto_lm", "deepnet_1000l")
 NEEDS = {"iwslt14_deen": ["--config.data.source_dir=/tmp/fairseq-prepared"]}
 GIB = 2**30
 MIB = 2**20
-SHORT = {
-    "all-gather": "AG",
-    "reduce-scatter": "RS",
-    "all-reduce": "AR",
-    "all-to-all": "A2A",
-    "collective-permute": "CP",
-}
+SHORT = {"all-gather": "AG", "reduce-scatter": "RS", "all-reduce": "AR", "all-to-all": "A2A",
+         "collective-permute": "CP"}  # fmt: skip
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_plan(config: str, target: str, overrides: list[str]) -> tuple[dict | None, str]:
     """(the plan's JSON, or None; the planner's last stderr line)."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "deepnet_jax.cli.plan",
-            f"--config={config}",
-            f"--target={target}",
-            *NEEDS.get(config, []),
-            *overrides,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=3600,
-    )
+    command = [sys.executable, "-m", "deepnet_jax.cli.plan", f"--config={config}"]
+    command += [f"--target={target}", *NEEDS.get(config, []), *overrides]
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=3600)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     last = (proc.stderr.strip().splitlines() or [""])[-1]
     return (json.loads(lines[-1]) if lines else None), last
@@ -131,52 +106,81 @@ def first_plan(config: str, firsts: dict[str, tuple[dict | None, str]]) -> tuple
     return firsts[config]
 
 
-def _keep(kept: list[dict], row: dict) -> None:
-    kept.append(row)
-    what = {k: v for k, v in row.items() if k not in ("plan", "cpu", "tpu")}
-    print(json.dumps(what), flush=True)
+class Recorder:
+    """The record being made: every row written to ``path`` as soon as it is planned (a killed
+    run keeps what it planned). With ``resume`` the rows without error of the record already at
+    ``path`` are kept instead of planned again, and its header (it must be of this commit,
+    clean: the figures are deterministic for a commit, the compile times not)."""
+
+    def __init__(self, path: str | None, resume: bool = False):
+        self.path, self.head, self.rows, self.done = path, records.header(), [], {}
+        if resume and path and os.path.exists(path):
+            with open(path) as f:
+                old = json.load(f)
+            if old["commit"] != self.head["commit"] or "+dirty" in (old["commit"] or "+dirty"):
+                raise SystemExit(f"--resume: {path} is of commit {old['commit']}, not this one")
+            self.head = {k: old[k] for k in self.head}
+            self.done = {_key(r): r for r in old["rows"] if not r["error"]}
+        self.versions = _versions()
+
+    def reuse(self, row: dict) -> bool:
+        """Keep the earlier record's row of ``row``'s key, if it has one."""
+        if _key(row) in self.done:
+            self.keep(self.done[_key(row)])
+        return _key(row) in self.done
+
+    def keep(self, row: dict) -> None:
+        self.rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k not in ("plan", "cpu", "tpu")}))
+        sys.stdout.flush()
+        if self.path:
+            records.write(self.path, {"versions": self.versions, "rows": self.rows}, self.head)
+
+    def record(self) -> dict[str, Any]:
+        return {**self.head, "versions": self.versions, "rows": self.rows}
 
 
-def measure_targets(configs_: list[str], targets: list[str], firsts: dict) -> list[dict]:
+def _key(row: dict) -> tuple:
+    return tuple(row.get(k) for k in ("table", "config", "target", "layers", "group"))
+
+
+def measure_targets(configs_: list[str], targets: list[str], firsts: dict, rec: Recorder) -> None:
     """Rows ``targets``: per config × target, the mesh rule's plan (or the error of the plan
     that failed, the first one's where that failed)."""
-    kept: list[dict] = []
-    for config in configs_:
+    for config, target in ((c, t) for c in configs_ for t in targets):
+        row = {"table": "targets", "config": config, "target": target}
+        if rec.reuse(row):
+            continue
         first, error = first_plan(config, firsts)
-        for target in targets:
-            devices, plan, scaled = _devices(target), None, None
-            if first is not None:
-                scaled = math.ceil(devices / first["batch_shape"][0])
-                plan, error = run_plan(config, target, mesh_overrides(first, devices))
-            _keep(kept, {"table": "targets", "config": config, "target": target, "scaled": scaled,
-                         "error": error if plan is None else None, "plan": plan})  # fmt: skip
-    return kept
+        devices, plan, scaled = _devices(target), None, None
+        if first is not None:
+            scaled = math.ceil(devices / first["batch_shape"][0])
+            plan, error = run_plan(config, target, mesh_overrides(first, devices))
+        rec.keep({**row, "scaled": scaled, "error": error if plan is None else None, "plan": plan})
 
 
-def measure_depth(targets: list[str]) -> list[dict]:
+def measure_depth(targets: list[str], rec: Recorder) -> None:
     """Rows ``depth``: the 1,000-layer model flat vs grouped scan, and its 6-layer sibling,
     fsdp over every chip of each target."""
-    kept: list[dict] = []
-    for target in targets:
-        mesh = ["--config.mesh.data=1", f"--config.mesh.fsdp={_devices(target)}"]
-        for layers, group in DEPTH_SHAPES:
-            shape = [
-                f"--config.model.num_encoder_layers={layers}",
-                f"--config.model.num_decoder_layers={layers}",
-                f"--config.model.scan_group_size={group}",
-            ]
-            plan, error = run_plan("deepnet_1000l", target, mesh + shape)
-            _keep(kept, {"table": "depth", "target": target, "layers": layers, "group": group,
-                         "error": error if plan is None else None, "plan": plan})  # fmt: skip
-    return kept
+    for target, (layers, group) in ((t, s) for t in targets for s in DEPTH_SHAPES):
+        row = {"table": "depth", "target": target, "layers": layers, "group": group}
+        if rec.reuse(row):
+            continue
+        flags = ["--config.mesh.data=1", f"--config.mesh.fsdp={_devices(target)}"]
+        flags += [f"--config.model.num_{s}_layers={layers}" for s in ("encoder", "decoder")]
+        flags += [f"--config.model.scan_group_size={group}"]
+        plan, error = run_plan("deepnet_1000l", target, flags)
+        rec.keep({**row, "error": error if plan is None else None, "plan": plan})
 
 
-def measure_cpu_vs_tpu(configs_: list[str], target: str, firsts: dict) -> list[dict]:
+def measure_cpu_vs_tpu(configs_: list[str], target: str, firsts: dict, rec: Recorder) -> None:
     """Rows ``cpu_vs_tpu``: each config with the mesh rule's mesh and batch for ``target``,
     planned on as many simulated CPU devices and on ``target``."""
-    kept: list[dict] = []
     devices = _devices(target)
     for config in configs_:
+        row = {"table": "cpu_vs_tpu", "config": config, "target": target}
+        if rec.reuse(row):
+            continue
         first, error = first_plan(config, firsts)
         cpu = tpu = None
         if first is not None:
@@ -184,9 +188,7 @@ def measure_cpu_vs_tpu(configs_: list[str], target: str, firsts: dict) -> list[d
             cpu, error = run_plan(config, f"cpu:{devices}", overrides)
             if cpu is not None:
                 tpu, error = run_plan(config, target, overrides)
-        _keep(kept, {"table": "cpu_vs_tpu", "config": config, "target": target, "cpu": cpu,
-                     "tpu": tpu, "error": None if tpu else error})  # fmt: skip
-    return kept
+        rec.keep({**row, "cpu": cpu, "tpu": tpu, "error": None if tpu else error})
 
 
 def _rows(record: dict, table: str) -> list[dict]:
@@ -285,15 +287,12 @@ def _list(text: str) -> list[str]:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Plan every row the arguments name; the record (header taken before the first plan)."""
-    head, firsts = records.header(), {}
-    rows = measure_targets(_list(args.configs), _list(args.targets), firsts)
-    rows += measure_depth(_list(args.depth))
+    rec, firsts = Recorder(args.out, args.resume), {}
+    measure_targets(_list(args.configs), _list(args.targets), firsts, rec)
+    measure_depth(_list(args.depth), rec)
     if args.cpu_vs_tpu:
-        rows += measure_cpu_vs_tpu(_list(args.cpu_vs_tpu_configs), args.cpu_vs_tpu, firsts)
-    payload = {"versions": _versions(), "rows": rows}
-    if args.out:
-        return records.write(args.out, payload, head)
-    return {**head, **payload}
+        measure_cpu_vs_tpu(_list(args.cpu_vs_tpu_configs), args.cpu_vs_tpu, firsts, rec)
+    return rec.record()
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -306,6 +305,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--cpu_vs_tpu", default=CPU_VS_TPU, help="TPU target of those ('' skips)")
     parser.add_argument("--cpu_vs_tpu_configs", default=",".join(CPU_VS_TPU_CONFIGS))
     parser.add_argument("--out", help="write every plan as a JSON record here (common.records)")
+    parser.add_argument("--resume", action="store_true", help="keep --out's rows (same commit)")
     parser.add_argument("--docs", help=f"write blocks {', '.join(BLOCKS)} of this file")
     parser.add_argument("--record", help="render --docs from this record instead of planning")
     args = parser.parse_args(argv)

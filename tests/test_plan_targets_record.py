@@ -110,3 +110,30 @@ def test_docs_from_a_record_writes_the_three_blocks(tmp_path):
     for name, render in plan_targets.BLOCKS.items():
         assert records.block(str(doc), name) == render(record)
     assert "old" not in doc.read_text()
+
+
+def test_out_is_written_after_every_row_and_resume_plans_only_the_rest(tmp_path, monkeypatch):
+    head = {"command": "c", "commit": "ab" * 20, "date": "d", "machine": "m", "jax": "j"}
+    monkeypatch.setattr(plan_targets.records, "header", lambda: dict(head))
+    planned, out = [], tmp_path / "r.json"
+
+    def run_plan(config, target, overrides):
+        planned.append(target)
+        if target == "v5p-8" and len(planned) < 4:  # the first run is killed at its third plan
+            raise KeyboardInterrupt
+        return {**_plan(target, GIB), "num_params": 10}, ""
+
+    monkeypatch.setattr(plan_targets, "run_plan", run_plan)
+    args = ["--configs=default", "--targets=v5e-8,v5p-8", "--depth=", "--cpu_vs_tpu="]
+    args.append(f"--out={out}")
+    with pytest.raises(KeyboardInterrupt):
+        plan_targets.main(args)
+    assert [r["target"] for r in json.loads(out.read_text())["rows"]] == ["v5e-8"]
+    assert planned == ["cpu:1", "v5e-8", "v5p-8"]
+    record = plan_targets.main([*args, "--resume"])
+    assert planned[3:] == ["cpu:1", "v5p-8"]  # v5e-8 kept from the first run
+    assert [r["target"] for r in record["rows"]] == ["v5e-8", "v5p-8"]
+    assert json.loads(out.read_text()) == record
+    head["commit"] = "cd" * 20
+    with pytest.raises(SystemExit, match="--resume"):
+        plan_targets.main([*args, "--resume"])
