@@ -164,6 +164,10 @@ _GROUPED_VS_FLAT = (
 _PLAN_MESHES = (
     "python -m benchmarks.plan_meshes --out=docs/records/plan_meshes.json --docs=docs/scaling.md"
 )
+_PLAN_TARGETS = (  # checked by tests/test_plan_targets_record.py
+    "python -m benchmarks.plan_targets --out=docs/records/plan_targets.json --docs=docs/scaling.md"
+)
+_PLAN_TARGETS_BLOCKS = ("plan-targets", "plan-targets-depth", "plan-targets-cpu-vs-tpu")
 _DROPOUT_MASKS = (
     "python -m benchmarks.dropout_masks --out=docs/records/dropout_masks.json "
     "--docs=docs/benchmarks.md"
@@ -215,6 +219,7 @@ ELSEWHERE = {
     ("docs/benchmarks.md", "compile-vs-depth"): _COMPILE_VS_DEPTH,
     ("docs/scaling.md", "grouped-vs-flat"): _GROUPED_VS_FLAT,
     ("docs/scaling.md", "cpu-plan-meshes"): _PLAN_MESHES,
+    **{("docs/scaling.md", n): _PLAN_TARGETS for n in _PLAN_TARGETS_BLOCKS},
     ("docs/benchmarks.md", "dropout-masks"): _DROPOUT_MASKS,
     ("docs/benchmarks.md", "input-pipeline"): _INPUT_PIPELINE,
     ("docs/benchmarks.md", "decode"): _DECODE,
@@ -233,6 +238,7 @@ RECORD_FILES = {
     ("docs/benchmarks.md", "step-efficiency-allocator"): (
         "docs/records/step_efficiency_unrolled.json"  # the first of its runs
     ),
+    **{("docs/scaling.md", n): "docs/records/plan_targets.json" for n in _PLAN_TARGETS_BLOCKS},
 }
 _MARKER = re.compile(r"<!-- generated: (\S+) -->")
 
