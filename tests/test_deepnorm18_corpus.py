@@ -35,7 +35,7 @@ def test_predicted_attenuation_multiplies_the_ratios_above_the_first_layer():
         "ln_input/encoder/self_attn_layer_norm": [9.0, 2.0, 4.0],
         "ln_input/encoder/final_layer_norm": [9.0, 4.0, 2.0],
     }
-    assert dn.predicted_attenuation(d, alpha_x=2.0) == pytest.approx(1 * 0.5 * 0.5 * 1)
+    assert dn_report.predicted_attenuation(d, alpha_x=2.0) == pytest.approx(1 * 0.5 * 0.5 * 1)
 
 
 def test_the_residual_norm_is_deepnets_encoder_alpha_times_root_d():

@@ -213,7 +213,8 @@ def test_docs_tables_awaits_the_records_these_commands_write():
         tables.BLOCK: "docs/records/step_efficiency.json",
         tables.ALLOCATOR_BLOCK: tables.ALLOCATOR_RUNS[0],
     }
-    assert {(doc, name): path for name, path in awaited.items()} == docs_tables.RECORD_FILES
+    mine = {(doc, name): path for name, path in awaited.items()}
+    assert mine.items() <= docs_tables.RECORD_FILES.items()  # the other pages' entries aside
     for name, path in awaited.items():
         assert f"--docs={doc}" in docs_tables.ELSEWHERE[(doc, name)]
         if name != tables.ALLOCATOR_BLOCK:  # (its runs' records are written before it)

@@ -19,9 +19,10 @@ gradient norm and each LayerNorm's input (``grad_norm/<side>/all``, ``ln_input/<
 A DeepNorm sublayer computes LN(α·x + G(x)); backwards, its LayerNorm divides the gradient by
 the norm of its input and the residual path multiplies it by α, so each sublayer passes down
 about ‖α·x‖ / ‖α·x + G(x)‖ of the gradient it gets (DeepNet §3, with α = 1 for Post-LN).
-:func:`predicted_attenuation` multiplies those ratios over the encoder's LayerNorms above its
-first layer (layers 2 … N, two each): the first layer's gradient against the last's, predicted
-from the LN inputs; the measured one is ``grad_norm/encoder/all`` first ÷ last.
+:func:`deepnorm18_corpus_report.predicted_attenuation` multiplies those ratios over the
+encoder's LayerNorms above its first layer (layers 2 … N, two each): the first layer's gradient
+against the last's, predicted from the LN inputs; the measured one is
+``grad_norm/encoder/all`` first ÷ last.
 
 Run: ``python -m deepnet_jax.experiments.deepnorm18_corpus --setting=probes --out=DIR``
 (``--shard=i/n`` beside the other shards into the same ``--out``; a stopped run resumes from
@@ -79,16 +80,6 @@ def run_config(base: ml_collections.ConfigDict, key: dict[str, Any]) -> ml_colle
     c = ml_collections.ConfigDict(base.to_dict())
     c.seed, c.optimizer.learning_rate = key["seed"], key["lr"]
     return c
-
-
-def predicted_attenuation(diagnostics: dict[str, Any], alpha_x: float) -> float:
-    """∏ over the encoder's LayerNorms of layers 2 … N of ‖α·x‖ / (the LN input's norm): the
-    first layer's gradient against the last layer's, as the LN inputs predict it."""
-    inputs = (
-        diagnostics["ln_input/encoder/self_attn_layer_norm"][1:]
-        + diagnostics["ln_input/encoder/final_layer_norm"][1:]
-    )
-    return math.prod(alpha_x / z for z in inputs)
 
 
 def residual_norm(config: ml_collections.ConfigDict) -> float:

@@ -4,6 +4,7 @@ encoder's gradient attenuation, predicted from its LayerNorm inputs and measured
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from deepnet_jax.experiments import report
@@ -13,10 +14,18 @@ from deepnet_jax.training.progress import SOURCE_BLIND_NATS
 LN_UPDATES = {"smoke": (2, 8), "probes": (100, 200, 400), "full": (100, 200, 400, 1800)}
 
 
+def predicted_attenuation(diagnostics: dict[str, Any], alpha_x: float) -> float:
+    """∏ over the encoder's LayerNorms of layers 2 … N of ‖α·x‖ / (the LN input's norm): the
+    first layer's gradient against the last layer's, as the LN inputs predict it."""
+    inputs = (
+        diagnostics["ln_input/encoder/self_attn_layer_norm"][1:]
+        + diagnostics["ln_input/encoder/final_layer_norm"][1:]
+    )
+    return math.prod(alpha_x / z for z in inputs)
+
+
 def _attenuation(diagnostics: dict[str, Any], alpha_x: float) -> tuple[float, float]:
     """(predicted, measured) first ÷ last encoder-layer gradient at one measurement."""
-    from deepnet_jax.experiments.deepnorm18_corpus import predicted_attenuation
-
     g = diagnostics["grad_norm/encoder/all"]
     return predicted_attenuation(diagnostics, alpha_x), g[0] / g[-1]
 

@@ -231,7 +231,6 @@ ELSEWHERE = {
 # is pending (its markers may be absent, and --check notes it); once it exists the entry is held
 # like the others (its markers must be there). Markers with the record still absent fail.
 RECORD_FILES = {
-    ("docs/main_job.md", "main-job-sets"): "docs/records/data_counts.json",
     ("docs/benchmarks.md", "input-pipeline"): "docs/records/input_pipeline.json",
     ("docs/benchmarks.md", "decode"): "docs/records/decode.json",
     ("docs/benchmarks.md", "step-efficiency"): "docs/records/step_efficiency.json",

@@ -67,9 +67,10 @@ def base_config(setting: str) -> ml_collections.ConfigDict:
 
 
 def compact(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """A run's ``metrics.jsonl`` records, kept for the docs: ``train`` (update, loss),
-    ``validation`` (update and :data:`VALIDATION_KEYS`), ``diagnostics`` (update,
-    ``model_update`` and every ``grad_norm/…`` and ``ln_input/…`` list, floats)."""
+    """A run's metrics records (:func:`deepnet_jax.runs.metrics.read`), kept for the docs:
+    ``train`` (update and :data:`TRAIN_KEYS`), ``validation`` (update and
+    :data:`VALIDATION_KEYS`), ``diagnostics`` (update, ``model_update`` and every
+    ``grad_norm/…`` and ``ln_input/…`` list, floats)."""
     out: dict[str, list[dict[str, Any]]] = {"train": [], "validation": [], "diagnostics": []}
     for r in records:
         if r["split"] == "train":
