@@ -19,10 +19,12 @@ put in one of these classes:
 Run: ``python -m benchmarks.profile_step [--fields=remat_policy=none,scan_layers=False]``.
 Prints JSON lines: ``row: "op"`` for the ``--top`` slowest ops (milliseconds per step, calls per
 step, HLO opcode and shape, class), ``row: "class"`` per class, and one ``row: "summary"``
-(wall seconds per step while tracing, summed op milliseconds per step, and per XLA worker
-thread the milliseconds per step it spent inside ops). Op times are per thread: when XLA runs
-two ops at once, their sum exceeds the wall time. Times are from a noisy machine; compare
-classes within one run.
+(wall seconds per step while tracing, summed op milliseconds per step, per XLA worker
+thread the milliseconds per step it spent inside ops, and the allocator settings the process
+started with, ``malloc_env``). ``--out`` writes them as a record;
+``benchmarks.profile_step_tables`` makes docs/benchmarks.md's table from several. Op times
+are per thread: when XLA runs two ops at once, their sum exceeds the wall time. Times are from
+a noisy machine; compare classes within one run.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from typing import Any  # noqa: E402
 
 import jax  # noqa: E402
 
-from benchmarks import step_efficiency  # noqa: E402
+from benchmarks import host_memory, step_efficiency  # noqa: E402
 from deepnet_jax.common import records  # noqa: E402
 
 CLASSES = (
@@ -192,6 +194,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         events = trace_events(trace_dir)
     rows = summarize(events, hlo_ops(variant.step.as_text()), args.steps, args.top)
     rows[-1].update({"wall_s_per_step": round(wall_s, 5), "fields": fields, "model": size})
+    rows[-1]["malloc_env"] = host_memory.malloc_env()  # e.g. GLIBC_TUNABLES=glibc.malloc.hugetlb=1
     for row in rows:
         print(json.dumps(row), flush=True)
     if args.out:

@@ -25,9 +25,9 @@ from deepnet_jax.common import records
 
 BLOCK = "step-efficiency"
 ALLOCATOR_BLOCK = "step-efficiency-allocator"
-ALLOCATOR_RUNS = (  # from the repository root: a plain run, then one under hugetlb=1
-    "docs/records/step_efficiency_unrolled.json",
-    "docs/records/step_efficiency_unrolled_hugetlb.json",
+ALLOCATOR_RUNS = (  # from the repository root: three pairs, plain then under hugetlb=1
+    *(f"docs/records/step_efficiency_unrolled{n}.json" for n in ("", "_2", "_3")),
+    *(f"docs/records/step_efficiency_unrolled_hugetlb{n}.json" for n in ("", "_2", "_3")),
 )
 
 
