@@ -4,12 +4,13 @@ planner's kernel figures on a GPU target, deviceless."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import math
 import os
-import subprocess
-import sys
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -164,9 +165,47 @@ def test_cudnn_attention_counts_its_matmuls_from_q_and_k(target, mask, matmuls):
     assert k.flops == flops
 
 
+@pytest.fixture(scope="module")
+def h100_plan_run(tmp_path_factory):
+    """``cli.plan --config=default --target=h100-1 --kernels --record=…`` run once in-process
+    (the XLA:GPU compile of the default step takes ~20 s; both tests below read it): the Plan
+    that ``memory_plan.plan`` returned inside the command (a spy around the real function), the
+    command's stdout and its record's path."""
+    from absl import flags
+
+    from deepnet_jax.cli import plan as plan_cli  # its flags: process-wide, parsed below
+
+    record = tmp_path_factory.mktemp("h100_plan") / "plan.json"
+    planned, real_plan = [], memory_plan.plan
+
+    def spy(*args, **kwargs):
+        planned.append(real_plan(*args, **kwargs))
+        return planned[-1]
+
+    out = io.StringIO()
+    argv = [
+        "plan", f"--config={os.path.join(ROOT, 'configs', 'default.py')}", "--target=h100-1",
+        "--kernels", f"--record={record}",
+    ]  # fmt: skip
+    with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
+        mp.setattr(memory_plan, "plan", spy)
+        # ml_collections loads the config file with importlib's deprecated load_module
+        warnings.filterwarnings("ignore", "the load_module", DeprecationWarning)
+        try:
+            flags.FLAGS.unparse_flags()
+            flags.FLAGS(argv)
+            with contextlib.redirect_stdout(out):
+                plan_cli.main(["plan"])
+        finally:
+            flags.FLAGS.unparse_flags()
+    (plan,) = planned
+    return plan, out.getvalue(), record
+
+
 @needs_cuda_plugin
-def test_the_plan_predicts_a_gpu_step_from_its_kernels():
-    plan = memory_plan.plan(default.get_config(), target=targets.parse("h100-1"))
+def test_the_plan_predicts_a_gpu_step_from_its_kernels(h100_plan_run):
+    plan, _, _ = h100_plan_run
+    assert plan.target == "h100-1"
     assert plan.kernels and math.isclose(
         plan.predicted_step_s, sum(k.seconds for k in plan.kernels), rel_tol=1e-12
     )
@@ -191,22 +230,18 @@ def test_the_plan_predicts_a_gpu_step_from_its_kernels():
 
 
 @needs_cuda_plugin
-def test_cli_prints_the_kernel_table_and_the_json_figures(tmp_path):
-    record = tmp_path / "plan.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "deepnet_jax.cli.plan", "--config=configs/default.py",
-         "--target=h100-1", "--kernels", f"--record={record}"],
-        capture_output=True, text=True, cwd=ROOT, timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = proc.stdout.strip().splitlines()
+def test_cli_prints_the_kernel_table_and_the_json_figures(h100_plan_run):
+    """The command's output (its ``python -m`` entry point runs in tests/test_plan.py and
+    tests/test_plan_targets.py; here its ``main``, in-process, shares the compile above)."""
+    _, stdout, record = h100_plan_run
+    lines = stdout.strip().splitlines()
     plan = json.loads(lines[-1])
     assert plan["predicted_step_s"] > 0 and 0 < plan["predicted_mfu"] < 1
     assert plan["calibrated_step_s"] > 0
     assert any(line.startswith("calibrated (") for line in lines)
     assert set(plan["kernel_classes"]) == set(kernels.CLASSES) and "kernels" not in plan
     rows = [line for line in lines if line.startswith("| ") and "| class |" not in line]
-    assert len(rows) > 20 and "kernel model" in proc.stdout
+    assert len(rows) > 20 and "kernel model" in stdout
     # the record of a plan with --kernels: each class's seconds by opcode, summing to the class
     recorded = json.loads(record.read_text())["plan"]
     for kind, seconds in recorded["kernel_classes"].items():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import json
 import os
 import re
 import subprocess
@@ -223,16 +224,30 @@ def test_the_docs_name_the_commands():
     assert "deepnet_jax.cli.plan" in commands and "deepnet_jax.cli.prepare" in commands, commands
 
 
-@pytest.mark.parametrize("module", _documented_commands())
-def test_each_documented_command_answers_help(module):
+@pytest.fixture(scope="module")
+def help_outputs(tmp_path_factory) -> dict[str, dict]:
+    """Every documented command's ``python -m <module> --help`` (tests/help_worker.py: one
+    process that imports the shared third-party libraries once and forks a fresh child per
+    command, instead of paying their ~5 s import in each of ~18 processes)."""
+    out = tmp_path_factory.mktemp("help") / "help.json"
+    worker = os.path.join(ROOT, "tests", "help_worker.py")
     proc = subprocess.run(
-        [sys.executable, "-m", module, "--help"],
+        [sys.executable, worker, str(out), *_documented_commands()],
         capture_output=True,
         text=True,
         cwd=ROOT,
-        timeout=300,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    with open(out) as f:
+        return json.load(f)
+
+
+@pytest.mark.parametrize("module", _documented_commands())
+def test_each_documented_command_answers_help(module, help_outputs):
+    proc = help_outputs[module]
+    assert proc["returncode"] == 0, proc["stderr"][-2000:]
     # the command's docstring and its flags (absl's "flags:" list), or a usage line
-    assert "flags:" in proc.stdout or proc.stdout.startswith("usage:"), proc.stdout[:500]
-    assert f"python -m {module}" in proc.stdout, proc.stdout[:500]
+    stdout = proc["stdout"]
+    assert "flags:" in stdout or stdout.startswith("usage:"), stdout[:500]
+    assert f"python -m {module}" in stdout, stdout[:500]
