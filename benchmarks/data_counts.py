@@ -37,7 +37,7 @@ from deepnet_jax.data.prepared import iter_records
 
 BLOCK = "main-job-sets"
 SPLITS = ("train", "validation", "test")
-DATASETS = ("libreoffice_help:de-en", "libreoffice_help:fr-en", "ding_de_en")
+DATASETS = ("libreoffice_help:de-en", "libreoffice_help:fr-en", "ding_de_en", "shakespeare")
 
 
 def split_sizes(dataset: str) -> dict[str, int]:
