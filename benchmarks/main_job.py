@@ -9,9 +9,10 @@ Runs ``python -m deepnet_jax.cli.train --config=default --config.seed=N`` for ea
 at a time, each in its own process and workdir (``--workdir_root``), and times each: wall-clock
 and CPU seconds of its process. Where ``$DEEPNET_JAX_DATA`` holds no prepared corpus, the first
 seed runs alone first and prepares the corpus and tokenizer, so its time holds that too
-(``prepared_here``). The record holds each seed's final results from its ``eval.json`` and its
-seconds, under a header naming the command, commit, machine and date
-(:mod:`deepnet_jax.common.records`); ``concurrent_runs`` says how many ran side by side, since
+(``prepared_here``). The record holds each seed's final results from its ``eval.json``, its
+validations along the way and median seconds per update (:func:`progress`) and its seconds,
+under a header naming the command, commit, machine and date (:mod:`deepnet_jax.common.records`);
+``concurrent_runs`` says how many ran side by side, since
 two runs on 2 cores each take longer than one alone. Arguments it does not know
 (``--config.total_steps=2``) go to every run.
 """
@@ -29,6 +30,7 @@ from typing import Any
 
 from deepnet_jax.common import records
 from deepnet_jax.data import options as data_options
+from deepnet_jax.runs.workdir import RunDir
 
 # eval.json's fields the record keeps (the README's columns and what the prose cites)
 KEPT = (
@@ -77,7 +79,28 @@ def run_seed(seed: int, workdir: str, extra: list[str]) -> dict[str, Any]:
         "wall_seconds": round(wall, 1),
         "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
         **{k: results[k] for k in KEPT if k in results},
+        **progress(workdir),
     }
+
+
+# a validation's fields the record keeps (docs/main_job.md cites them at updates 600 and 1,200)
+VALIDATION_KEPT = ("step", "loss", "source_sensitivity", "bleu", "distinct_hypotheses")
+
+
+def progress(workdir: str) -> dict[str, Any]:
+    """From a run's metrics file: every validation's :data:`VALIDATION_KEPT` fields
+    (``validations``) and the median of the logged train steps' seconds per update
+    (``median_step_s``; None when none was logged)."""
+    validations, step_s = [], []
+    with open(RunDir(workdir).metrics) as f:
+        for line in f:
+            row = json.loads(line)
+            if row.get("split") == "eval":
+                validations.append({k: row[k] for k in VALIDATION_KEPT if k in row})
+            elif row.get("split") == "train" and "step_time_s" in row:
+                step_s.append(row["step_time_s"])
+    median = sorted(step_s)[len(step_s) // 2] if step_s else None
+    return {"validations": validations, "median_step_s": median}
 
 
 def run_all(seeds: list[int], jobs: int, root: str, extra: list[str]) -> list[dict[str, Any]]:

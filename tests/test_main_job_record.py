@@ -8,6 +8,7 @@ import os
 
 from benchmarks import main_job
 from deepnet_jax.common import records
+from deepnet_jax.runs.workdir import RunDir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORD = os.path.join(ROOT, "docs", "records", "main_job.json")
@@ -49,3 +50,35 @@ def test_the_record_is_the_shipped_main_job_over_three_seeds():
         assert run["cpu_seconds"] > 0 and run["wall_seconds"] > 0
         # a run that translates: 2 updates of the same job score test BLEU 0.01
         assert run["test_bleu"] > 10 and run["test_source_sensitivity"] > 1
+
+
+def test_progress_keeps_every_validation_and_the_median_step(tmp_path):
+    """The record's ``validations`` and ``median_step_s`` come from the run's metrics file."""
+    lines = [
+        {"split": "train", "step": 50, "loss": 8.2, "step_time_s": 0.58},
+        {
+            "split": "eval",
+            "step": 600,
+            "loss": 4.03,
+            "source_sensitivity": 0.81,
+            "bleu": 5.4,
+            "distinct_hypotheses": 0.92,
+            "chrf": 19.9,
+        },
+        {"split": "train", "step": 100, "loss": 7.1, "step_time_s": 0.31},
+        {"split": "train", "step": 150, "loss": 6.9, "step_time_s": 0.33},
+        {"split": "test", "step": 1800, "bleu": 17.6},
+    ]
+    with open(RunDir(str(tmp_path)).metrics, "w") as f:
+        f.write("".join(json.dumps(row) + "\n" for row in lines))
+    kept = main_job.progress(str(tmp_path))
+    assert kept["median_step_s"] == 0.33
+    assert kept["validations"] == [
+        {
+            "step": 600,
+            "loss": 4.03,
+            "source_sensitivity": 0.81,
+            "bleu": 5.4,
+            "distinct_hypotheses": 0.92,
+        }
+    ]
