@@ -9,10 +9,13 @@ argv: mode out_json [args]. Modes:
 * ``restore TMP MESH...``: 4 steps on (2, 2, 2) uninterrupted; then 2 steps on (2, 2, 2) saved
   and resumed for 2 more on each mesh named (``data8``: (8, 1, 1), ``fsdp4_tensor2``:
   (1, 4, 2)); per-step losses of each.
-* ``process PID PORT WORKDIR``: one of two processes (4 devices each) training the encdec
-  config of ``equivalence`` on mesh (2, 2, 2) through ``jax.distributed``, then beam-searching
-  with parameters sharded over both processes.
-* ``admin PID PORT``: one of two processes building that run under ``scheme="admin"``: the
+* ``default TMP``: the default test run's ``equivalence TMP encdec`` and ``restore TMP
+  fsdp4_tensor2`` in one process (one start-up of python and jax instead of two), as
+  ``{"equivalence": ..., "restore": ...}``.
+* ``processes PID PORT WORKDIR``: one of two processes (4 devices each) of one
+  ``jax.distributed`` job, as ``{"process": ..., "admin": ...}``: ``process``, training the
+  encdec config of ``equivalence`` on mesh (2, 2, 2), then beam-searching with parameters
+  sharded over both processes; ``admin``, building that run under ``scheme="admin"``: the
   profiled ω this process holds, and the ω profiled on its own first batch alone.
 """
 
@@ -149,7 +152,6 @@ def process(pid: int, port: str, workdir: str) -> dict:
     if pid == 0:
         result["losses"] = losses(workdir)
     result["translations"] = translations()
-    jax.distributed.shutdown()
     return result
 
 
@@ -159,7 +161,7 @@ def admin(pid: int, port: str) -> dict:
     d = c.distributed
     d.coordinator_address, d.num_processes, d.process_id = f"127.0.0.1:{port}", 2, pid
     d.initialization_timeout = 60
-    distributed.initialize(c.distributed)
+    distributed.initialize(c.distributed)  # a no-op after ``process``: the runtime is up
     typed = RunConfig.from_config(c)
     mesh = sharding.make_mesh(typed.mesh, jax.devices())
     with jax.set_mesh(mesh), nn.logical_axis_rules(sharding.logical_axis_rules(typed.mesh)):
@@ -175,16 +177,30 @@ def admin(pid: int, port: str) -> dict:
 
     held = omegas(state.params["decoder"]["layers"], lambda a: a.addressable_shards[0].data)
     alone = omegas(nn.unbox(own["params"])["decoder"]["layers"], lambda a: a)
-    jax.distributed.shutdown()
     return {"omegas": held, "own_batch_omegas": alone}
+
+
+def processes(pid: int, port: str, workdir: str) -> dict:
+    """``process`` then ``admin`` in one process of the two-process job (one start-up)."""
+    result = {"process": process(pid, port, workdir), "admin": admin(pid, port)}
+    jax.distributed.shutdown()
+    return result
+
+
+def default(out: str, tmp: str) -> dict:
+    """``equivalence`` of the encdec and ``restore`` onto fsdp 4 × tensor 2, in one process."""
+    return {
+        "equivalence": equivalence(out, tmp, "encdec"),
+        "restore": restore(out, tmp, "fsdp4_tensor2"),
+    }
 
 
 def main() -> None:
     mode, out = sys.argv[1], sys.argv[2]
-    if mode == "process":
-        result = process(int(sys.argv[3]), sys.argv[4], sys.argv[5])
-    elif mode == "admin":
-        result = admin(int(sys.argv[3]), sys.argv[4])
+    if mode == "processes":
+        result = processes(int(sys.argv[3]), sys.argv[4], sys.argv[5])
+    elif mode == "default":
+        result = default(out, sys.argv[3])
     else:
         tmp, names = sys.argv[3], sys.argv[4:]
         result = {"equivalence": equivalence, "restore": restore}[mode](out, tmp, *names)

@@ -42,10 +42,17 @@ def _worker(mode: str, tmp_path, *args: str, devices: int = 8) -> dict:
 
 
 @pytest.fixture(scope="module")
-def equivalence(tmp_path_factory):
+def default_runs(tmp_path_factory):
+    """The default run's 8-device runs, in one worker process (one start-up of jax): the
+    equivalence of the encoder-decoder and its restore onto fsdp 4 × tensor 2."""
+    tmp = tmp_path_factory.mktemp("default_runs")
+    return _worker("default", tmp, str(tmp))
+
+
+@pytest.fixture(scope="module")
+def equivalence(default_runs):
     """The encoder-decoder's runs (both stacks, cross-attention) and the sharded translations."""
-    tmp = tmp_path_factory.mktemp("equivalence")
-    return _worker("equivalence", tmp, str(tmp), "encdec")
+    return default_runs["equivalence"]
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +87,11 @@ def test_per_device_parameter_bytes(request, arch):
 # the default run: (2, 2, 2) onto fsdp 4 × tensor 2 (every parameter resharded); onto pure data
 # parallelism (8, 1, 1) under -m slow
 @pytest.mark.parametrize("mesh", ["fsdp4_tensor2", pytest.param("data8", marks=pytest.mark.slow)])
-def test_checkpoint_restores_onto_other_meshes(tmp_path, mesh):
-    r = _worker("restore", tmp_path, str(tmp_path), mesh)
+def test_checkpoint_restores_onto_other_meshes(request, tmp_path, mesh):
+    if mesh == "fsdp4_tensor2":
+        r = request.getfixturevalue("default_runs")["restore"]
+    else:
+        r = _worker("restore", tmp_path, str(tmp_path), mesh)
     assert len(r["straight"]) == 4
     np.testing.assert_allclose(r[mesh], r["straight"], rtol=1e-5, atol=1e-5)
 
@@ -118,9 +128,18 @@ def _two_processes(mode: str, tmp_path, *args: str) -> list[dict]:
     return [json.loads((tmp_path / f"p{pid}.json").read_text()) for pid in (0, 1)]
 
 
-def test_two_processes_equal_one_process_with_eight_devices(equivalence, tmp_path):
-    workdir = tmp_path / "run"
-    r0, r1 = _two_processes("process", tmp_path, str(workdir))
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory):
+    """One two-process job (one start-up of both) for the next two tests: the workdir of its
+    encdec run and each process's results."""
+    tmp = tmp_path_factory.mktemp("two_processes")
+    workdir = tmp / "run"
+    return workdir, _two_processes("processes", tmp, str(workdir))
+
+
+def test_two_processes_equal_one_process_with_eight_devices(equivalence, two_processes):
+    workdir, results = two_processes
+    r0, r1 = (r["process"] for r in results)
     assert (r0["process_count"], r0["local_devices"], r0["devices"]) == (2, 4, 8)
     assert r1["process_count"] == 2 and "losses" not in r1  # process 0 alone logs
     np.testing.assert_allclose(r0["losses"], equivalence["encdec"]["sharded"], rtol=1e-5, atol=1e-5)
@@ -131,10 +150,10 @@ def test_two_processes_equal_one_process_with_eight_devices(equivalence, tmp_pat
     assert all(len(t) > 0 for t in r0["translations"])
 
 
-def test_admin_profiles_one_batch_for_every_process(tmp_path):
+def test_admin_profiles_one_batch_for_every_process(two_processes):
     """Each process reads its own rows, but Admin's ω is profiled on process 0's first batch
     (all of it) by every process: each holds the ω of that batch alone."""
-    r0, r1 = _two_processes("admin", tmp_path)
+    r0, r1 = (r["admin"] for r in two_processes[1])
     assert r0["own_batch_omegas"] != r1["own_batch_omegas"]  # the rows differ
     for r in (r0, r1):
         for name, want in r0["own_batch_omegas"].items():
