@@ -8,7 +8,8 @@ commands :mod:`deepnet_jax.cli` (docs/architecture.md).
 
 import os
 
-from deepnet_jax.common import native_stderr
+# process_exit puts its atexit handler before jax's (on import; inert unless a command runs)
+from deepnet_jax.common import native_stderr, process_exit  # noqa: F401
 
 if not native_stderr.has_accelerator():
     # on a host with no GPU, jax's CUDA plugin (the gpu-plan extra) registers for deviceless

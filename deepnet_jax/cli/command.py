@@ -19,7 +19,7 @@ from absl import app
 
 from deepnet_jax import configs
 from deepnet_jax.cli import log_setup
-from deepnet_jax.common import console
+from deepnet_jax.common import console, process_exit
 
 HELP_FLAGS = ("-h", "--help", "-help", "--helpshort", "--helpfull")
 CONFIG_FLAGS = ("--config", "--train_config")  # a shipped config's name or a config file
@@ -27,8 +27,9 @@ CONFIG_FLAGS = ("--config", "--train_config")  # a shipped config's name or a co
 
 def run(main: Callable[[list[str]], None]) -> None:
     """Run absl's ``main(argv)`` as this process's command; ``--help`` prints the command's
-    docstring and flags and exits 0 (absl's own help exits 1)."""
-    app.run(main, flags_parser=_parse)
+    docstring and flags and exits 0 (absl's own help exits 1). The process ends as soon as
+    every ``atexit`` handler has run (:mod:`deepnet_jax.common.process_exit`)."""
+    process_exit.run(lambda: app.run(main, flags_parser=_parse))
 
 
 def main(

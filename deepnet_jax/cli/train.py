@@ -22,7 +22,7 @@ from ml_collections import config_flags
 
 from deepnet_jax import configs
 from deepnet_jax.cli import command
-from deepnet_jax.common import console
+from deepnet_jax.common import console, process_exit
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", configs.path("default"), "a shipped config's name or a config file", lock_config=True
@@ -68,8 +68,9 @@ def main(argv: list[str]) -> None:
 
 
 def run() -> None:
-    """This process's command: absl's ``app.run`` with :func:`parse_flags`."""
-    app.run(main, flags_parser=parse_flags)
+    """This process's command: absl's ``app.run`` with :func:`parse_flags`; the process ends
+    as soon as every ``atexit`` handler has run (:mod:`deepnet_jax.common.process_exit`)."""
+    process_exit.run(lambda: app.run(main, flags_parser=parse_flags))
 
 
 if __name__ == "__main__":
