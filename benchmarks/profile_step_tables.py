@@ -23,7 +23,7 @@ BLOCK = "profile-step"
 #     --fields=<fields> --out=<path>
 RUNS = (
     "docs/records/profile_step_defaults.json",  # --fields= (the defaults)
-    "docs/records/profile_step_remat_none.json",  # --fields=remat_policy=none
+    "docs/records/profile_step_remat_policy_none.json",  # --fields=remat_policy=none
     # --fields=fused_qkv=True,remat_policy=none,scan_layers=False
     "docs/records/profile_step_fused_qkv_True_remat_policy_none_scan_layers_False.json",
 )
