@@ -164,6 +164,7 @@ def row_record(
         "fused_qkv": setup.fused_qkv,
         "dropout_rng": setup.dropout_rng,
         "scan_layers": setup.scan_layers,
+        "scan_unroll": setup.scan_unroll,
         "torch_adam": setup.torch_adam,
     }
 
@@ -200,6 +201,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         dest="scan_layers",
         action="store_false",
         help="ours: a Python loop over layers instead of nn.scan (model.scan_layers=False)",
+    )
+    p.add_argument(
+        "--scan_unroll", type=int, default=1, help="ours: layer bodies per scan iteration"
     )
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--steps_per_round", type=int, default=5)

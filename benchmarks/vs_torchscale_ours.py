@@ -38,7 +38,7 @@ def run_config(setup: Setup, row: Row) -> Any:
     m.remat_policy = setup.remat_policy
     m.fused_qkv = setup.fused_qkv
     m.dropout_rng = setup.dropout_rng
-    m.scan_layers = setup.scan_layers
+    m.scan_layers, m.scan_unroll = setup.scan_layers, setup.scan_unroll
     m.dtype = m.param_dtype = "float32"
     o = c.optimizer
     o.learning_rate, o.b1, o.b2, o.eps = setup.learning_rate, ADAM_B1, ADAM_B2, ADAM_EPS

@@ -29,6 +29,7 @@ class Setup:
     fused_qkv: bool
     dropout_rng: str
     scan_layers: bool
+    scan_unroll: int
     rounds: int
     steps_per_round: int
     warmup_steps: int

@@ -125,6 +125,12 @@ BAD = [  # (id, change, what the one line must say)
         _both(_set("model.scan_layers", False), _set("model.scan_group_size", 2)),
         r"scan_group_size=2 is invalid: groups a scanned stack",
     ),
+    ("scan_unroll", _set("model.scan_unroll", 0), r"scan_unroll=0 is invalid: m"),
+    (
+        "unroll_unscanned",
+        _both(_set("model.scan_layers", False), _set("model.scan_unroll", 2)),
+        r"scan_unroll=2 is invalid: unrolls the scan over layers",
+    ),
     (
         "budget_without_auto",
         _both(_set("model.remat_policy", "full"), _set("memory_budget_gb", 4.0)),

@@ -7,6 +7,7 @@ import numpy as np
 import optax
 import pytest
 from conftest import built, jit_apply, model_args, random_tokens, tiny_config
+from jax.extend import core as jax_core
 
 from deepnet_jax.model import architectures, layout
 
@@ -100,6 +101,47 @@ def test_remat_policies_match_no_remat(scan_layers):
         np.testing.assert_allclose(loss, ref_loss, rtol=1e-6, err_msg=policy)
         for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads), strict=True):
             np.testing.assert_allclose(g, r, atol=1e-6, rtol=1e-5, err_msg=policy)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(scan_unroll=2),  # 3 layers: one iteration of 2, then the last alone
+        pytest.param(dict(scan_unroll=3), marks=pytest.mark.slow),  # straight through
+        pytest.param(  # within each group of 2 (and the remainder's 1)
+            dict(scan_unroll=2, scan_group_size=2, remat_policy="full"), marks=pytest.mark.slow
+        ),
+    ],
+    ids=["unroll2", "unroll3", "grouped_unroll2"],
+)
+def test_scan_unroll_matches_scan(fields):
+    """Unrolling the scan over layers (model.scan_unroll) leaves the loss and the gradients
+    as the plain scan's (dropout on), over the same stacked parameters."""
+    arch, scheme, depth = "decoder", "deepnorm", dict(num_decoder_layers=3)
+    cfg, plain, params = built(arch, scheme, **depth, **DROPOUTS)
+    tokens = random_tokens((2, 6), cfg.vocab_size, seed=3)
+    key = jax.random.key(7)
+    unrolled = architectures.build(tiny_config(arch, scheme, **fields, **depth, **DROPOUTS))
+    ref_loss, ref_grads = loss_and_grads(plain, params, arch, tokens, tokens, key)
+    loss, grads = loss_and_grads(unrolled, params, arch, tokens, tokens, key)
+    outer = {1} if fields.get("scan_group_size") else set()  # the scan over groups: not unrolled
+    assert _scan_unrolls(unrolled, params, tokens) == {fields["scan_unroll"]} | outer
+    # the same float32 operations, fused differently: rounding-level differences only
+    np.testing.assert_allclose(loss, ref_loss, rtol=1e-6)
+    for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads), strict=True):
+        np.testing.assert_allclose(g, r, atol=1e-6, rtol=1e-5)
+
+
+def _scan_unrolls(model, params, tokens) -> set[int]:
+    """The ``unroll`` of every scan in the model's forward pass (its jaxpr, nested ones too)."""
+    jaxpr = jax.make_jaxpr(lambda p: model.apply({"params": p}, tokens))(params)
+    found, stack = set(), [jaxpr.jaxpr]
+    while stack:
+        for eqn in stack.pop().eqns:
+            if eqn.primitive.name == "scan":
+                found.add(eqn.params["unroll"])
+            stack.extend(jax_core.jaxprs_in_params(eqn.params))
+    return found
 
 
 def _lowered_train_step(depth: int):

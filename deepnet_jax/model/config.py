@@ -159,6 +159,15 @@ class TransformerConfig:
     mhc_sinkhorn_iters: int = hyper.CONFIG_FIELDS["mhc_sinkhorn_iters"]
     mhc_variant: str = hyper.CONFIG_FIELDS["mhc_variant"]
     scan_layers: bool = field(True, "nn.scan over depth (False: a Python loop, for comparison)")
+    scan_unroll: int = field(
+        1,
+        "layer bodies per iteration of the scan over layers (nn.scan's unroll; a nested scan: "
+        "of each group's): 1 one body; k > 1 k bodies and ceil(L/k) iterations, parameters "
+        "still stacked [L, ...]; L <= k runs straight through (docs/benchmarks.md)",
+        low=1,
+        resumable=True,
+        before=1,
+    )
     scan_group_size: int = remat.CONFIG_FIELDS["scan_group_size"]
     remat_policy: str = remat.CONFIG_FIELDS["remat_policy"]
     dtype: str = field("float32", "compute dtype", choices=DTYPES)

@@ -59,6 +59,13 @@ def check(c: Any, defaults: dict[str, Any]) -> None:
             "groups a scanned stack; model.scan_layers=False (a Python loop) has no scan to "
             "group: set it to 0",
         )
+    if c.scan_unroll > 1 and not c.scan_layers:
+        fail(
+            "scan_unroll",
+            c.scan_unroll,
+            "unrolls the scan over layers; model.scan_layers=False (a Python loop) has none: "
+            "set it to 1",
+        )
     if not schemes.get(c.scheme).scannable and c.scan_layers:
         fail(
             "scan_layers",

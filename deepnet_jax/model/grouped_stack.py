@@ -39,6 +39,7 @@ def grouped(owner: nn.Module, side: Side, inputs: StackInputs) -> tuple[jax.Arra
     """
     L = side.num_layers
     k = remat.group_size(side.config, L)
+    unroll = side.config.scan_unroll  # within a group: its k (or r) layers per loop iteration
     layer = layer_class(side.config, scanned=True)(
         **side.layer_kwargs(), carry_output=True, name="layers"
     )
@@ -47,7 +48,7 @@ def grouped(owner: nn.Module, side: Side, inputs: StackInputs) -> tuple[jax.Arra
     G, r = divmod(L, k)
     if G:
         groups = nn.map_variables(
-            _scan_layers(_group(k, in_scan=True), G), "params", _view(0, G * k, (G, k))
+            _scan_layers(_group(k, unroll, in_scan=True), G), "params", _view(0, G * k, (G, k))
         )
         x_BTD, _ = groups(
             layer,
@@ -57,23 +58,24 @@ def grouped(owner: nn.Module, side: Side, inputs: StackInputs) -> tuple[jax.Arra
             _part(index, 0, G * k, (G, k)),
         )
     if r:
-        rest = nn.map_variables(_group(r, in_scan=False), "params", _view(G * k, L, (r,)))
+        rest = nn.map_variables(_group(r, unroll, in_scan=False), "params", _view(G * k, L, (r,)))
         x_BTD, _ = rest(
             layer, x_BTD, *broadcast, _part(inputs.keys, G * k, L, (r,)), index[G * k :]
         )
     return x_BTD, None
 
 
-def _scan_layers(fn: Callable, length: int) -> Callable:
+def _scan_layers(fn: Callable, length: int, unroll: int = 1) -> Callable:
     """``fn(layer, x, self_mask, enc_out, enc_mask, positions, key, index)`` scanned
     ``length`` times over the layer's (already created) parameters, the keys and the layer
-    indices."""
+    indices, ``unroll`` calls per loop iteration."""
     return nn.scan(
         fn,
         variable_axes={"params": 0},
         split_rngs={"params": False},  # apply only: the parameters exist already
         in_axes=(nn.broadcast,) * 4 + (0, 0),
         length=length,
+        unroll=unroll,
     )
 
 
@@ -82,10 +84,11 @@ def _one_layer(layer: nn.Module, x, self_mask, enc_out, enc_mask, positions, key
     return layer(x, self_mask, enc_out, enc_mask, positions, key, layer_index=index)
 
 
-def _group(n: int, in_scan: bool) -> Callable:
-    """n scanned layers as one rematerialized unit that saves nothing but its input."""
+def _group(n: int, unroll: int, in_scan: bool) -> Callable:
+    """n scanned layers (``unroll`` per loop iteration) as one rematerialized unit that saves
+    nothing but its input."""
     return nn.remat(
-        _scan_layers(_one_layer, n),
+        _scan_layers(_one_layer, n, unroll),
         policy=remat.GROUP_POLICY,
         prevent_cse=not in_scan,  # False is safe only inside a scan (jax.checkpoint)
     )

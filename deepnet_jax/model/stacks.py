@@ -104,13 +104,15 @@ def stack_kind(owner: nn.Module, side: Side, inputs: StackInputs) -> str:
 
 
 def _scanned(owner: nn.Module, side: Side, inputs: StackInputs) -> tuple[jax.Array, dict | None]:
-    """``nn.scan`` over the layers: parameters (and a cache) stacked [L, …] under ``layers``."""
+    """``nn.scan`` over the layers: parameters (and a cache) stacked [L, …] under ``layers``;
+    ``model.scan_unroll`` layer bodies per loop iteration."""
     scanned = nn.scan(
         layer_class(side.config, scanned=True),
         variable_axes={"params": 0, DIAGNOSTICS: 0, ADMIN_PROFILE: 0},  # one entry per layer
         split_rngs={"params": True, "dropout": True},
         in_axes=(nn.broadcast,) * 4 + (0, 0, nn.broadcast, 0),
         length=side.num_layers,
+        unroll=side.config.scan_unroll,
         metadata_params={nn.PARTITION_NAME: "layers"},
     )
     layers = scanned(**side.layer_kwargs(), carry_output=True, name="layers")

@@ -52,6 +52,7 @@ from deepnet_jax.training.run_config import RunConfig
 # Model fields that choose how the model runs, not what it computes: kept from the training config
 RUNTIME_FIELDS = (
     "scan_layers",
+    "scan_unroll",
     "scan_group_size",
     "remat_policy",
     "dtype",
