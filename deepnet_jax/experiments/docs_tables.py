@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from deepnet_jax.common import console, records
+from deepnet_jax.experiments import deepnorm18_corpus_report as dn18
 from deepnet_jax.experiments import depth_table_recipe_grid as recipe_grid
 from deepnet_jax.experiments import depth_table_views as views
 from deepnet_jax.experiments import dropout_gap, lr_tolerance, model_update
@@ -58,6 +59,7 @@ ONSET = f"{_RESULTS}/thousand_layers_onset.json"
 THOUSAND = f"{_RESULTS}/thousand_layers_quick.json"
 DROPOUT_GAP = f"{_RESULTS}/dropout_gap_quick.json"
 POSTLN_MAIN_JOB = f"{_RESULTS}/postln_main_job_quick.json"
+DN18_PROBES = f"{_RESULTS}/deepnorm18_corpus_probes.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +109,8 @@ TABLES: tuple[Table, ...] = (
         (CORPUS,),
         views.encoder_gradient_ratios,
     ),
+    Table(_REPRODUCTION, "deepnorm18-probes", (DN18_PROBES,), dn18.sensitivity_table),
+    Table(_REPRODUCTION, "deepnorm18-probes-ln-inputs", (DN18_PROBES,), dn18.ln_input_table),
     Table(_REPRODUCTION, "depth-table-init", (INIT, QUICK), views.init_cells),
     Table(
         "docs/schemes.md",
