@@ -75,6 +75,17 @@ def test_unrolled_stack_decodes_like_scanned():
     )
 
 
+@pytest.mark.slow
+def test_unrolled_scan_decodes_like_the_full_forward():
+    """model.scan_unroll=2 over 3 layers: the cache is scanned with the layers, 2 per iteration."""
+    cfg, model, params = built("decoder", "deepnorm", num_decoder_layers=3, scan_unroll=2)
+    tgt = random_tokens((2, 6), cfg.vocab_size, seed=4)
+    full = jit_apply(model)({"params": params}, tgt)
+    np.testing.assert_allclose(
+        _incremental_logits(model, params, cfg, "decoder", None, tgt), full, atol=1e-5
+    )
+
+
 def _sources(cfg, lengths, seed=0):
     rng = np.random.default_rng(seed)
     src = np.zeros((len(lengths), max(lengths)), np.int32)
