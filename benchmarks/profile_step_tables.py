@@ -53,8 +53,7 @@ def table(runs: list[dict[str, Any]]) -> str:
     :data:`profile_step.CLASSES`, all ops summed, and the wall milliseconds per step."""
     heads = [HEADINGS[c] for c in profile_step.CLASSES]
     lines = [
-        " ".join(records.made_line(r) for r in runs[:1])
-        + (f" ({len(runs)} runs, one per row.)" if len(runs) > 1 else ""),
+        records.made_line_of_runs(runs) + (" One run per row." if len(runs) > 1 else ""),
         "",
         "| `--fields` | allocator | " + " | ".join(heads) + " | all ops | wall |",
         "|---|---|" + "---:|" * (len(heads) + 2),

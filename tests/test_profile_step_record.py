@@ -54,7 +54,7 @@ def test_one_row_per_record_with_its_classes_in_order():
         _record({"remat_policy": "none"}, [417, 57, 85, 54, 28, 38, 114.6], {}),
     ]
     text = tables.table(runs)
-    assert "commit `0123456`" in text and "(2 runs, one per row.)" in text
+    assert "in 2 runs" in text and "commit `0123456`" in text and "One run per row." in text
     lines = text.splitlines()
     assert lines[2].count("|") == len(profile_step.CLASSES) + 5  # fields, allocator, …, wall
     assert lines[4] == (

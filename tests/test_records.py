@@ -125,3 +125,14 @@ def test_made_line_names_the_short_commit_date_machine_and_jax():
     dirty = {**head, "commit": "ab" * 20 + "+dirty"}
     assert records.made_line(dirty) == f"Measured at commit `abababa+dirty` {tail}"
     assert records.made_line({**head, "commit": None}) == f"Measured at an unknown commit {tail}"
+
+
+def test_made_line_of_runs_names_every_commit_and_the_dates_span():
+    head = {"date": "2026-11-28T14:03:51Z", "machine": "Linux x86_64, 2 CPUs", "jax": "0.10.2"}
+    one = {**head, "commit": "ab" * 20}
+    assert records.made_line_of_runs([one]) == records.made_line(one)
+    later = {**head, "date": "2026-11-29T09:00:00Z", "commit": "cd" * 20 + "+dirty"}
+    assert records.made_line_of_runs([later, one, one]) == (
+        "Measured in 3 runs, 2026-11-28T14:03:51Z to 2026-11-29T09:00:00Z, at commit `abababa`, "
+        "`cdcdcdc+dirty` (Linux x86_64, 2 CPUs; jax 0.10.2)."
+    )

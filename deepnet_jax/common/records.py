@@ -99,6 +99,23 @@ def made_line(record: dict[str, Any]) -> str:
     return f"Measured at {head} ({record['date']}; {record['machine']}; jax {record['jax']})."
 
 
+def made_line_of_runs(runs: list[dict[str, Any]]) -> str:
+    """:func:`made_line` for a block made from several records: one record's line, or
+    ``Measured in 3 runs, <first date> to <last date>, at commit `0123abc` (<machines>; jax
+    <versions>).`` naming every commit, machine and jax version among them."""
+    if len(runs) == 1:
+        return made_line(runs[0])
+    commits = sorted({f"`{r['commit'][:7]}{r['commit'][40:]}`" if r.get("commit") else
+                      "an unknown commit" for r in runs})  # fmt: skip
+    dates = sorted(r["date"] for r in runs)
+    machines = "; ".join(sorted({r["machine"] for r in runs}))
+    jaxes = ", ".join(sorted({r["jax"] for r in runs}))
+    return (
+        f"Measured in {len(runs)} runs, {dates[0]} to {dates[-1]}, at commit "
+        f"{', '.join(commits)} ({machines}; jax {jaxes})."
+    )
+
+
 def _markers(name: str) -> tuple[str, str]:
     return f"<!-- generated: {name} -->", f"<!-- end: {name} -->"
 
