@@ -48,7 +48,7 @@ ADDED_FIELDS_BEFORE_GENERATION = {
     "loss_chunk": 0,
 }
 # declared with their before-values since (CompleteP; Hyper-Connections and mHC; cuDNN's native
-# masks)
+# masks; the unrolled scan)
 ADDED_SINCE = {
     "model.parameterization": "standard",
     "model.completep_base_layers": 2,
@@ -59,6 +59,7 @@ ADDED_SINCE = {
     "model.mhc_sinkhorn_iters": 20,
     "model.mhc_variant": "paper",
     "model.attention_masks": "bias",
+    "model.scan_unroll": 1,
 }
 
 
