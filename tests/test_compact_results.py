@@ -38,6 +38,9 @@ _RUN_BYTES = {
     "model_update": 1_600,  # 1.4 KB once a run records its device, commit and date
     "lr_tolerance": 700,  # 0.6 KB once a run records its device, commit and date
     "lr_transfer": 1_000,
+    # a 500-update probe: 7.5-7.7 KB (6 diagnostics of 18 layers' vectors, 5 validations); a
+    # --setting=full run keeps 19 diagnostics, about 3x that
+    "deepnorm18_corpus": 8_000,
 }
 
 
