@@ -98,10 +98,9 @@ def allocator_table(runs: list[dict[str, Any]]) -> str:
     for i in sorted(range(len(runs)), key=lambda i: _env(runs[i]) != "plain"):
         groups.setdefault(_env(runs[i]), []).append(i)
     dates = sorted(r["date"] for r in runs)
-    commits = sorted({f"`{(r['commit'] or 'unknown')[:7]}`" for r in runs})
     tflops = [_summary(r)["matmul_tflops_per_s"] for r in runs]
     lines = [
-        f"{_runs(len(runs))}, {dates[0]} to {dates[-1]}, at commit {', '.join(commits)}; "
+        f"{_runs(len(runs))}, {dates[0]} to {dates[-1]}, at {records.commits_text(runs)}; "
         f"{'; '.join(sorted({r['machine'] for r in runs}))}; matmul throughput measured in "
         f"the runs: {_span(tflops, '.3f')} TFLOP/s.",
         "",

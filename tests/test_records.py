@@ -133,6 +133,14 @@ def test_made_line_of_runs_names_every_commit_and_the_dates_span():
     assert records.made_line_of_runs([one]) == records.made_line(one)
     later = {**head, "date": "2026-11-29T09:00:00Z", "commit": "cd" * 20 + "+dirty"}
     assert records.made_line_of_runs([later, one, one]) == (
-        "Measured in 3 runs, 2026-11-28T14:03:51Z to 2026-11-29T09:00:00Z, at commit `abababa`, "
+        "Measured in 3 runs, 2026-11-28T14:03:51Z to 2026-11-29T09:00:00Z, at commits `abababa`, "
         "`cdcdcdc+dirty` (Linux x86_64, 2 CPUs; jax 0.10.2)."
     )
+
+
+def test_commits_text_says_commit_or_commits_and_names_records_without_one():
+    clean, dirty, none = {"commit": "ab" * 20}, {"commit": "cd" * 20 + "+dirty"}, {"commit": None}
+    assert records.commits_text([clean, clean]) == "commit `abababa`"
+    assert records.commits_text([dirty, clean]) == "commits `abababa`, `cdcdcdc+dirty`"
+    assert records.commits_text([none, {}]) == "an unknown commit"
+    assert records.commits_text([none, clean]) == "commit `abababa` and an unknown commit"

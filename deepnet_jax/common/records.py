@@ -90,29 +90,38 @@ def write(path: str, payload: dict[str, Any], head: dict[str, Any] | None = None
     return record
 
 
+def commits_text(runs: list[dict[str, Any]]) -> str:
+    """The commits of one or more records, short and with ``+dirty`` kept: ``commit `0123abc```,
+    ``commits `0123abc`, `4567def```, or ``an unknown commit`` for records with none (after the
+    known ones when some have one: ``commit `0123abc` and an unknown commit``)."""
+    known = sorted({f"`{r['commit'][:7]}{r['commit'][40:]}`" for r in runs if r.get("commit")})
+    if not known:
+        return "an unknown commit"
+    text = ("commit " if len(known) == 1 else "commits ") + ", ".join(known)
+    return text + (" and an unknown commit" if any(not r.get("commit") for r in runs) else "")
+
+
 def made_line(record: dict[str, Any]) -> str:
     """One line for a generated block saying where its figures were measured, from the
     record's header: ``Measured at commit `0123abc` (2026-11-28T14:03:51Z; Linux x86_64,
     2 CPUs; jax 0.10.2).`` (``+dirty`` kept: the work tree had changes)."""
-    full = record.get("commit")
-    head = "an unknown commit" if not full else f"commit `{full[:7]}{full[40:]}`"
+    head = commits_text([record])
     return f"Measured at {head} ({record['date']}; {record['machine']}; jax {record['jax']})."
 
 
 def made_line_of_runs(runs: list[dict[str, Any]]) -> str:
     """:func:`made_line` for a block made from several records: one record's line, or
-    ``Measured in 3 runs, <first date> to <last date>, at commit `0123abc` (<machines>; jax
-    <versions>).`` naming every commit, machine and jax version among them."""
+    ``Measured in 3 runs, <first date> to <last date>, at commits `0123abc`, `4567def`
+    (<machines>; jax <versions>).`` naming every commit (:func:`commits_text`), machine and jax
+    version among them."""
     if len(runs) == 1:
         return made_line(runs[0])
-    commits = sorted({f"`{r['commit'][:7]}{r['commit'][40:]}`" if r.get("commit") else
-                      "an unknown commit" for r in runs})  # fmt: skip
     dates = sorted(r["date"] for r in runs)
     machines = "; ".join(sorted({r["machine"] for r in runs}))
     jaxes = ", ".join(sorted({r["jax"] for r in runs}))
     return (
-        f"Measured in {len(runs)} runs, {dates[0]} to {dates[-1]}, at commit "
-        f"{', '.join(commits)} ({machines}; jax {jaxes})."
+        f"Measured in {len(runs)} runs, {dates[0]} to {dates[-1]}, at {commits_text(runs)} "
+        f"({machines}; jax {jaxes})."
     )
 
 
