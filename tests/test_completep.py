@@ -48,11 +48,12 @@ def completep(arch="encdec", scheme="pre_ln", **overrides):
 
 def table_1(group, m_l, m_n):
     """(η, ε, λ) factors of Table 1's α-column at α = 1 (weight decay of the gains and biases
-    0, the embeddings' and head's λ: the authors' configure_optimizers)."""
+    0, the embeddings' and head's λ, and ε·m_N^(-1) outside the blocks (Eq. 40): the authors'
+    configure_optimizers)."""
     return {
-        "embedding": (1.0, 1.0, 1.0),
-        "unembedding": (1.0, 1.0, 1.0),
-        "outer_norm": (1.0, 1.0, 0.0),
+        "embedding": (1.0, 1.0 / m_n, 1.0),
+        "unembedding": (1.0, 1.0 / m_n, 1.0),
+        "outer_norm": (1.0, 1.0 / m_n, 0.0),
         "hidden_weight": (1.0 / m_n, 1.0 / (m_n * m_l), m_n),
         "hidden_bias": (1.0, 1.0 / (m_n * m_l), 0.0),
         "hidden_norm": (1.0, 1.0 / (m_n * m_l), 0.0),

@@ -135,26 +135,28 @@ def group_scales(config: Any, group: str, side: str | None = None) -> GroupScale
     """CompleteP's AdamW rule for parameter ``group`` (of ``side``'s blocks for the hidden
     groups), Table 1 with α = 1, m_L of ``side`` and m_N:
 
-    * embeddings, the output head: η, ε, λ unchanged;
+    * embeddings, the output head: η, ε·m_N^(-1), λ;
     * hidden weights: η·m_N^(-1)·m_L^(α-1), ε·m_N^(-1)·m_L^(-α), λ·m_N;
     * hidden biases: η·m_L^(α-1), ε·m_N^(-1)·m_L^(-α), no decay;
     * norms in the blocks ("Pre-LN"): η·m_L^(α-1), ε·m_N^(-1)·m_L^(-α), no decay;
-    * norms outside the blocks ("Final-LN"): η, ε, no decay.
+    * norms outside the blocks ("Final-LN"): η, ε·m_N^(-1), no decay.
 
-    ε scales in the residual blocks only (Table 1: "AdamW ε (residual blocks)"). Table 1 gives
-    weight decay for the hidden weights only; the gains and biases are not decayed and the
-    embeddings and the head keep λ, as in the authors' code (EleutherAI/nanoGPT-mup, branch
-    completep, ``model.py`` ``configure_optimizers``).
+    ε of the embeddings, the head and the final norm scales with width only (the paper's
+    Eq. 40; the authors' code, EleutherAI/nanoGPT-mup, branch completep, ``model.py``
+    ``configure_optimizers``, whose ``emb_unemb_adam_eps`` fixed its earlier single ε). Table 1
+    gives weight decay for the hidden weights only; the gains and biases are not decayed and the
+    embeddings and the head keep λ, as in the authors' code.
     """
     if group not in GROUPS:
         raise ValueError(f"group={group!r} is not one of {', '.join(GROUPS)}")
+    m_n = width_multiplier(config)
     if group in (EMBEDDING, UNEMBEDDING):
-        return GroupScale()
+        return GroupScale(eps=1 / m_n)
     if group == OUTER_NORM:
-        return GroupScale(weight_decay=0.0)
+        return GroupScale(eps=1 / m_n, weight_decay=0.0)
     if side is None:
         raise ValueError(f"group={group!r} scales with its stack's depth: pass side")
-    m_l, m_n = depth_multiplier(config, side), width_multiplier(config)
+    m_l = depth_multiplier(config, side)
     eps = m_l**-ALPHA / m_n
     if group == HIDDEN_WEIGHT:
         return GroupScale(lr=m_l ** (ALPHA - 1) / m_n, eps=eps, weight_decay=m_n)
