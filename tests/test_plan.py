@@ -54,3 +54,12 @@ def test_planner_rejects_a_mesh_that_does_not_match():
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith("error: mesh=")
     assert "Traceback" not in proc.stderr
+
+
+def test_planner_answers_a_record_it_cannot_write_with_one_line(tmp_path):
+    blocked = tmp_path / "a_file"
+    blocked.write_text("")  # a file where --record needs a folder: OSError, as every command's
+    proc = _plan("--config=configs/default.py", f"--record={blocked}/plan.json")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert "Traceback" not in proc.stderr

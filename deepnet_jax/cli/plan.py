@@ -123,7 +123,7 @@ def plan_json(result: memory_plan.Plan, kernels: bool = False) -> dict:
 def main(argv: list[str]) -> None:
     """The command (absl's ``argv``, flags parsed): :func:`execute` with the shared checks
     and the one-line error (:mod:`deepnet_jax.cli.command`)."""
-    command.main(execute, argv, errors=(ValueError,))
+    command.main(execute, argv)
 
 
 if __name__ == "__main__":

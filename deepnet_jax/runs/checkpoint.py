@@ -1,7 +1,7 @@
 """Orbax checkpoints of a training run: train state, data-iterator position and config.
 
 A checkpoint of step s (micro-batches consumed) lives in ``<workdir>/checkpoints/<s>/`` with
-three items:
+four items:
 
 * ``state`` — ``{"params", "opt_state", "step"}`` (``ocp.args.StandardSave``), restored onto an
   abstract target shaped like a freshly initialized state, so optax's state classes come back
