@@ -56,10 +56,13 @@ def test_planner_rejects_a_mesh_that_does_not_match():
     assert "Traceback" not in proc.stderr
 
 
-def test_planner_answers_a_record_it_cannot_write_with_one_line(tmp_path):
+def test_planner_refuses_a_record_it_cannot_write_before_planning(tmp_path):
     blocked = tmp_path / "a_file"
-    blocked.write_text("")  # a file where --record needs a folder: OSError, as every command's
+    blocked.write_text("")  # a file where --record needs a folder
     proc = _plan("--config=configs/default.py", f"--record={blocked}/plan.json")
     assert proc.returncode == 1, proc.stderr[-2000:]
-    assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
-    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert (
+        last == f"error: --record={blocked}/plan.json: {blocked} is not a folder this can write to"
+    )
+    assert "Traceback" not in proc.stderr and "compiled in" not in proc.stdout

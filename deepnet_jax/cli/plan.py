@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 
 import jax
@@ -86,6 +87,9 @@ def execute(arguments: list[str]) -> None:
     """Plan ``--config`` on ``--target`` and print the figures (exit 1 on a bad config or flag,
     2 when the step does not fit)."""
     del arguments  # none
+    folder = os.path.dirname(os.path.abspath(_RECORD.value or "."))
+    if _RECORD.value and not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
+        raise ValueError(f"--record={_RECORD.value}: {folder} is not a folder this can write to")
     head = records.header()
     try:
         result = _plan(_target())
