@@ -82,7 +82,8 @@ def mhc_parts(p, prefix, X, cfg, sizes):
     """Eq. 7: α∘(RMSNorm(vec(x))·φ) + b, one α per part."""
     n, D = X.shape[-2:]
     flat = X.reshape(*X.shape[:-2], n * D)
-    xn = flat / np.sqrt((flat**2).mean(-1, keepdims=True) + cfg.layernorm_eps)
+    eps = cfg.layernorm_eps if cfg.mhc_variant == "deepseek_v4" else constants.MHC_RMS_EPS
+    xn = flat / np.sqrt((flat**2).mean(-1, keepdims=True) + eps)
     z = xn @ p[f"{prefix}_phi"].reshape(n * D, -1)
     edges = np.cumsum((0, *sizes))
     return [
@@ -371,6 +372,25 @@ def _hosted(f, variant):
     return cfg, np.asarray(pre), np.asarray(post), np.asarray(res), update, head
 
 
+def _logit_rounding(f) -> float:
+    """δ = |α|(2K + 2)u·max Σ_k|x̃′_kφ_k| (K = nD, u = 2⁻²⁴): how far two float32 evaluations
+    of a logit α·(x̃′φ)/RMS on the fixture may part (the next test's docstring)."""
+    u, K = 2.0**-24, int(f["n"]) * int(f["D"])
+    x = f["hidden_streams"].astype(np.float64).reshape(-1, K)
+    xn = np.abs(x / np.sqrt((x**2).mean(-1, keepdims=True)))
+    return np.abs(f["scale"]).max() * (2 * K + 2) * u * (xn @ np.abs(f["fn"].T)).max()
+
+
+def _map_bounds(f) -> dict[str, float]:
+    """How far two float32 evaluations of H_pre, H_post and H_res may part (the next test)."""
+    u, delta, n, iters = 2.0**-24, _logit_rounding(f), int(f["n"]), int(f["iters"])
+    return {
+        "pre": delta / 4 + 2 * u,
+        "post": delta / 2 + 4 * u,
+        "res": 2 * delta + 4 * iters * (n + 1) * u,
+    }
+
+
 def test_deepseek_v4_variant_is_hugging_faces_mhc():
     """Hugging Face transformers 5.24.0's ``DeepseekV4HyperConnection`` and
     ``DeepseekV4HyperHead`` (tests/fixtures/make_mhc_fixture.py) on its seeded weights: H_pre·x
@@ -382,14 +402,9 @@ def test_deepseek_v4_variant_is_hugging_faces_mhc():
     error per entry on either side, a logit's relative change ≤ δ in exp: entries ≤ 1, so
     |ΔH_res| ≤ 2δ + 4·t_max(n + 1)u. The update and head add their own n + 1-term sums."""
     f = np.load(FIXTURE)
-    n, D, iters = int(f["n"]), int(f["D"]), int(f["iters"])
+    n = int(f["n"])
     _, pre, post, res, update, head = _hosted(f, "deepseek_v4")
-    u, K = 2.0**-24, n * D
-    x = f["hidden_streams"].astype(np.float64).reshape(-1, K)
-    xn = np.abs(x / np.sqrt((x**2).mean(-1, keepdims=True)))
-    delta = np.abs(f["scale"]).max() * (2 * K + 2) * u * (xn @ np.abs(f["fn"].T)).max()
-    bounds = {"pre": delta / 4 + 2 * u, "post": delta / 2 + 4 * u}
-    bounds["res"] = 2 * delta + 4 * iters * (n + 1) * u
+    u, delta, bounds = 2.0**-24, _logit_rounding(f), _map_bounds(f)
     xmax = np.abs(f["hidden_streams"]).max()
     np.testing.assert_allclose(post, f["post"], rtol=0, atol=bounds["post"])
     np.testing.assert_allclose(res, np.swapaxes(f["comb"], -1, -2), rtol=0, atol=bounds["res"])
@@ -406,11 +421,26 @@ def test_deepseek_v4_variant_is_hugging_faces_mhc():
     assert max(bounds.values()) < 1e-3
 
 
-def test_where_the_paper_differs_from_deepseek_v4():
+def test_the_papers_maps_do_not_see_the_streams_scale():
+    """Eq. 7's RMSNorm(vec(x)) makes H_pre, H_post and H_res of x and of 10⁻⁴·x the same: with
+    Table 5's ε = 1e-20 under a mean square of about 10⁻⁸ (with an ε of 1e-5 they would not be:
+    its RMS would grow about 30-fold). Both are float32 evaluations of the same logits, whose
+    relative rounding (:func:`_logit_rounding`) bounds the difference."""
+    f = np.load(FIXTURE)
+    small = {k: f[k] for k in f.files} | {"hidden_streams": f["hidden_streams"] * 1e-4}
+    maps, maps_small = _hosted(f, "paper")[1:4], _hosted(small, "paper")[1:4]
+    for name, a, b in zip(("pre", "post", "res"), maps, maps_small, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=_map_bounds(f)[name], err_msg=name)
+
+
+def test_where_the_paper_differs_from_deepseek_v4(monkeypatch):
     """On the same weights (this project's code): H_pre differs by exactly DeepSeek-V4's ε,
     H_post not at all, H_res by O(ε) (its ε in Sinkhorn-Knopp), and the streams are joined
-    differently (the paper's sum against DeepSeek-V4's learned head)."""
+    differently (the paper's sum against DeepSeek-V4's learned head). The RMS of vec(x) takes
+    the same ε in both here (the paper's 1e-20 set to Hugging Face's RMSNorm ε), so that these
+    differences are all there is; the paper's own ε is the oracle tests' (:func:`mhc_parts`)."""
     f = np.load(FIXTURE)
+    monkeypatch.setattr(constants, "MHC_RMS_EPS", float(f["rms_eps"]))
     _, pre_p, post_p, res_p, update_p, head_p = _hosted(f, "paper")
     _, pre_v, post_v, res_v, update_v, head_v = _hosted(f, "deepseek_v4")
     np.testing.assert_allclose(pre_v - pre_p, EPS_V4, rtol=0, atol=1.2e-7)

@@ -203,6 +203,8 @@ HC_SCALE_INIT = 0.01
 # Sinkhorn-Knopp's iterations t_max (Section 4.2 and Table 5: 20).
 MHC_ALPHA_INIT = 0.01
 MHC_SINKHORN_ITERS = 20
+# the ε of mHC's RMSNorm of vec(x) (Table 5: "RMSNorm ε 1e-20"; eq. 15 writes none)
+MHC_RMS_EPS = 1e-20
 # Hugging Face's DeepSeek-V4 (transformers 5.24.0, ``DeepseekV4Config.hc_eps``): the ε it adds
 # to H_pre, to the softmax that starts Sinkhorn-Knopp and to each normalization's denominator.
 MHC_DEEPSEEK_V4_EPS = 1e-6

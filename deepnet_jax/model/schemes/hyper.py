@@ -199,7 +199,8 @@ def _projected(ops: Ops, prefix: str, x: jax.Array, sizes: tuple[int, ...]) -> l
     """mHC eq. 7 for parameters ``{prefix}_phi`` (φ [n, D, Σ sizes], flattened stream-major as
     vec(x)), ``{prefix}_bias`` (b [Σ sizes], 0 at init) and ``{prefix}_alpha`` (one α per
     part, 0.01 at init): α∘(RMSNorm(vec(x))·φ) + b, split into ``sizes`` parts [B, T, size].
-    The RMSNorm has no weight (the paper folds it into φ: Section 4.3.1); ε = layernorm_eps.
+    The RMSNorm has no weight (the paper folds it into φ: Section 4.3.1); its ε is Table 5's
+    1e-20, ``layernorm_eps`` under ``mhc_variant="deepseek_v4"`` (Hugging Face's RMSNorm ε).
     As the paper's kernels do (Section 4.3.1), the division by the RMS follows the matmul,
     (vec(x)·φ)/RMS: the same product, scaled [B, T, Σ sizes] instead of [B, T, nD]."""
     n, D = x.shape[-2:]
@@ -209,7 +210,9 @@ def _projected(ops: Ops, prefix: str, x: jax.Array, sizes: tuple[int, ...]) -> l
     init = jax.nn.initializers.constant(constants.MHC_ALPHA_INIT)
     alpha = ops.param(f"{prefix}_alpha", init, (len(sizes),), (None,))
     flat = x.astype(_FLOAT).reshape(*x.shape[:-2], n * D)
-    inv_rms = jax.lax.rsqrt(jnp.mean(flat * flat, -1, keepdims=True) + ops.config.layernorm_eps)
+    c = ops.config
+    eps = c.layernorm_eps if c.mhc_variant == "deepseek_v4" else constants.MHC_RMS_EPS
+    inv_rms = jax.lax.rsqrt(jnp.mean(flat * flat, -1, keepdims=True) + eps)
     z = (flat @ phi.reshape(n * D, width)) * inv_rms
     z = z * alpha[np.repeat(np.arange(len(sizes)), sizes)] + bias
     return jnp.split(z, list(itertools.accumulate(sizes))[:-1], axis=-1)
