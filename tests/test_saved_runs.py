@@ -7,7 +7,6 @@ import os
 import shutil
 import sys
 
-import jax
 import numpy as np
 import pytest
 
@@ -31,10 +30,10 @@ def test_saved_run_resumes(name, tmp_path):
     assert sorted(got) == sorted(expected)  # it resumed at the saved step, not from scratch
     got_values = np.array([got[s] for s in sorted(expected)])
     want = np.array([expected[s] for s in sorted(expected)])
-    if jax.__version__ == RECORD["jax"]:
-        # The same compiler: resuming on the CPU is bitwise (tests/test_checkpoint.py).
-        np.testing.assert_array_equal(got_values, want)
-    else:
-        # Another XLA may reassociate float32 reductions: each sum of n ≤ 1,024 terms moves by
-        # at most n·ε = 1,024 · 1.19e-7 ≈ 1.2e-4 of its magnitude.
-        np.testing.assert_allclose(got_values, want, rtol=1.2e-4)
+    # The fixture was written on another machine, and XLA:CPU compiles for the host's instruction
+    # set: another vector width or FMA contraction (or another XLA) reassociates and rounds
+    # float32 sums differently, so equality is bitwise only on the writing machine (resuming on
+    # one machine is bitwise: tests/test_checkpoint.py). Each sum of n ≤ 1,024 terms moves by at
+    # most n·ε = 1,024 · 1.19e-7 ≈ 1.2e-4 of its magnitude; a change to the saved format or a
+    # scheme's math moves the loss by far more.
+    np.testing.assert_allclose(got_values, want, rtol=1.2e-4)
