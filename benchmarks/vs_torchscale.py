@@ -5,9 +5,7 @@ Times one full training step (forward, backward, Adam update) of the same DeepNo
 jitted step) and in torchscale 0.3.0 (eager PyTorch, in a spawned child process), on the same
 batches and the same pinned CPUs, in alternating rounds. Prints one JSON line per row with the
 median step times and ``ratio`` = ours / theirs (< 1: ours is faster), then an ``environment``
-line. Like the train command on a CPU host, it restarts itself first with glibc's ``malloc`` on
-huge pages (:mod:`deepnet_jax.common.host_allocator`; both sides run under it, the record's
-``malloc_env`` says so); ``GLIBC_TUNABLES=glibc.malloc.hugetlb=0`` measures glibc's default.
+line.
 
 Run from the repository root, after ``bash benchmarks/install_bench.sh`` (torch, fairscale and
 torchscale 0.3.0)::
@@ -42,7 +40,7 @@ from benchmarks.host_memory import malloc_env
 from benchmarks.vs_torchscale_ours import OursTrainer, jax_versions, sinusoidal_positions
 from benchmarks.vs_torchscale_setup import TORCH_ADAM, Row, Setup, make_batches
 from benchmarks.vs_torchscale_worker import LocalTheirs, RemoteTheirs
-from deepnet_jax.common import host_allocator, records
+from deepnet_jax.common import records
 
 # JAX is imported inside the functions of our side only: the torch child process (spawn
 # re-imports this module) should load neither JAX nor XLA's thread pool.
@@ -258,7 +256,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    # as the train command runs on a CPU host: glibc's malloc on huge pages, for both sides (the
-    # torch child inherits the environment); GLIBC_TUNABLES=glibc.malloc.hugetlb=0 opts out
-    host_allocator.restart_with_hugepages()
     main()

@@ -19,7 +19,6 @@ import ml_collections
 import numpy as np
 import pytest
 
-from deepnet_jax.common import host_allocator
 from deepnet_jax.model import architectures, schemes
 from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.model.config import ARCHS, SCHEMES
@@ -59,14 +58,6 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
 if TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
-
-# The train command restarts itself under glibc's huge-page malloc on a CPU host
-# (deepnet_jax.common.host_allocator); its subprocesses here start with the setting instead, so
-# each is spared the restart (an interpreter and jax imported twice). Tests of the restart clear it.
-if host_allocator.applies():
-    _tunables = host_allocator.tunables_with_hugepages(os.environ.get("GLIBC_TUNABLES", ""))
-    if _tunables is not None:
-        os.environ["GLIBC_TUNABLES"] = _tunables
 
 
 def _measure_matmul_once() -> None:

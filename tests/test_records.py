@@ -4,6 +4,7 @@ benchmarks' ``--out`` records, their measurements replaced by stand-ins (no timi
 from __future__ import annotations
 
 import json
+import platform
 
 import pytest
 
@@ -14,9 +15,16 @@ HEADER_KEYS = {"command", "commit", "date", "machine", "jax"}
 
 def test_header_names_the_module_and_the_commit():
     head = records.header([records.__file__.replace("records.py", "console.py"), "--x=1"])
-    assert set(head) == HEADER_KEYS
+    assert set(head) == HEADER_KEYS | {"cpu"}  # "cpu" since records began naming the processor
     assert head["command"] == "python -m deepnet_jax.common.console --x=1"
     assert head["commit"] is None or len(head["commit"].removesuffix("+dirty")) == 40
+
+
+def test_cpu_model_is_cpuinfos_model_name(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n")
+    assert records.cpu_model(str(info)) == "AMD EPYC 7B13"
+    assert records.cpu_model(str(tmp_path / "absent")) == (platform.processor() or None)
 
 
 def test_write_puts_the_payload_under_the_given_header(tmp_path):

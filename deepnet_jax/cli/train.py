@@ -8,11 +8,6 @@
 Library log lines (orbax, jax, tensorflow_datasets, grain) below WARNING are hidden; add
 ``-v 0`` (absl's ``--verbosity``; ``-v 1`` for DEBUG) to see them.
 
-On a CPU host the command restarts itself once, at start, with
-``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` (:mod:`deepnet_jax.common.host_allocator`: fewer page
-faults, a faster step, the same numbers); ``GLIBC_TUNABLES=glibc.malloc.hugetlb=0`` keeps glibc's
-default.
-
 Exit status 0 when training completes or SIGTERM/SIGINT stops it after a checkpoint (run the
 same command again to resume); 1 with a one-line error for a bad config or environment.
 """
@@ -27,7 +22,7 @@ from ml_collections import config_flags
 
 from deepnet_jax import configs
 from deepnet_jax.cli import command
-from deepnet_jax.common import console, host_allocator, process_exit
+from deepnet_jax.common import console, process_exit
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", configs.path("default"), "a shipped config's name or a config file", lock_config=True
@@ -73,11 +68,8 @@ def main(argv: list[str]) -> None:
 
 
 def run() -> None:
-    """This process's command: on a CPU host first restarted with glibc's ``malloc`` on huge
-    pages (:mod:`deepnet_jax.common.host_allocator`), then absl's ``app.run`` with
-    :func:`parse_flags`; the process ends as soon as every ``atexit`` handler has run
-    (:mod:`deepnet_jax.common.process_exit`)."""
-    host_allocator.restart_with_hugepages()
+    """This process's command: absl's ``app.run`` with :func:`parse_flags`; the process ends
+    as soon as every ``atexit`` handler has run (:mod:`deepnet_jax.common.process_exit`)."""
     process_exit.run(lambda: app.run(main, flags_parser=parse_flags))
 
 

@@ -25,8 +25,8 @@ RECORDS_DIR = os.path.join("docs", "records")  # from the repository root
 
 def header(argv: list[str] | None = None) -> dict[str, Any]:
     """What a record says of its making: the command line, the commit (``+dirty`` where the
-    work tree had changes), the UTC date, the machine (OS, processor, CPU count) and the jax
-    version (None where jax is not installed)."""
+    work tree had changes), the UTC date, the machine (OS, architecture, CPU count), the
+    processor's model name and the jax version (None where jax is not installed)."""
     argv = sys.argv if argv is None else argv
     try:
         import jax
@@ -39,8 +39,24 @@ def header(argv: list[str] | None = None) -> dict[str, Any]:
         "commit": commit(),
         "date": now(),
         "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
+        "cpu": cpu_model(),
         "jax": jax_version,
     }
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """The processor's model name (Linux's ``/proc/cpuinfo``, e.g. ``AMD EPYC 7B13`` or
+    ``Intel(R) Xeon(R) Processor``; else ``platform.processor()``), None where neither says:
+    two VMs with the same ``machine`` line can time the same step 25% apart."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def now() -> str:
