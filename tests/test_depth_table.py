@@ -133,6 +133,25 @@ def test_another_commands_flag_is_refused_not_ignored():
     opening.parse_args([], ["quick"])  # the defaults again for later tests
 
 
+def test_the_longer_budget_row_is_quicks_500l_cells_with_twice_the_updates():
+    """``long500``: the four scanned schemes at 500L-500L on reversal64, seed 0, each run's
+    config quick's with 1,600 updates in place of 800 and nothing else changed."""
+    base, quick = table_recipe.base_config("long500"), table_recipe.base_config("quick")
+    keys = dts.keys("long500", base)
+    assert [(k["scheme"], k["layers"], k["seed"], k["task"]) for k in keys] == [
+        (s, 500, 0, "reversal64") for s in ("post_ln", "pre_ln", "deepnorm", "subln")
+    ]
+    quick_keys = {json.dumps(k, sort_keys=True) for k in dts.keys("quick", quick)}
+    assert all(json.dumps(k, sort_keys=True) in quick_keys for k in keys)  # quick's own runs
+    for key in keys:
+        run = table_recipe.make_config(base, key).to_dict()
+        same = table_recipe.make_config(quick, key).to_dict()
+        assert (run.pop("total_steps"), same.pop("total_steps")) == (1600, 800)
+        assert run == same
+    recorded = depth_table.run_recipe(base)
+    assert recorded["updates"] == 1600 and recorded["lr"] == 2e-3 and recorded["warmup"] == 400
+
+
 def test_tasks_and_depths_pick_part_of_a_setting_in_its_order():
     base = table_recipe.base_config("quick")
     every = dts.keys("quick", base)

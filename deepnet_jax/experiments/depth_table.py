@@ -41,6 +41,8 @@ smoke      post_ln, deepnorm × 2; dlcl_pre × 2         reversal (16-32-2, 4 up
 quick      post_ln, pre_ln, deepnorm, subln × 6, 18,   reversal, reversal64        3
            50, 100; dlcl_pre, dlcl_post × 6, 18
 full       quick's, plus 12 and 200 layers             reversal, reversal64        3
+long500    post_ln, pre_ln, deepnorm, subln × 500,     reversal64                  1
+           1,600 updates (quick's recipe otherwise)
 corpus     post_ln, pre_ln, deepnorm × 6, 18           the main job's corpus       2
 modern_lm  pre_ln, deepnorm, subln × 6, 100 (1 stack)  char-level Shakespeare      2
 since_     mix_ln, peri_ln, ln_scaling, deepscalelm,   reversal64                  3

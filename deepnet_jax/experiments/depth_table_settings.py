@@ -14,7 +14,9 @@ from deepnet_jax.configs import experiment_rows
 from deepnet_jax.experiments import common
 from deepnet_jax.model import schemes
 
-SETTINGS = ("smoke", "recipe", "init", "quick", "full", "corpus", "modern_lm", "since_deepnet")
+SETTINGS = (
+    "smoke", "recipe", "init", "quick", "full", "long500", "corpus", "modern_lm", "since_deepnet"
+)  # fmt: skip
 
 _SCHEMES = list(common.SCHEMES)  # the papers' scanned schemes
 _DLCL = list(schemes.names(stack="dlcl"))
@@ -59,6 +61,14 @@ GRIDS: dict[str, dict[str, Any]] = {
         "cells": [(s, n) for n in (6, 12, 18, 50, 100, 200) for s in _SCHEMES]
         + [(s, n) for n in (6, 12, 18) for s in _DLCL],
         "seeds": [0, 1, 2],
+    },
+    # the longer-budget row: quick's four scanned schemes at 500L-500L, seed 0, under the recipe
+    # with twice its updates (configs.depth_table_recipe.LONG_UPDATES), since none of them
+    # trained at 500L within quick's 800 (docs/reproduction.md, "At 500L-500L")
+    "long500": {
+        "tasks": ["reversal64"],
+        "cells": [(s, 500) for s in _SCHEMES],
+        "seeds": [0],
     },
     # the schemes since DeepNet, DyT and CompleteP (its base at 6L:
     # configs.experiment_rows.ROW_FIELDS) under the same recipe and verdict rules, beside quick's
