@@ -43,7 +43,11 @@ def _apply(model, params, arch, batch, **kw):
 
 
 @pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
-@pytest.mark.parametrize("arch", ["encdec", "decoder", "encoder"])
+# the encoder-decoder holds both single stacks' attention (a packed encoder, a packed causal
+# decoder) and cross-attention; the single stacks alone under -m slow
+@pytest.mark.parametrize(
+    "arch", ["encdec", *(pytest.param(a, marks=pytest.mark.slow) for a in ("decoder", "encoder"))]
+)
 def test_packed_logits_equal_unpacked(arch, positions):
     cfg, model, params = built(arch, "deepnorm", positions=positions)
     rng = np.random.default_rng(0)

@@ -144,6 +144,7 @@ def test_auto_trains_with_its_choice(memoized, capsys, tmp_path):
     assert (saved["model"]["remat_policy"], saved["model"]["scan_group_size"]) == ("full", -1)
 
 
+@pytest.mark.slow  # the planner command: test_plan.py's runs; auto's plan: the tests above
 def test_planner_command_with_auto():
     proc = subprocess.run(
         [
