@@ -56,7 +56,7 @@ def test_chunked_loss_and_gradients_equal_the_whole_batchs(arch, tied):
 def test_a_run_with_a_chunked_loss_trains_as_the_whole_batch_run():
     runs = {}
     for chunk in (0, 4):
-        c = small_config("encdec", "deepnorm", steps=20)
+        c = small_config("decoder", "deepnorm", steps=20)  # the chunks split the decoder's logits
         c.loss_chunk = chunk
         runs[chunk] = train.run(c)
     assert runs[4]["eval_loss"] < 0.85 * runs[4]["first_train_loss"]

@@ -168,7 +168,7 @@ def test_resumed_run_reads_theta0_features_instead_of_building_theta0(monkeypatc
     from deepnet_jax.data import synthetic
     from deepnet_jax.scale import sharding
 
-    c = small_config("encdec", "deepnorm", steps=6)
+    c = small_config("decoder", "deepnorm", steps=6)
     c.diagnostics.every, c.log_every, c.checkpoint_every = 2, 2, 100
     train.run(c, str(tmp_path / "whole"))
     original_next = synthetic.SyntheticIterator.__next__
