@@ -86,8 +86,8 @@ def test_every_gpu_gives_its_devices(name, kind):
 
 @pytest.fixture(scope="module")
 def default_on_v5e_4() -> memory_plan.Plan:
-    """The default config's plan on v5e-4 (pure data parallelism), compiled once for the two
-    tests that read it: the next one, and the FSDP one's data-parallel side (XLA:TPU takes
+    """The default config's plan on v5e-4 (pure data parallelism), compiled once for the three
+    tests that read it: the next two, and the FSDP one's data-parallel side (XLA:TPU takes
     about half a minute for it on a 2-core machine)."""
     return _plan(default.get_config(), "v5e-4")
 
@@ -102,6 +102,24 @@ def test_default_config_on_v5e_4(default_on_v5e_4):
     r = plan.roofline
     assert r["bound_s"] == max(r["compute_s"], r["memory_s"], r["collective_s"]) > 0
     assert 0 < r["mfu_upper_bound"] <= 1
+
+
+@needs_libtpu
+def test_a_tpu_plans_kernels_count_every_matmul(default_on_v5e_4):
+    """On XLA:TPU most matmuls are convolutions: the kernels' FLOPs (one device's program, a
+    quarter of the batch under pure data parallelism) are still the program's."""
+    plan = default_on_v5e_4
+    assert sum(k.flops for k in plan.kernels) * 4 == plan.program_flops
+    # at least the compute bound and the state's read and write; not the roofline's memory
+    # term, XLA's "bytes accessed", which also counts reads of on-chip (S(1)) copies
+    state = (
+        plan.memory_analysis["argument_size_in_bytes"]
+        + plan.memory_analysis["output_size_in_bytes"]
+    )
+    hbm = targets.parse("v5e-4").chip.memory_bytes_per_s
+    assert plan.predicted_step_s >= max(plan.roofline["compute_s"], state / hbm)
+    unclassified = [k for k in plan.kernels if k.kind == "unclassified"]
+    assert all(k.seconds < 0.01 * plan.predicted_step_s for k in unclassified)
 
 
 @needs_libtpu
