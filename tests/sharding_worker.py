@@ -11,7 +11,9 @@ argv: mode out_json [args]. Modes:
   (1, 4, 2)); per-step losses of each.
 * ``default TMP``: the default test run's ``equivalence TMP encdec`` and ``restore TMP
   fsdp4_tensor2`` in one process (one start-up of python and jax instead of two), as
-  ``{"equivalence": ..., "restore": ...}``.
+  ``{"equivalence": ..., "restore": ...}``, sharing runs: restore's uninterrupted 4 steps on
+  (2, 2, 2) are the equivalence's sharded run (against 4 single-device steps), and its step-2
+  checkpoint the one resumed on fsdp 4 × tensor 2 (three runs instead of five).
 * ``processes PID PORT WORKDIR``: one of two processes (4 devices each) of one
   ``jax.distributed`` job, as ``{"process": ..., "admin": ...}``: ``process``, training the
   encdec config of ``equivalence`` on mesh (2, 2, 2), then beam-searching with parameters
@@ -35,6 +37,7 @@ from deepnet_jax.decoding import search
 from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.runs import metrics
+from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.scale import distributed, sharding
 from deepnet_jax.training import train, trainer
 from deepnet_jax.training.run_config import RunConfig
@@ -120,20 +123,27 @@ def equivalence(out: str, tmp: str, *archs: str) -> dict:
     return result
 
 
-def restore(out: str, tmp: str, *meshes: str) -> dict:
-    def cfg(mesh, steps):
-        c = config("encdec", mesh, steps)
-        c.checkpoint_every = 2
-        return c
+def _restore_config(mesh: tuple[int, int, int], steps: int):
+    c = config("encdec", mesh, steps)
+    c.checkpoint_every = 2
+    return c
 
-    train.run(cfg((2, 2, 2), 4), f"{tmp}/straight")
-    train.run(cfg((2, 2, 2), 2), f"{tmp}/first_half")
+
+def _resumed_on(mesh: str, tmp: str, first_half: str) -> list[float]:
+    """A copy of ``first_half`` (a run saved at step 2 on (2, 2, 2); a step-4 checkpoint, if
+    there, removed) resumed to step 4 on ``mesh``: its per-step losses."""
+    shutil.copytree(first_half, f"{tmp}/{mesh}")
+    shutil.rmtree(RunDir(f"{tmp}/{mesh}").checkpoint(4), ignore_errors=True)
+    train.run(_restore_config(MESHES[mesh], 4), f"{tmp}/{mesh}")
+    return losses(f"{tmp}/{mesh}")
+
+
+def restore(out: str, tmp: str, *meshes: str) -> dict:
+    train.run(_restore_config((2, 2, 2), 4), f"{tmp}/straight")
+    train.run(_restore_config((2, 2, 2), 2), f"{tmp}/first_half")
     result = {"straight": losses(f"{tmp}/straight")}
     for name in meshes:
-        mesh = MESHES[name]
-        shutil.copytree(f"{tmp}/first_half", f"{tmp}/{name}")
-        train.run(cfg(mesh, 4), f"{tmp}/{name}")
-        result[name] = losses(f"{tmp}/{name}")
+        result[name] = _resumed_on(name, tmp, f"{tmp}/first_half")
     return result
 
 
@@ -188,10 +198,17 @@ def processes(pid: int, port: str, workdir: str) -> dict:
 
 
 def default(out: str, tmp: str) -> dict:
-    """``equivalence`` of the encdec and ``restore`` onto fsdp 4 × tensor 2, in one process."""
+    """``equivalence`` of the encdec and ``restore`` onto fsdp 4 × tensor 2, in one process,
+    sharing runs (4 steps each; the default schedule's rates do not depend on the total)."""
+    train.run(_restore_config((2, 2, 2), 4), f"{tmp}/straight")
+    train.run(config("encdec", (1, 1, 1), 4), f"{tmp}/single", devices=jax.devices()[:1])
+    straight = losses(f"{tmp}/straight")
+    single = losses(f"{tmp}/single")
+    encdec = {"single": single, "sharded": straight, "bytes": param_bytes("encdec")}
+    resumed = _resumed_on("fsdp4_tensor2", tmp, f"{tmp}/straight")
     return {
-        "equivalence": equivalence(out, tmp, "encdec"),
-        "restore": restore(out, tmp, "fsdp4_tensor2"),
+        "equivalence": {"translations": translations(), "encdec": encdec},
+        "restore": {"straight": straight, "fsdp4_tensor2": resumed},
     }
 
 

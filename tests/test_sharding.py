@@ -73,7 +73,7 @@ def _equivalence(request, arch: str) -> dict:
 @pytest.mark.parametrize("arch", ARCHS)
 def test_sharded_losses_equal_single_device(request, arch):
     r = _equivalence(request, arch)
-    assert len(r["single"]) == 3
+    assert len(r["single"]) == (4 if arch == "encdec" else 3)  # the default run's shares runs
     np.testing.assert_allclose(r["sharded"], r["single"], rtol=1e-5, atol=1e-5)
 
 
@@ -142,7 +142,8 @@ def test_two_processes_equal_one_process_with_eight_devices(equivalence, two_pro
     r0, r1 = (r["process"] for r in results)
     assert (r0["process_count"], r0["local_devices"], r0["devices"]) == (2, 4, 8)
     assert r1["process_count"] == 2 and "losses" not in r1  # process 0 alone logs
-    np.testing.assert_allclose(r0["losses"], equivalence["encdec"]["sharded"], rtol=1e-5, atol=1e-5)
+    sharded = equivalence["encdec"]["sharded"][:3]  # its first 3 of 4 steps
+    np.testing.assert_allclose(r0["losses"], sharded, rtol=1e-5, atol=1e-5)
     assert (workdir / "checkpoints" / "3").is_dir()  # saved by both processes together
     # decoding with parameters sharded over both processes: each gets the whole output,
     # the same as one process with 8 devices
