@@ -1,32 +1,50 @@
-"""Loading a run from its workdir, checkpoint averaging, and the translate/evaluate/sample CLIs."""
+"""What a translation run leaves in its workdir, loading a run from it, checkpoint averaging, and
+the translate/evaluate/sample CLIs."""
 
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
 
 import jax
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 from test_data_pipeline import _train_config, corpus  # noqa: F401 (fixture)
 
 from deepnet_jax.cli import evaluate, sample, translate
 from deepnet_jax.decoding import sampling, search
+from deepnet_jax.runs import metrics
 from deepnet_jax.training import loading as run_loading
 from deepnet_jax.training import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN_KEYS = {
+    "loss",
+    "nll",
+    "perplexity",
+    "accuracy",
+    "lr",
+    "grad_norm",
+    "update_norm",
+    "param_norm",
+    "tokens_per_s",
+    "step_time_s",
+    "mfu",
+}
 
 
 @pytest.fixture(scope="module")
 def translation_run(corpus, tmp_path_factory):  # noqa: F811
-    """A finished tiny translation run with checkpoints at 3, 6, 9 and 12 updates."""
+    """A finished tiny translation run with checkpoints at 3, 6, 9 and 12 updates, two samples
+    in its eval.json."""
     workdir = tmp_path_factory.mktemp("translation_run")
     c = _train_config(corpus, max_tokens=192)
     c.total_steps, c.log_every, c.eval_every, c.checkpoint_every, c.max_to_keep = 12, 6, 6, 3, 10
     c.final_split = "test"
-    c.decode.beam_size, c.decode.eval_sentences, c.decode.num_samples = 2, 10, 0
+    c.decode.beam_size, c.decode.eval_sentences, c.decode.num_samples = 2, 10, 2
     result = train.run(c, str(workdir))
     return str(workdir), result
 
@@ -38,6 +56,50 @@ def lm_run(corpus, tmp_path_factory):  # noqa: F811
     c.total_steps, c.log_every, c.eval_every, c.checkpoint_every = 4, 4, 0, 4
     train.run(c, str(workdir))
     return str(workdir)
+
+
+def test_the_runs_workdir_outputs(translation_run):
+    """What a translation run leaves in its workdir: metrics, TensorBoard, curves, best/,
+    eval.json (the fixture's run: 12 updates, logged and validated every 6)."""
+    workdir, result = translation_run
+    path = pathlib.Path(workdir)
+    records = metrics.read(workdir)
+    train_records = [r for r in records if r["split"] == "train"]
+    assert [r["step"] for r in train_records] == [6, 12]
+    for r in train_records:
+        assert r.keys() >= TRAIN_KEYS, r
+        assert r["nll"] != r["loss"]  # label smoothing 0.1: the optimized loss is not the NLL
+        assert r["perplexity"] == pytest.approx(np.exp(r["nll"]))
+        assert r["grad_norm"] > 0 and r["update_norm"] > 0 and r["param_norm"] > 0
+        assert 0 < r["mfu"] < 1
+    evals = [r for r in records if r["split"] == "eval"]
+    assert [r["step"] for r in evals] == [6, 12]
+    assert all(0 <= r["bleu"] <= 100 and r["bleu_sentences"] == 10 for r in evals)
+    for r in evals:  # the decoder-reads-its-source figures, at every validation
+        assert np.isfinite(r["source_sensitivity"]) and 0 < r["distinct_hypotheses"] <= 1
+    test_records = [r for r in records if r["split"] == "test"]
+    assert test_records and test_records[0]["bleu"] == pytest.approx(result["test_bleu"])
+
+    saved = json.loads((path / "eval.json").read_text())
+    assert saved["test_sentences"] == 30  # the whole test split, beam search
+    assert "BLEU" in saved["test_bleu_signature"] or "nrefs" in saved["test_bleu_signature"]
+    assert 0 <= saved["test_chrf"] <= 100 and saved["test_loss"] > 0
+    assert len(saved["test_samples"]) == 2
+    for key in ("eval_source_sensitivity", "test_source_sensitivity"):
+        assert np.isfinite(saved[key]), key
+    assert 0 < saved["eval_distinct_hypotheses"] <= 1 and 0 < saved["test_distinct_hypotheses"] <= 1
+    assert set(saved["test_samples"][0]) == {"source", "reference", "hypothesis"}
+
+    assert (path / "tokenizer.model").stat().st_size > 0
+    assert (path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert any(f.startswith("events") for f in os.listdir(path / "tensorboard"))
+    best = [int(d) for d in os.listdir(path / "best") if d.isdigit()]
+    assert len(best) == 1  # the best validation BLEU's parameters, kept apart
+    score = json.loads((path / "best" / str(best[0]) / "score" / "metadata").read_text())
+    bleus = {r["step"]: r["bleu"] for r in evals}
+    assert score["score"] == pytest.approx(max(bleus.values()))
+    params = ocp.StandardCheckpointer().restore(path / "best" / str(best[0]) / "params")
+    assert "encoder" in params
 
 
 def test_evaluate_reproduces_the_runs_final_test_figures(translation_run):
