@@ -3,6 +3,9 @@ Dropout, and model.dropout_rng through a model."""
 
 from __future__ import annotations
 
+import importlib.util
+import re
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -12,6 +15,7 @@ from conftest import jit_apply, random_tokens, tiny_config
 
 from deepnet_jax.model import architectures
 from deepnet_jax.model.dropout import dropout, dropout_bits
+from deepnet_jax.scale import targets
 
 N = 1 << 20  # elements per mask: binomial standard deviation of the drop fraction ≈ 3e-4
 
@@ -49,6 +53,55 @@ def test_hash_masks_are_uncorrelated_within_and_across_keys():
     bits = np.asarray(dropout_bits(base, (N,)))
     ones = np.array([np.mean((bits >> b) & 1) for b in range(32)])
     assert np.all(np.abs(ones - 0.5) < 5 * 0.5 / np.sqrt(N)), ones
+
+
+def _lowbias32(h: np.ndarray) -> np.ndarray:
+    for shift, multiplier in ((16, 0x7FEB352D), (15, 0x846CA68B), (16, None)):
+        h = h ^ (h >> np.uint32(shift))
+        if multiplier is not None:
+            h = h * np.uint32(multiplier)  # uint32 arithmetic wraps, as the hash's does
+    return h
+
+
+@pytest.mark.parametrize("shape", [(), (7,), (3, 5), (2, 3, 4), (4, 1, 6, 5), (2, 0, 3)])
+def test_hash_bits_are_the_flat_indexs_hash(shape):
+    """lowbias32(lowbias32(i ⊕ k0) + k1) of each element's row-major flat index i (NumPy)."""
+    key = jax.random.key(3)
+    k0, k1 = np.asarray(jax.random.bits(key, (2,), jnp.uint32))
+    index = np.arange(int(np.prod(shape)), dtype=np.uint32).reshape(shape)
+    with np.errstate(over="ignore"):
+        want = _lowbias32(_lowbias32(index ^ k0) + k1)
+    np.testing.assert_array_equal(np.asarray(dropout_bits(key, shape)), want)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("jax_plugins.xla_cuda12") is None,
+    reason='jax-cuda12-plugin is not installed (pip install -e ".[gpu-plan]")',
+)
+def test_a_scanned_layers_masks_read_no_counter_array_on_a_gpu():
+    """Compiled for an H100 (deviceless), the gradient of a scanned, rematerialized layer with
+    dropout carries no full-size uint32 array into its loops: each mask's index is counted
+    where the mask is drawn, not read from memory (dropout._flat_index)."""
+    b, t, d, layers = 4, 8, 16, 3
+
+    def layer(x, xs):
+        w, key = xs
+        return x + dropout(jnp.tanh(x @ w), 0.1, key, False), None
+
+    def loss(ws, x, keys):
+        body = jax.checkpoint(layer, policy=jax.checkpoint_policies.dots_saveable)
+        return jnp.sum(jax.lax.scan(body, x, (ws, keys))[0].astype(jnp.float32) ** 2)
+
+    device = targets.compile_devices(targets.parse("h100-1"))[0]
+    on = jax.sharding.SingleDeviceSharding(device)
+    raw_key = jax.random.key_data(jax.random.key(0))  # the session's PRNG's raw key
+    shapes = [((layers, d, d), jnp.bfloat16), ((b, t, d), jnp.bfloat16)]
+    shapes.append(((layers, *raw_key.shape), raw_key.dtype))
+    args = [jax.ShapeDtypeStruct(s, dtype, sharding=on) for s, dtype in shapes]
+    hlo = jax.jit(jax.grad(loss)).lower(*args).compile().as_text()
+    states = re.findall(r"= \(([^\n]*?)\) while\(", hlo)
+    assert len(states) == 2  # the forward and the backward scan
+    assert not any(f"u32[{b},{t},{d}]" in state for state in states)
 
 
 def test_hash_masks_depend_on_the_key_only():

@@ -36,8 +36,24 @@ def dropout_bits(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     if size >= 2**32:
         raise ValueError(f"dropout over {size} elements: the hash counter is 32-bit (< 2**32)")
     k0, k1 = jax.random.bits(key, (2,), jnp.uint32)
-    index = jax.lax.iota(jnp.uint32, size).reshape(shape)
-    return _lowbias32(_lowbias32(index ^ k0) + k1)
+    return _lowbias32(_lowbias32(_flat_index(shape, k0) ^ k0) + k1)
+
+
+def _flat_index(shape: tuple[int, ...], k0: jax.Array) -> jax.Array:
+    """uint32 ``shape``: each element's row-major flat index i, as a column of row offsets
+    [..., 1] plus a row of column indices [D], the offsets first given ``k0 − k0`` (zero).
+
+    The same values as ``iota(size).reshape(shape)``. Written so that no full-size array is a
+    function of the shape alone: inside a scanned layer JAX hoists such an array out of the
+    loop (a loop-invariant residual), and XLA then reads it, 4 bytes an element, in every
+    fusion that draws a mask instead of counting in registers (measured by the kernel model:
+    docs/scaling.md, "What it changed"). Depending on the key, the sum stays in the loop."""
+    if not shape:
+        return jnp.zeros((), jnp.uint32) + (k0 - k0)
+    cols = shape[-1]
+    rows = math.prod(shape[:-1])
+    offsets = jax.lax.iota(jnp.uint32, rows).reshape(*shape[:-1], 1) * jnp.uint32(cols)
+    return (offsets + (k0 - k0)) + jax.lax.iota(jnp.uint32, cols)
 
 
 def dropout(
