@@ -24,6 +24,7 @@ argv: mode out_json [args]. Modes:
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 
@@ -133,7 +134,10 @@ def _resumed_on(mesh: str, tmp: str, first_half: str) -> list[float]:
     """A copy of ``first_half`` (a run saved at step 2 on (2, 2, 2); a step-4 checkpoint, if
     there, removed) resumed to step 4 on ``mesh``: its per-step losses."""
     shutil.copytree(first_half, f"{tmp}/{mesh}")
-    shutil.rmtree(RunDir(f"{tmp}/{mesh}").checkpoint(4), ignore_errors=True)
+    run = RunDir(f"{tmp}/{mesh}")
+    if os.path.isdir(run.checkpoint(4)):
+        shutil.rmtree(run.checkpoint(4))
+    assert os.path.isdir(run.checkpoint(2)) and not os.path.isdir(run.checkpoint(4))
     train.run(_restore_config(MESHES[mesh], 4), f"{tmp}/{mesh}")
     return losses(f"{tmp}/{mesh}")
 

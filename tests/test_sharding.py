@@ -73,7 +73,7 @@ def _equivalence(request, arch: str) -> dict:
 @pytest.mark.parametrize("arch", ARCHS)
 def test_sharded_losses_equal_single_device(request, arch):
     r = _equivalence(request, arch)
-    assert len(r["single"]) == (4 if arch == "encdec" else 3)  # the default run's shares runs
+    assert len(r["single"]) == (4 if arch == "encdec" else 3)  # the default run: shared, 4 steps
     np.testing.assert_allclose(r["sharded"], r["single"], rtol=1e-5, atol=1e-5)
 
 
