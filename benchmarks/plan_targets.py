@@ -60,12 +60,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_plan(config: str, target: str, overrides: list[str]) -> tuple[dict | None, str]:
-    """(the plan's JSON, or None; the planner's last stderr line)."""
+    """(the plan's JSON, or None; the planner's last stderr line, or its exit status where it
+    printed none: a plan killed by a signal or the OOM killer is an error too)."""
     command = [sys.executable, "-m", "deepnet_jax.cli.plan", f"--config={config}"]
     command += [f"--target={target}", *NEEDS.get(config, []), *overrides]
     proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=3600)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    last = (proc.stderr.strip().splitlines() or [""])[-1]
+    silent = f"the planner exited with status {proc.returncode} and no message"
+    last = (proc.stderr.strip().splitlines() or [silent])[-1]
     return (json.loads(lines[-1]) if lines else None), last
 
 
@@ -120,7 +122,8 @@ class Recorder:
             if old["commit"] != self.head["commit"] or "+dirty" in (old["commit"] or "+dirty"):
                 raise SystemExit(f"--resume: {path} is of commit {old['commit']}, not this one")
             self.head = {k: old[k] for k in self.head}
-            self.done = {_key(r): r for r in old["rows"] if not r["error"]}
+            # a row with any error, "" included (a plan killed before this rule), is planned again
+            self.done = {_key(r): r for r in old["rows"] if r["error"] is None}
         self.versions = _versions()
 
     def reuse(self, row: dict) -> bool:

@@ -134,6 +134,24 @@ def test_out_is_written_after_every_row_and_resume_plans_only_the_rest(tmp_path,
     assert planned[3:] == ["cpu:1", "v5p-8"]  # v5e-8 kept from the first run
     assert [r["target"] for r in record["rows"]] == ["v5e-8", "v5p-8"]
     assert json.loads(out.read_text()) == record
+    # a row whose plan failed, even without a message (a planner killed before run_plan named
+    # its exit status), is planned again on resume
+    failed = json.loads(out.read_text())
+    failed["rows"][1].update(plan=None, error="")
+    out.write_text(json.dumps(failed))
+    record = plan_targets.main([*args, "--resume"])
+    assert planned[5:] == ["cpu:1", "v5p-8"] and record["rows"][1]["error"] is None
     head["commit"] = "cd" * 20
     with pytest.raises(SystemExit, match="--resume"):
         plan_targets.main([*args, "--resume"])
+
+
+def test_a_planner_that_dies_silently_is_an_error(monkeypatch):
+    """A plan process killed (SIGKILL, the OOM killer) prints nothing: its row says so."""
+
+    class Killed:
+        stdout, stderr, returncode = "", "", -9
+
+    monkeypatch.setattr(plan_targets.subprocess, "run", lambda *a, **k: Killed())
+    plan, error = plan_targets.run_plan("default", "v5e-8", [])
+    assert plan is None and error == "the planner exited with status -9 and no message"
