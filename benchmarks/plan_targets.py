@@ -25,8 +25,9 @@ Three sets of rows, each a ``table`` of the record's ``rows``:
 compilers' versions under ``versions``) after every row, so that a killed run keeps what it
 planned (``--resume`` plans only the rows it lacks or whose plan failed, at the same clean
 commit); ``--docs`` writes blocks ``plan-targets``, ``plan-targets-depth`` and
-``plan-targets-cpu-vs-tpu`` of that file from the record (:func:`targets_table`, :func:`depth_table`, :func:`cpu_vs_tpu_table`;
-``tests/test_plan_targets_record.py`` regenerates them). Byte, FLOP and collective figures are
+``plan-targets-cpu-vs-tpu`` of that file from the record (:func:`targets_table`,
+:func:`depth_table`, :func:`cpu_vs_tpu_table`; ``tests/test_plan_targets_record.py``
+regenerates them). Byte, FLOP and collective figures are
 deterministic for a commit and the compilers' versions; compile times are wall-clock.
 """
 
