@@ -76,6 +76,24 @@ def test_step_efficiency_benchmark_smoke(tmp_path):
     assert record["rows"] == rows and "--out=" in record["command"] and record["commit"]
 
 
+def test_loss_passes_benchmark_smoke(tmp_path):
+    """A few seconds: both paths timed on the CPU, and (with the gpu-plan extra) compiled for an
+    H100, where the one pass has fewer kernels reading the logits and a smaller prediction."""
+    import importlib.util
+
+    from benchmarks import loss_passes
+
+    out = tmp_path / "record.json"
+    record = loss_passes.main(["--smoke", f"--out={out}"])
+    assert json.loads(out.read_text()) == record
+    (row,) = record["rows"]
+    assert set(row["cpu_s"]) == set(loss_passes.PATHS) and row["cpu_ratio"] > 0
+    if importlib.util.find_spec("jax_plugins.xla_cuda12"):
+        gpu = row["gpu"]
+        assert gpu["one_pass"]["logit_readers"] == 2 < gpu["separate"]["logit_readers"]
+        assert gpu["one_pass"]["predicted_s"] < gpu["separate"]["predicted_s"]
+
+
 @pytest.mark.slow  # a benchmark's smoke run; CI runs the library tests
 def test_dropout_masks_benchmark_smoke(tmp_path):
     from benchmarks import dropout_masks

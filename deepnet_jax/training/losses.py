@@ -9,6 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from deepnet_jax.training import logit_stats
+
 
 def cross_entropy(
     logits_BTV: jax.Array,
@@ -20,39 +22,47 @@ def cross_entropy(
 
     The per-token loss is −Σ_v q_v·log p_v with q = (1−ε)·onehot(y) + ε/V (label smoothing,
     Szegedy et al. 2016), computed without materializing q:
-    (1−ε)·(lse − z_y) + ε·(lse − mean_v z_v), with lse = logsumexp_v z_v (the same value as
-    ``optax.softmax_cross_entropy(z, optax.smooth_labels(onehot(y), ε))``, without the
-    [B, T, V] one-hot and its backward pass; z_y from :func:`label_logits`). ``weights_BT`` is
-    0 on padding. Returns ``(Σ w·loss, Σ w)``, both float32 scalars, so callers can average
-    across micro-batches and devices exactly.
+    (1−ε)·(lse − z_y) + ε·(lse − mean_v z_v), with lse = logsumexp_v z_v (the value of
+    ``optax.softmax_cross_entropy(z, optax.smooth_labels(onehot(y), ε))`` up to the order of
+    float32 operations, without the [B, T, V] one-hot and its backward pass; lse, the mean and
+    z_y from :func:`~deepnet_jax.training.logit_stats.logit_stats`, one pass over the logits).
+    ``weights_BT`` is 0 on padding. Returns ``(Σ w·loss, Σ w)``, both float32 scalars, so
+    callers can average across micro-batches and devices exactly.
     """
+    sums = token_sums(logits_BTV, targets_BT, weights_BT, label_smoothing)
+    return sums["loss_sum"], sums["weight"]
+
+
+def token_sums(
+    logits_BTV: jax.Array,
+    targets_BT: jax.Array,
+    weights_BT: jax.Array,
+    label_smoothing: float = 0.0,
+) -> dict[str, jax.Array]:
+    """The float32 sums a step reports, from one pass over the logits: ``loss_sum`` (the
+    label-smoothed loss of :func:`cross_entropy`), ``nll_sum`` (the plain cross-entropy),
+    ``weight`` (Σ w) and ``correct`` (Σ w·[argmax = y], as :func:`accuracy`). Only ``loss_sum``
+    is meant to be differentiated."""
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"label_smoothing={label_smoothing!r} must be in [0, 1)")
-    logits = logits_BTV.astype(jnp.float32)
-    loss_BT = jax.nn.logsumexp(logits, axis=-1) - label_logits(logits, targets_BT)
-    if label_smoothing:
-        uniform_BT = jax.nn.logsumexp(logits, axis=-1) - jnp.mean(logits, axis=-1)
-        loss_BT = (1.0 - label_smoothing) * loss_BT + label_smoothing * uniform_BT
+    stats = logit_stats.logit_stats(logits_BTV, targets_BT)
     weights = weights_BT.astype(jnp.float32)
-    return jnp.sum(loss_BT * weights), jnp.sum(weights)
-
-
-def label_logits(logits_BTV: jax.Array, targets_BT: jax.Array) -> jax.Array:
-    """z_y [B, T]: each position's logit of its target, picked by comparing the vocabulary
-    index with the target (exactly optax's ``take_along_axis`` pick: one term is kept, the
-    others are 0). Its gradient, g·[v = y], is elementwise, so XLA fuses the loss's whole
-    backward pass (softmax·g − g·[v = y]) into one kernel over the [B, T, V] logits, where a
-    gather's gradient is a scatter into a zeroed [B, T, V] buffer and a second pass to add it
-    (docs/scaling.md, "The kernel model")."""
-    vocab = jax.lax.broadcasted_iota(jnp.int32, logits_BTV.shape, logits_BTV.ndim - 1)
-    hit = vocab == targets_BT[..., None].astype(jnp.int32)
-    return jnp.sum(jnp.where(hit, logits_BTV, 0.0), axis=-1)
+    nll_BT = stats.lse - stats.label
+    loss_BT = nll_BT
+    if label_smoothing:
+        loss_BT = (1.0 - label_smoothing) * nll_BT + label_smoothing * (stats.lse - stats.mean)
+    hits = (stats.argmax == targets_BT).astype(jnp.float32)
+    return {
+        "loss_sum": jnp.sum(loss_BT * weights),
+        "nll_sum": jnp.sum(nll_BT * weights),
+        "weight": jnp.sum(weights),
+        "correct": jnp.sum(hits * weights),
+    }
 
 
 def accuracy(logits_BTV: jax.Array, targets_BT: jax.Array, weights_BT: jax.Array) -> jax.Array:
     """Summed weighted count of argmax predictions equal to the target."""
-    hits = (jnp.argmax(logits_BTV, axis=-1) == targets_BT).astype(jnp.float32)
-    return jnp.sum(hits * weights_BT.astype(jnp.float32))
+    return token_sums(logits_BTV, targets_BT, weights_BT)["correct"]
 
 
 def _chunks(a: jax.Array, chunk: int) -> jax.Array:
@@ -66,10 +76,8 @@ def _chunks(a: jax.Array, chunk: int) -> jax.Array:
 
 def _chunk_sums(head, params, x, y, w, label_smoothing):
     """One chunk's ``(loss_sum, (nll_sum, weight, correct))`` from ``head(params, x)``."""
-    logits = head(params, x)
-    loss_sum, weight = cross_entropy(logits, y, w, label_smoothing)
-    nll_sum = cross_entropy(logits, y, w)[0] if label_smoothing else loss_sum
-    return loss_sum, (nll_sum, weight, accuracy(logits, y, w))
+    sums = token_sums(head(params, x), y, w, label_smoothing)
+    return sums["loss_sum"], (sums["nll_sum"], sums["weight"], sums["correct"])
 
 
 def head_params(head: Callable, params: dict, x_BTD: jax.Array) -> list[str]:

@@ -64,16 +64,8 @@ def make_loss_fn(
                 loss_chunk,
             )
             return mean, jax.lax.stop_gradient(sums)
-        logits = outputs
-        loss_sum, weight = losses.cross_entropy(logits, targets, weights, label_smoothing)
-        nll_sum = losses.cross_entropy(logits, targets, weights)[0] if label_smoothing else loss_sum
-        sums = {
-            "loss_sum": loss_sum,
-            "nll_sum": nll_sum,
-            "weight": weight,
-            "correct": losses.accuracy(logits, targets, weights),
-        }
-        return loss_sum / jnp.maximum(weight, 1.0), sums
+        sums = losses.token_sums(outputs, targets, weights, label_smoothing)
+        return sums["loss_sum"] / jnp.maximum(sums["weight"], 1.0), sums
 
     return loss_fn
 
