@@ -20,6 +20,7 @@ def get_config() -> ml_collections.ConfigDict:
     c = wmt17_ende.get_config()
     m = c.model
     m.num_encoder_layers = m.num_decoder_layers = 500
+    m.scan_unroll = 1  # scanned: each stack's layer compiles once
     m.d_model, m.num_heads, m.ffn_dim = 512, 8, 2048
     c.data.vocab_size = 64000
     m.remat_policy = "full"  # one saved residual per layer

@@ -23,6 +23,7 @@ def get_config() -> ml_collections.ConfigDict:
     c = wmt17_ende.get_config()
     m = c.model
     m.num_encoder_layers = m.num_decoder_layers = 100
+    m.scan_unroll = 1  # scanned: each stack's layer compiles once
     m.d_model, m.num_heads, m.ffn_dim = 1024, 16, 4096
     m.share_embeddings = True  # one table for source and target pieces
     m.tie_embeddings = False  # the output projection is its own: 3.2B with the vocabulary
