@@ -176,3 +176,26 @@ def test_thousand_layers_compile_once():
     assert len(big) < 1.05 * len(small), (len(big), len(small))
     compiled = lowered.compile()
     assert compiled.memory_analysis().temp_size_in_bytes > 0
+
+
+def test_a_scan_unrolled_whole_still_recomputes_under_remat():
+    """Unrolled whole (model.scan_unroll >= L) the layers are straight-line code, where XLA
+    would merge the backward pass's recomputation with the forward pass unless remat prevents
+    it (stack_common.in_loop): the compiled gradient has the scanned one's matmul FLOPs, the
+    recomputation included."""
+    from deepnet_jax.scale import hlo_census
+
+    arch, depth = "decoder", dict(num_decoder_layers=3, remat_policy="full")
+    cfg, _, params = built(arch, "deepnorm", **depth)
+    tokens = random_tokens((2, 6), cfg.vocab_size, seed=3)
+    flops = {}
+    for unroll in (1, 3):
+        model = architectures.build(tiny_config(arch, "deepnorm", scan_unroll=unroll, **depth))
+
+        def loss(p, model=model):
+            logits = model.apply({"params": p}, *model_args(arch, tokens, tokens))
+            return optax.softmax_cross_entropy_with_integer_labels(logits, tokens).mean()
+
+        text = jax.jit(jax.grad(loss)).lower(params).compile().as_text()
+        flops[unroll] = hlo_census.matmul_flops(text)
+    assert flops[3] == flops[1] > 0, flops

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from deepnet_jax.model import remat
-from deepnet_jax.model.stack_common import Side, StackInputs, layer_class
+from deepnet_jax.model.stack_common import Side, StackInputs, in_loop, layer_class
 
 
 def grouped(owner: nn.Module, side: Side, inputs: StackInputs) -> tuple[jax.Array, None]:
@@ -40,12 +40,13 @@ def grouped(owner: nn.Module, side: Side, inputs: StackInputs) -> tuple[jax.Arra
     L = side.num_layers
     k = remat.group_size(side.config, L)
     unroll = side.config.scan_unroll  # within a group: its k (or r) layers per loop iteration
-    layer = layer_class(side.config, scanned=True)(
+    G, r = divmod(L, k)
+    looped = in_loop(k, unroll) and (not r or in_loop(r, unroll))
+    layer = layer_class(side.config, scanned=looped)(
         **side.layer_kwargs(), carry_output=True, name="layers"
     )
     x_BTD, broadcast = inputs.x, inputs.attention_inputs()
     index = jnp.arange(L)
-    G, r = divmod(L, k)
     if G:
         groups = nn.map_variables(
             _scan_layers(_group(k, unroll, in_scan=True), G), "params", _view(0, G * k, (G, k))

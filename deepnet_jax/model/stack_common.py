@@ -88,13 +88,22 @@ StackFn = Callable[[nn.Module, Side, StackInputs], tuple[jax.Array, dict | None]
 
 def layer_class(config: TransformerConfig, scanned: bool):
     """:class:`TransformerLayer`, rematerialized under ``config.remat_policy`` unless it is
-    "none"."""
+    "none". ``scanned``: every call runs inside a loop (:func:`in_loop`)."""
     if config.remat_policy == "none":
         return TransformerLayer
-    # prevent_cse=False is safe (and faster) only inside scan, as jax.checkpoint documents.
+    # prevent_cse=False is safe (and faster) only inside a loop, as jax.checkpoint documents:
+    # in straight-line code XLA merges the backward pass's recomputation with the forward pass
     return nn.remat(
         TransformerLayer, policy=remat.policy(config.remat_policy), prevent_cse=not scanned
     )
+
+
+def in_loop(length: int, unroll: int) -> bool:
+    """Whether a scan of ``length`` steps, ``unroll`` bodies an iteration, runs every step in a
+    loop of two or more trips. JAX runs a scan unrolled whole (``unroll`` >= ``length``) and the
+    remainder of ``length`` mod ``unroll`` steps as straight-line code, and XLA inlines a loop
+    of one trip."""
+    return length // unroll >= 2 and length % unroll == 0
 
 
 def call_layer(

@@ -35,6 +35,7 @@ from deepnet_jax.model.stack_common import (
     StackFn,
     StackInputs,
     call_layer,
+    in_loop,
     layer_class,
     stack_caches,
 )
@@ -107,7 +108,7 @@ def _scanned(owner: nn.Module, side: Side, inputs: StackInputs) -> tuple[jax.Arr
     """``nn.scan`` over the layers: parameters (and a cache) stacked [L, …] under ``layers``;
     ``model.scan_unroll`` layer bodies per loop iteration."""
     scanned = nn.scan(
-        layer_class(side.config, scanned=True),
+        layer_class(side.config, scanned=in_loop(side.num_layers, side.config.scan_unroll)),
         variable_axes={"params": 0, DIAGNOSTICS: 0, ADMIN_PROFILE: 0},  # one entry per layer
         split_rngs={"params": True, "dropout": True},
         in_axes=(nn.broadcast,) * 4 + (0, 0, nn.broadcast, 0),
