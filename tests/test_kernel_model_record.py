@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 
@@ -86,3 +87,16 @@ def test_a_header_names_the_command_commit_and_machine():
     )
     assert head["commit"] is None or len(head["commit"].removesuffix("+dirty")) == 40
     assert "CPUs" in head["machine"] and head["date"].endswith("Z")
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("jax_plugins.xla_cuda12") is None,
+    reason='jax-cuda12-plugin is not installed (pip install -e ".[gpu-plan]")',
+)
+def test_a_measured_case_is_planned_with_its_stacks_scanned_as_it_ran():
+    """The device measurements ran scanned stacks, so their cases plan with
+    model.scan_unroll=1 whatever the config now sets (and say so); the others plan the config."""
+    measured = dict(kernel_model.CASES[0])  # the default config on an H100, measured
+    planned = kernel_model.plan_case(measured)
+    assert planned["as_measured"] == ["model.scan_unroll=1"] and "error" not in planned
+    assert planned["set"] == measured["set"]
