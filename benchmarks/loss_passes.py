@@ -105,16 +105,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     head = records.header()
     gpu = args.gpu if importlib.util.find_spec("jax_plugins.xla_cuda12") else ""
-    rows = []
+    rows, rounds = [], 2 if args.smoke else args.rounds
     for shape in SMOKE_SHAPES if args.smoke else SHAPES:
-        times = cpu_times(shape, 2 if args.smoke else args.rounds)  # the payload's rounds
+        times = cpu_times(shape, rounds)
         row = {"shape": list(shape), "cpu_s": times}
         row["cpu_ratio"] = times["one_pass"] / times["separate"]
         if gpu:
             row["gpu"] = {"target": gpu, **gpu_kernels(shape, gpu)}
         rows.append(row)
         print(json.dumps(row))
-    rounds = 2 if args.smoke else args.rounds
     payload = {"smoothing": SMOOTHING, "rounds": rounds, "rows": rows}
     if args.out:
         records.write(args.out, payload, head)

@@ -56,10 +56,10 @@ def _one_pass(logits_BTV: jax.Array, targets_BT: jax.Array) -> LogitStats:
 
 
 def _separate(logits_BTV: jax.Array, targets_BT: jax.Array) -> LogitStats:
-    """The stats as separate reductions, differentiated by JAX (the CPU's path: XLA:CPU is
-    compute-bound here, and runs the one pass and its written-out backward pass slower than
-    these, whose exponentials it shares between the forward and backward passes;
-    ``benchmarks/loss_passes.py``, docs/scaling.md, "The loss in one pass")."""
+    """The stats as separate reductions, differentiated by JAX (the CPU's path: XLA:CPU, bound
+    by its arithmetic here rather than by memory, runs the one pass and its written-out
+    backward pass slower than these; ``benchmarks/loss_passes.py``, docs/scaling.md, "The loss
+    in one pass")."""
     z, hit, _ = _read(logits_BTV, targets_BT)
     label = jnp.sum(jnp.where(hit, z, 0.0), axis=-1)
     argmax = jnp.argmax(z, axis=-1).astype(jnp.int32)
