@@ -17,6 +17,9 @@ The cuDNN cases need cuDNN's library (``pip install -e ".[gpu-plan,cudnn-plan]"`
 for its version while tracing the fused attention. Without it they are recorded with that
 error instead of figures.
 
+The record is written after each case: a run that is stopped (a SIGTERM, a session's end)
+keeps the cases it planned and, started again at the same clean commit, plans only the rest.
+
 ``--docs`` writes the tables between the ``kernel-model``, ``kernel-classes`` and
 ``kernel-targets`` (``benchmarks.kernel_targets``) markers of that file;
 ``tests/test_kernel_model_record.py`` regenerates them from the committed record.
@@ -26,13 +29,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
-from benchmarks import kernel_targets
+from benchmarks import kernel_model_tables, kernel_targets
 from benchmarks.on_device import load_config
 from deepnet_jax.common import records
-from deepnet_jax.scale import kernels, targets
+from deepnet_jax.scale import targets
 from deepnet_jax.training import attention_auto, config_checks, memory_plan, remat_auto
 from deepnet_jax.training.run_config import RunConfig
 
@@ -235,68 +239,48 @@ def refresh_measured(path: str) -> dict[str, Any]:
     return record
 
 
-def summary_table(record: dict[str, Any]) -> str:
-    """A row per case: predicted (roofline sum) and calibrated step and MFU, the roofline
-    bound, measured and the ratios."""
-    rows = [
-        "| config | target | set | attention, remat | predicted ms | predicted MFU | "
-        "calibrated ms | calibrated MFU | roofline MFU bound | measured ms | "
-        "predicted ÷ measured | calibrated ÷ measured |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for case in record["cases"]:
-        measured = case.get("measured", {}).get("ms_per_update")
-        if "error" in case:
-            rows.append(
-                f"| {case['config']} | {case['target']} | {_set(case)} | – | "
-                f"not planned: {case['error'][:80]} | – | – | – | – | {measured or '–'} | – | – |"
-            )
+def plan_cases(chosen: list[dict[str, Any]], out: str) -> dict[str, Any]:
+    """The record of ``chosen``'s plans, written to ``out`` after each case (``incomplete``
+    until the last is planned): started again at the same clean commit, it keeps the cases an
+    interrupted run planned there (a planned case is a function of the commit and the case)."""
+    record = {**records.header(), "incomplete": True, "cases": []}
+    earlier = {_key(c): c for c in _interrupted_cases(out, record["commit"])}
+    for case in chosen:
+        key = (case["name"], case["target"], tuple(case["set"]))
+        if key in earlier:
+            print(f"kept from the interrupted run: {case['name']} on {case['target']}", flush=True)
+            record["cases"].append(earlier[key])
             continue
-        ms = case["predicted_step_s"] * 1e3
-        cal = case.get("calibrated_step_s")
-        chosen = case["chosen"]
-        policy = chosen["remat_policy"] + (
-            f" (group {chosen['scan_group_size']})" if chosen["scan_group_size"] else ""
-        )
-        calibrated = f"{cal * 1e3:.1f} | {100 * case['calibrated_mfu']:.1f}%" if cal else "– | –"
-        ratios = (
-            f"{ms / measured:.2f} | " + (f"{cal * 1e3 / measured:.2f}" if cal else "–")
-            if measured
-            else ""
-        )
-        rows.append(
-            f"| {case['config']} | {case['target']} | {_set(case)} | "
-            f"{chosen['attention_impl']}, {policy} | {ms:.1f} | "
-            f"{100 * case['predicted_mfu']:.1f}% | {calibrated} | "
-            f"{100 * case['roofline_mfu_bound']:.0f}% | "
-            + (f"{measured:.1f} | {ratios} |" if measured else "– | – | – |")
-        )
-    return "\n".join(rows)
+        print(f"planning {case['name']} on {case['target']} {case['set']}", flush=True)
+        record["cases"].append(plan_case(case))
+        _write(out, record)
+    del record["incomplete"]
+    _write(out, record)
+    return record
 
 
-def _set(case: dict[str, Any]) -> str:
-    """The case's overrides (the trainer's defaults where it has none)."""
-    return ", ".join(case["set"]) or "(defaults: attention and remat auto)"
+def _key(planned: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
+    return (planned["config"], planned["target"], tuple(planned["set"]))
 
 
-def class_table(record: dict[str, Any]) -> str:
-    """The profiled case's time per kernel class: predicted, measured (profile) and ratio."""
-    case = next(c for c in record["cases"] if "profile_ms" in c.get("measured", {}))
-    profile = case["measured"]["profile_ms"]
-    rows = [
-        "| class | predicted ms | share | profile ms | predicted ÷ profile |",
-        "|---|---|---|---|---|",
-    ]
-    total = case["predicted_step_s"]
-    for kind in kernels.CLASSES:
-        seconds = case["kernel_classes"][kind]
-        measured = profile.get(kind)
-        ratio = f"{seconds * 1e3 / measured:.2f}" if measured else "–"
-        rows.append(
-            f"| {kind} | {seconds * 1e3:.1f} | {100 * seconds / total:.1f}% | "
-            f"{measured if measured is not None else '–'} | {ratio} |"
-        )
-    return "\n".join(rows)
+def _interrupted_cases(out: str, commit: str | None) -> list[dict[str, Any]]:
+    """The cases an interrupted run wrote to ``out`` at ``commit``; none where there is no
+    such run or the work tree has changes (its plans could not be told from this one's)."""
+    if not commit or commit.endswith("+dirty") or not os.path.exists(out):
+        return []
+    with open(out) as f:
+        record = json.load(f)
+    if not record.get("incomplete") or record.get("commit") != commit:
+        return []
+    return record["cases"]
+
+
+def _write(path: str, record: dict[str, Any]) -> None:
+    """Write ``record`` whole or not at all (a run killed while writing keeps the last one)."""
+    with open(path + ".part", "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    os.replace(path + ".part", path)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -314,18 +298,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         record = refresh_measured(args.out)
     else:
         chosen = [CASES[i] for i in args.only] if args.only else CASES
-        record = {**records.header(), "cases": []}
-        for case in chosen:
-            print(f"planning {case['name']} on {case['target']} {case['set']}", flush=True)
-            record["cases"].append(plan_case(case))
-    with open(args.out, "w") as f:
-        json.dump(record, f, indent=1)
-        f.write("\n")
+        record = plan_cases(chosen, args.out)
+    _write(args.out, record)
     if args.docs:
-        records.replace_block(args.docs, "kernel-model", summary_table(record))
-        records.replace_block(args.docs, "kernel-classes", class_table(record))
+        records.replace_block(args.docs, "kernel-model", kernel_model_tables.summary_table(record))
+        records.replace_block(args.docs, "kernel-classes", kernel_model_tables.class_table(record))
         records.replace_block(args.docs, "kernel-targets", kernel_targets.table(record))
-    print(summary_table(record))
+    print(kernel_model_tables.summary_table(record))
     return record
 
 

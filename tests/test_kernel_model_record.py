@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from benchmarks import kernel_model, kernel_targets
+from benchmarks import kernel_model, kernel_model_tables, kernel_targets
 from deepnet_jax.common import records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -20,8 +20,8 @@ DOCS = os.path.join(ROOT, "docs", "scaling.md")
 def test_the_docs_tables_are_the_records():
     with open(RECORD) as f:
         record = json.load(f)
-    assert records.block(DOCS, "kernel-model") == kernel_model.summary_table(record)
-    assert records.block(DOCS, "kernel-classes") == kernel_model.class_table(record)
+    assert records.block(DOCS, "kernel-model") == kernel_model_tables.summary_table(record)
+    assert records.block(DOCS, "kernel-classes") == kernel_model_tables.class_table(record)
     assert records.block(DOCS, "kernel-targets") == kernel_targets.table(record)
 
 
@@ -39,6 +39,7 @@ def test_the_record_says_where_it_and_its_measurements_come_from():
         record = json.load(f)
     assert record["command"].startswith("python -m benchmarks.kernel_model")
     assert record["commit"] and record["date"] and record["jax"]
+    assert "incomplete" not in record  # every case planned
     for case in record["cases"]:
         assert ("error" in case) != ("predicted_step_s" in case)
         if "measured" in case:  # read from a committed record, or copied from the docs
@@ -46,6 +47,46 @@ def test_the_record_says_where_it_and_its_measurements_come_from():
         if "predicted_step_s" in case:
             classes = case["kernel_classes"]
             assert abs(sum(classes.values()) - case["predicted_step_s"]) < 1e-12
+
+
+class _StoppedError(Exception):
+    """A run stopped between cases (a SIGTERM, the session's end)."""
+
+
+def test_an_interrupted_run_resumes_at_the_same_clean_commit(tmp_path, monkeypatch):
+    """Planning writes the record after each case; started again at the same clean commit it
+    keeps what was planned and plans the rest; at another commit, or dirty, it plans all."""
+    out, planned, stop = str(tmp_path / "km.json"), [], {"at": "b"}
+    cases = [{"name": n, "target": "h100-1", "set": []} for n in ("a", "b", "c")]
+
+    def plan(case):
+        if case["name"] == stop["at"]:
+            raise _StoppedError
+        planned.append(case["name"])
+        return {"config": case["name"], "target": case["target"], "set": case["set"]}
+
+    def run(commit):
+        monkeypatch.setattr(records, "commit", lambda: commit)
+        return kernel_model.plan_cases(cases, out)
+
+    monkeypatch.setattr(kernel_model, "plan_case", plan)
+    with pytest.raises(_StoppedError):
+        run("1" * 40)
+    with open(out) as f:
+        assert json.load(f)["incomplete"] and planned == ["a"]
+    stop["at"] = None
+    record = run("1" * 40)
+    assert planned == ["a", "b", "c"] and "incomplete" not in record
+    assert [c["config"] for c in record["cases"]] == ["a", "b", "c"]
+    for commit in ("2" * 40, "1" * 40 + "+dirty"):
+        planned.clear()
+        with pytest.raises(_StoppedError):
+            stop["at"] = "c"
+            run("1" * 40)  # an interrupted run at commit 1 ...
+        planned.clear()
+        stop["at"] = None
+        run(commit)  # ... is not resumed at another commit or from a changed tree
+        assert planned == ["a", "b", "c"]
 
 
 def _check_source(case: dict) -> None:
