@@ -51,6 +51,29 @@ def test_the_record_has_every_row_from_a_clean_commit():
         assert r["error"] is None and r["plan"]["target"] == r["target"]
 
 
+@needs_record
+def test_the_thousand_layers_flops_ratio_is_the_rule_less_the_hidden_attention():
+    """docs/scaling.md: at `full` the program's matmul FLOPs ÷ the model's are the remat rule's
+    ratio less the fused attention's four passes (forward, recomputed forward, backward's two),
+    which its custom call hides from the census."""
+    from deepnet_jax.configs import deepnet_1000l
+    from deepnet_jax.scale import flops
+    from deepnet_jax.training.run_config import RunConfig
+
+    rows = [r for r in _record()["rows"] if r["table"] == "targets"]
+    rows = [r for r in rows if r["config"] == "deepnet_1000l"]
+    assert len(rows) == len(plan_targets.TARGETS)
+    model = RunConfig.from_config(deepnet_1000l.get_config()).model
+    for row in rows:
+        plan = row["plan"]
+        batch, length = plan["batch_shape"]
+        shapes = {k: (batch, length) for k in ("src", "inputs", "targets")}
+        hidden = 4 * flops.attention_flops(model, shapes) / plan["model_flops"]
+        assert hidden == pytest.approx(0.128, abs=5e-4)
+        ratio = plan["program_flops"] / plan["model_flops"]
+        assert ratio == pytest.approx(plan["expected_recompute"] - hidden, abs=1e-4), row["target"]
+
+
 def _plan(target: str, peak: int, **extra) -> dict:
     plan = {"target": target, "mesh": {"data": 8, "fsdp": 1, "tensor": 1}, "batch_shape": [16, 64]}
     plan.update(peak=peak, temporaries=peak // 2, fits=True, compile_s=11.4, roofline=None)
