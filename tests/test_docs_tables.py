@@ -166,9 +166,9 @@ def test_calls_list_what_is_called_what_cannot_be_and_the_rest():
     levels = {"unigram_entropy": 4.0, "chance": {"accuracy": 0.06, "nll": 4.0}}
     payload = {"settings": {"levels": {"t": levels}}, "runs": runs}
     assert depth_table_views.calls(payload, "t").splitlines() == [
-        "- 6L-6L: deepnorm > post_ln; post_ln < pre_ln; not called yet, one seed in a cell: "
+        "- 6L-6L: deepnorm > post_ln; post_ln < pre_ln; not called, a cell with one seed: "
         "deepnorm against subln, post_ln against subln, pre_ln against subln; every other pair ≈",
-        "- 200L-200L: not called yet, one seed in a cell: deepnorm against post_ln",
+        "- 200L-200L: not called, a cell with one seed: deepnorm against post_ln",
     ]
 
 

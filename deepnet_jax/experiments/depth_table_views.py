@@ -161,7 +161,7 @@ def _calls_text(pairs: Sequence[tuple[str, str, str, str]]) -> str:
     parts = [f"{a} {rel} {b}{where}" for a, b, rel, where in pairs if rel in "<>"]
     unknown = [f"{a} against {b}" for a, b, rel, _ in pairs if rel == "?"]
     if unknown:
-        parts.append("not called yet, one seed in a cell: " + ", ".join(unknown))
+        parts.append("not called, a cell with one seed: " + ", ".join(unknown))
     if any(rel == "≈" for _, _, rel, _ in pairs):
         parts.append("every other pair ≈" if len(parts) else "every pair ≈")
     return "; ".join(parts) if parts else "one scheme, nothing to compare"
