@@ -351,7 +351,8 @@ def test_missing_validation_split_fails_before_training(corpus, tmp_path):
 @pytest.mark.parametrize(
     ("dataset", "lang", "message"),
     [
-        ("ding_de_en", "fr", "error: data.source_lang='fr'"),
+        # the single pair's language check is also held in-process by test_bad_data_options
+        pytest.param("ding_de_en", "fr", "error: data.source_lang='fr'", marks=pytest.mark.slow),
         ("libreoffice_help", "it", "error: data.source_lang='it' and data.target_lang='en'"),
     ],
 )

@@ -163,13 +163,16 @@ def test_grouped_query_attention_through_dot_product_attention(impl):
 
 
 # every scheme with all the blocks on the two decoding architectures (the default run: DeepNorm
-# and DLCL-Post on the encoder-decoder, which holds every layer kind, DeepNorm and Sub-LN on the
-# decoder, as test_decoding.py splits them); each block alone on the encoder-decoder with
-# DeepNorm under -m slow (the layer tests above check each block alone under every scheme)
+# and DLCL-Post on the encoder-decoder, which holds every layer kind, and Sub-LN on the decoder:
+# its pre-norm stack with the final norm, where DeepNorm's scanned stack is the encoder-decoder's
+# decoder); each block alone on the encoder-decoder with DeepNorm under -m slow (the layer tests
+# above check each block alone under every scheme)
 MATRIX = [
     pytest.param(*p.values, "all", marks=p.marks)
     for p in arch_scheme_params(
-        itertools.product(("encdec", "decoder"), SCHEMES), encdec=STACK_FORMS
+        itertools.product(("encdec", "decoder"), SCHEMES),
+        encdec=STACK_FORMS,
+        single_stack=("subln",),
     )
 ] + [pytest.param("encdec", "deepnorm", b, marks=pytest.mark.slow) for b in BLOCKS if b != "all"]
 

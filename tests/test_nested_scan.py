@@ -49,13 +49,12 @@ def _train_and_eval(model, arch, src, tgt):
 
 
 # The default run: the encoder-decoder (both stacks; the encoder's 5 layers leave a remainder
-# group), a scheme that reads the layer index, which the groups slice like the keys (LayerNorm
-# Scaling, on the encoder's remainder), and the n streams (a carry [B, T, n, D]). The grouping
-# is the same code for every other layer body: the other pairs (Mix-LN's index, mHC, each arch
-# with each scheme) under -m slow.
+# group) with a scheme that reads the layer index, which the groups slice like the keys (LayerNorm
+# Scaling: on the encoder's remainder, and through cross-attention), and the n streams (a carry
+# [B, T, n, D]). The grouping is the same code for every other layer body: the other pairs
+# (DeepNorm, Mix-LN's index, mHC, each arch with each scheme) under -m slow.
 FAST = {
-    ("encdec", "deepnorm"),
-    ("encoder", "ln_scaling"),
+    ("encdec", "ln_scaling"),
     ("decoder", "hyper_connections"),
 }
 

@@ -63,8 +63,10 @@ def pooled(flat: dict, key: str, leaf: str) -> np.ndarray:
         ("deepnorm", "paper"),
         ("deepnorm", "torchscale"),
         ("subln", "torchscale"),
-        ("deepnorm", "torchscale_bert"),
-        ("subln", "torchscale_bert"),
+        # bert's draws on these models are held to torchscale's own statistics in the default
+        # run (test_bert_init_draws_as_torchscale_does[encdec_deepnorm, encdec_subln])
+        pytest.param("deepnorm", "torchscale_bert", marks=pytest.mark.slow),
+        pytest.param("subln", "torchscale_bert", marks=pytest.mark.slow),
     ],
 )
 def test_per_kernel_std_of_the_inits(scheme, init):
