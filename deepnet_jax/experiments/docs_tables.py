@@ -60,6 +60,7 @@ THOUSAND = f"{_RESULTS}/thousand_layers_quick.json"
 DROPOUT_GAP = f"{_RESULTS}/dropout_gap_quick.json"
 POSTLN_MAIN_JOB = f"{_RESULTS}/postln_main_job_quick.json"
 DN18_PROBES = f"{_RESULTS}/deepnorm18_corpus_probes.json"
+DN18_FULL = f"{_RESULTS}/deepnorm18_corpus_full.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +112,7 @@ TABLES: tuple[Table, ...] = (
     ),
     Table(_REPRODUCTION, "deepnorm18-probes", (DN18_PROBES,), dn18.sensitivity_table),
     Table(_REPRODUCTION, "deepnorm18-probes-ln-inputs", (DN18_PROBES,), dn18.ln_input_table),
+    Table(_REPRODUCTION, "deepnorm18-full", (DN18_FULL,), dn18.final_table),
     Table(_REPRODUCTION, "depth-table-init", (INIT, QUICK), views.init_cells),
     Table(
         "docs/schemes.md",
