@@ -296,10 +296,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.refresh_measured:
         record = refresh_measured(args.out)
-    else:
+        _write(args.out, record)
+    else:  # plan_cases writes the record as it goes
         chosen = [CASES[i] for i in args.only] if args.only else CASES
         record = plan_cases(chosen, args.out)
-    _write(args.out, record)
     if args.docs:
         records.replace_block(args.docs, "kernel-model", kernel_model_tables.summary_table(record))
         records.replace_block(args.docs, "kernel-classes", kernel_model_tables.class_table(record))
