@@ -14,7 +14,16 @@ validations along the way and median seconds per update (:func:`progress`) and i
 under a header naming the command, commit, machine and date (:mod:`deepnet_jax.common.records`);
 ``concurrent_runs`` says how many ran side by side, since
 two runs on 2 cores each take longer than one alone. Arguments it does not know
-(``--config.total_steps=2``) go to every run.
+(``--config.total_steps=2``) go to every run and into the record's ``overrides``.
+
+An arm (``--arm=modern`` with the overrides that make it) is the same job with something changed:
+its record is named by the arm and its table (:func:`arm_table`) goes between the
+``main-job-arm-<name>`` markers of each ``--docs`` file, never into the default's tables::
+
+    python -m benchmarks.main_job --arm=modern --seeds=0,1,2 --jobs=1 \\
+        --out=docs/records/main_job_modern.json --docs=docs/main_job.md \\
+        --config.model.positions=rope --config.model.activation=swiglu \\
+        --config.model.ffn_dim=344 --config.model.norm=rmsnorm
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -151,13 +161,42 @@ def scores_table(record: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-# the blocks made from the record: a --docs file gets main-job, and each other one it has markers of
+# the validations an arm's table shows the source sensitivity at (docs/main_job.md)
+ARM_STEPS = (600, 1200, 1800)
+
+
+def arm_table(record: dict[str, Any]) -> str:
+    """An arm's table (docs/main_job.md): each seed's test BLEU / chrF, distinct hypotheses, the
+    validation source sensitivity at :data:`ARM_STEPS` and the run's wall-clock."""
+    steps = " / ".join(str(s) for s in ARM_STEPS)
+    rows = [
+        f"| seed | test BLEU / chrF | distinct | source sensitivity at {steps} (validation) "
+        "| wall-clock |",
+        "|---|---|---|---|---|",
+    ]
+    for r in record["runs"]:
+        at = {v["step"]: v["source_sensitivity"] for v in r["validations"]}
+        sens = " / ".join(f"{at[s]:.2f}" for s in ARM_STEPS)
+        rows.append(
+            f"| {r['seed']} | {r['test_bleu']:.2f} / {r['test_chrf']:.2f} "
+            f"| {r['test_distinct_hypotheses']:.1%} | {sens} | {r['wall_seconds']:.0f} s |"
+        )
+    return "\n".join(rows)
+
+
+# the blocks made from the default's record: a --docs file gets main-job, and each other one it
+# has markers of
 BLOCKS = {"main-job": table, "main-job-scores": scores_table}
 
 
 def write_docs(doc: str, record: dict[str, Any]) -> list[str]:
-    """Write the record's :data:`BLOCKS` into ``doc`` (``main-job`` always, the others where
-    ``doc`` has their markers); the names written."""
+    """Write the record's blocks into ``doc``; the names written. The default's record: its
+    :data:`BLOCKS` (``main-job`` always, the others where ``doc`` has their markers). An arm's
+    record: its :func:`arm_table` between ``main-job-arm-<arm>`` markers (they must be there)."""
+    if record.get("arm"):
+        name = f"main-job-arm-{record['arm']}"
+        records.replace_block(doc, name, arm_table(record))
+        return [name]
     with open(doc) as f:
         text = f.read()
     names = [n for n in BLOCKS if n == "main-job" or f"<!-- generated: {n} -->" in text]
@@ -175,18 +214,28 @@ def main() -> int:
     parser.add_argument("--workdir_root", default="/tmp/deepnet_main_job")
     parser.add_argument("--out", required=True, help="the record's path")
     parser.add_argument(
+        "--arm",
+        default=None,
+        help="name of the changed job the overrides make (lowercase letters, digits, '-')",
+    )
+    parser.add_argument(
         "--docs",
         action="append",
         default=[],
         help="write the tables between this file's markers (BLOCKS; repeatable)",
     )
     args, extra = parser.parse_known_args()
+    if args.arm is not None and not re.fullmatch(r"[a-z0-9-]+", args.arm):
+        parser.error(f"--arm must be lowercase letters, digits and '-', got {args.arm!r}")
+    if args.arm is not None and not extra:
+        parser.error("--arm needs the overrides that make it (e.g. --config.model.norm=rmsnorm)")
     seeds = [int(s) for s in args.seeds.split(",")]
     header = records.header()  # the commit the runs start from
     start = time.monotonic()
     runs = run_all(seeds, args.jobs, args.workdir_root, extra)
     record = {
         **header,
+        "arm": args.arm,
         "concurrent_runs": args.jobs,
         "overrides": extra,
         "wall_seconds_all": round(time.monotonic() - start, 1),
@@ -197,7 +246,7 @@ def main() -> int:
         f.write("\n")
     for doc in args.docs:
         write_docs(doc, record)
-    print(table(record))
+    print(arm_table(record) if args.arm else table(record))
     return 0
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from benchmarks import main_job
 from deepnet_jax.common import records
 from deepnet_jax.runs.workdir import RunDir
@@ -82,3 +84,45 @@ def test_progress_keeps_every_validation_and_the_median_step(tmp_path):
             "distinct_hypotheses": 0.92,
         }
     ]
+
+
+def _arm_record() -> dict:
+    validations = [
+        {"step": s, "source_sensitivity": x} for s, x in ((600, 0.61), (1200, 1.32), (1800, 1.82))
+    ]
+    run = {
+        "seed": 2,
+        "test_bleu": 14.7,
+        "test_chrf": 35.11,
+        "test_distinct_hypotheses": 0.981,
+        "wall_seconds": 812.4,
+        "validations": validations,
+    }
+    return {"arm": "modern", "overrides": ["--config.model.norm=rmsnorm"], "runs": [run]}
+
+
+def test_an_arm_goes_only_into_its_own_block(tmp_path):
+    doc = tmp_path / "page.md"
+    default = "<!-- generated: main-job -->\nkept\n<!-- end: main-job -->\n"
+    doc.write_text(
+        default + "<!-- generated: main-job-arm-modern -->\n<!-- end: main-job-arm-modern -->\n"
+    )
+    assert main_job.write_docs(str(doc), _arm_record()) == ["main-job-arm-modern"]
+    assert records.block(str(doc), "main-job") == "kept"
+    assert records.block(str(doc), "main-job-arm-modern").splitlines()[2] == (
+        "| 2 | 14.70 / 35.11 | 98.1% | 0.61 / 1.32 / 1.82 | 812 s |"
+    )
+
+
+def test_an_arm_needs_a_name_and_its_overrides(tmp_path, monkeypatch, capsys):
+    out = str(tmp_path / "r.json")
+    for argv, message in (
+        (["--arm=Modern", "--config.model.norm=rmsnorm"], "--arm must be lowercase"),
+        (["--arm=modern"], "--arm needs the overrides"),
+    ):
+        monkeypatch.setattr("sys.argv", ["main_job", f"--out={out}", *argv])
+        with pytest.raises(SystemExit) as exit_:
+            main_job.main()
+        assert exit_.value.code == 2
+        assert message in capsys.readouterr().err
+    assert not os.path.exists(out)  # refused before any run
