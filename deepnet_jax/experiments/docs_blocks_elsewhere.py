@@ -60,6 +60,21 @@ _MAIN_JOB = (
     "python -m benchmarks.main_job --seeds=0,1,2 --jobs=2 --out=docs/records/main_job.json "
     "--docs=README.md --docs=docs/main_job.md"
 )
+_MODERN = (  # checked by tests/test_main_job_record.py
+    "python -m benchmarks.main_job --arm=modern --seeds=0,1,2 --jobs=1 "
+    "--out=docs/records/main_job_modern.json --docs=docs/main_job.md "
+    "--config.model.positions=rope --config.model.activation=swiglu "
+    "--config.model.ffn_dim=344 --config.model.norm=rmsnorm"
+)
+_MODERN_SINUSOIDAL = (
+    "python -m benchmarks.main_job --arm=modern-sinusoidal --seeds=0 --jobs=1 "
+    "--out=docs/records/main_job_modern_sinusoidal.json --docs=docs/main_job.md "
+    "--config.model.activation=swiglu --config.model.ffn_dim=344 --config.model.norm=rmsnorm"
+)
+_SOURCE_AT_INIT = (  # checked by tests/test_source_at_init.py
+    "python -m benchmarks.source_at_init --out=docs/records/source_at_init.json "
+    "--docs=docs/main_job.md"
+)
 _DATA_COUNTS = (  # checked by tests/test_data_counts_record.py
     "python -m benchmarks.data_counts --out=docs/records/data_counts.json --docs=docs/main_job.md"
 )
@@ -84,6 +99,9 @@ ELSEWHERE = {
     **{(doc, "main-job"): _MAIN_JOB for doc in ("README.md", "docs/main_job.md")},
     ("docs/main_job.md", "main-job-scores"): _MAIN_JOB,
     ("docs/main_job.md", "main-job-sets"): _DATA_COUNTS,
+    ("docs/main_job.md", "main-job-arm-modern"): _MODERN,
+    ("docs/main_job.md", "main-job-arm-modern-sinusoidal"): _MODERN_SINUSOIDAL,
+    ("docs/main_job.md", "source-at-init"): _SOURCE_AT_INIT,
     ("docs/benchmarks.md", "sharding-state"): _SHARDING,
     ("docs/benchmarks.md", "compile-vs-depth"): _COMPILE_VS_DEPTH,
     ("docs/scaling.md", "grouped-vs-flat"): _GROUPED_VS_FLAT,
@@ -109,4 +127,9 @@ RECORD_FILES = {
     ),
     **{("docs/scaling.md", n): "docs/records/plan_targets.json" for n in _PLAN_TARGETS_BLOCKS},
     ("docs/benchmarks.md", "profile-step"): "docs/records/profile_step_defaults.json",
+    ("docs/main_job.md", "main-job-arm-modern"): "docs/records/main_job_modern.json",
+    ("docs/main_job.md", "main-job-arm-modern-sinusoidal"): (
+        "docs/records/main_job_modern_sinusoidal.json"
+    ),
+    ("docs/main_job.md", "source-at-init"): "docs/records/source_at_init.json",
 }
