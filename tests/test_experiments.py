@@ -259,6 +259,38 @@ def test_thousand_layers_onset_and_verdict():
     )
 
 
+def _variant(lr: float, dropout: float, layers: int, scheme: str = "deepnorm") -> dict:
+    train = [
+        {"split": "train", "step": step, "accuracy": acc, "step_time_s": 0.5}
+        for step, acc in ((10, 0.1), (20, 0.3), (30, 0.6), (40, 0.95))
+    ]
+    run = {"scheme": scheme, "layers": layers, "lr": lr, "warmup": 50, "dropout": dropout}
+    return {
+        **run,
+        "records": train,
+        "diagnostics": [],
+        "eval_loss": 0.25,
+        "eval_accuracy": 0.952,
+        "verdict": "trained",
+    }
+
+
+def test_thousand_layers_variants_table_orders_and_filters_the_runs():
+    settings = {"task": {"vocab_size": 16}, "chance": {"accuracy": 0.15}, "steps": 40}
+    onset = {"settings": settings, "runs": [_variant(1e-3, 0.0, 6), _variant(1e-3, 0.0, 50)]}
+    onset["runs"].append(_variant(1e-3, 0.0, 50, scheme="post_ln"))
+    other = {"settings": settings, "runs": [_variant(5e-3, 0.1, 50)]}
+    table = thousand_layers_report.variants_table(other, onset, depths=(50,))
+    rows = table.strip().splitlines()[2:]
+    assert rows == [
+        "| 50L-50L | 0.001 | 50 | 0 | 20 | 30 | 40 | 0.250 / 95.2% | trained | 0.500 |",
+        "| 50L-50L | 0.005 | 50 | 0.1 | 20 | 30 | 40 | 0.250 / 95.2% | trained | 0.500 |",
+    ]
+    other["settings"] = {**settings, "task": {"vocab_size": 32}}
+    with pytest.raises(ValueError, match="tasks differ"):
+        thousand_layers_report.variants_table(onset, other, depths=(50,))
+
+
 def test_thousand_layers_flags_change_the_setting():
     opening.parse_args(
         ["--setting=onset", "--depths=3,4", "--lr=2e-3", "--dropout=0.1"],

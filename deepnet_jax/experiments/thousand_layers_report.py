@@ -99,6 +99,53 @@ def docs_table(payload: dict[str, Any]) -> str:
     return table(payload["runs"], s, s["chance"], s["unigram_entropy"])
 
 
+def variants_table(*payloads: dict[str, Any], depths: tuple[int, ...]) -> str:
+    """The same task at other settings side by side: a row per DeepNorm run at ``depths`` of
+    ``payloads`` (results files of the same setting with other ``--lr``, ``--warmup`` or
+    ``--dropout``), ordered by depth, dropout, learning rate and warm-up; the updates to each
+    level, the final validation NLL / accuracy, the verdict and the median time per update. Each
+    payload's task and chance must be the first's."""
+    first = payloads[0]["settings"]
+    rows = []
+    for payload in payloads:
+        s = payload["settings"]
+        if (s["task"], s["chance"]) != (first["task"], first["chance"]):
+            raise ValueError("variants_table: the payloads' tasks differ")
+        for run in payload["runs"]:
+            if run["scheme"] != ONSET_SCHEME or run["layers"] not in depths:
+                continue
+            summary = summarize(run, s["chance"])
+            key = (run["layers"], run["dropout"], run["lr"], run["warmup"])
+            rows.append(
+                (
+                    key,
+                    [
+                        f"{run['layers']}L-{run['layers']}L",
+                        f"{run['lr']:g}",
+                        run["warmup"],
+                        f"{run['dropout']:g}",
+                        _step(summary["onset"]),
+                        *(_step(summary[f"to_{level:g}"]) for level in LEVELS),
+                        f"{run['eval_loss']:.3f} / {run['eval_accuracy']:.1%}",
+                        run["verdict"],
+                        summary["median_step_s"],
+                    ],
+                )
+            )
+    header = [
+        "DeepNorm",
+        "peak lr",
+        "warm-up",
+        "dropout",
+        f"left chance (acc ≥ {first['chance']['accuracy'] + ONSET_MARGIN:.3f})",
+        *(f"acc ≥ {level:g}" for level in LEVELS),
+        f"validation NLL / accuracy after {first['steps']}",
+        "run",
+        "s/update (median)",
+    ]
+    return report.markdown_table(header, [row for _, row in sorted(rows, key=lambda r: r[0])])
+
+
 def _step(value: int | None) -> str:
     return "—" if value is None else str(value)
 
