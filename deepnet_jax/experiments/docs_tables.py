@@ -57,6 +57,9 @@ MU_QUICK = f"{_RESULTS}/model_update_quick.json"
 RECIPE = f"{_RESULTS}/depth_table_recipe.json"
 ONSET = f"{_RESULTS}/thousand_layers_onset.json"
 THOUSAND = f"{_RESULTS}/thousand_layers_quick.json"
+# the onset setting at other learning rates (--lr, --warmup)
+ONSET_LR3 = f"{_RESULTS}/thousand_layers_onset_lr3e-3.json"
+ONSET_LR5 = f"{_RESULTS}/thousand_layers_onset_lr5e-3.json"
 DROPOUT_GAP = f"{_RESULTS}/dropout_gap_quick.json"
 POSTLN_MAIN_JOB = f"{_RESULTS}/postln_main_job_quick.json"
 DN18_PROBES = f"{_RESULTS}/deepnorm18_corpus_probes.json"
@@ -101,6 +104,12 @@ TABLES: tuple[Table, ...] = (
     Table(_REPRODUCTION, "lr-tolerance-quick", (LR_QUICK,), lr_tolerance.grid_table),
     Table(_REPRODUCTION, "thousand-layers-quick", (THOUSAND,), thousand.docs_table),
     Table(_REPRODUCTION, "thousand-layers-onset", (ONSET,), thousand.docs_table),
+    Table(
+        _REPRODUCTION,
+        "thousand-layers-lr",
+        (ONSET, ONSET_LR3, ONSET_LR5),
+        functools.partial(thousand.variants_table, depths=(200,)),
+    ),
     Table(_REPRODUCTION, "depth-table-corpus", (CORPUS,), views.corpus_runs),
     Table(_REPRODUCTION, "dropout-gap", (DROPOUT_GAP,), dropout_gap.docs_table),
     Table(_REPRODUCTION, "postln-main-job-gradients", (POSTLN_MAIN_JOB,), postln.docs_table),
