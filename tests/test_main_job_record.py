@@ -26,7 +26,7 @@ def test_the_docs_tables_are_the_record():
     for doc in ("README.md", os.path.join("docs", "main_job.md")):
         assert records.block(os.path.join(ROOT, doc), "main-job") == main_job.table(record), doc
     scores = records.block(os.path.join(ROOT, "docs", "main_job.md"), "main-job-scores")
-    assert scores == main_job.scores_table(record)  # beside the modern block's (no record)
+    assert scores == main_job.arm_table(record)  # beside the arms' tables
 
 
 def test_docs_get_the_blocks_they_have_markers_of(tmp_path):
@@ -37,7 +37,7 @@ def test_docs_get_the_blocks_they_have_markers_of(tmp_path):
         doc.read_text() + "<!-- generated: main-job-scores -->\nx\n<!-- end: main-job-scores -->\n"
     )
     assert main_job.write_docs(str(doc), _record()) == ["main-job", "main-job-scores"]
-    assert records.block(str(doc), "main-job-scores") == main_job.scores_table(_record())
+    assert records.block(str(doc), "main-job-scores") == main_job.arm_table(_record())
 
 
 def test_the_record_is_the_shipped_main_job_over_three_seeds():
