@@ -57,7 +57,8 @@ MU_QUICK = f"{_RESULTS}/model_update_quick.json"
 RECIPE = f"{_RESULTS}/depth_table_recipe.json"
 ONSET = f"{_RESULTS}/thousand_layers_onset.json"
 THOUSAND = f"{_RESULTS}/thousand_layers_quick.json"
-# the onset setting at other learning rates (--lr, --warmup)
+# the onset setting at other learning rates and dropout (--lr, --warmup, --dropout)
+ONSET_DROPOUT = f"{_RESULTS}/thousand_layers_onset_dropout.json"  # 50L, 200L
 ONSET_LR3 = f"{_RESULTS}/thousand_layers_onset_lr3e-3.json"
 ONSET_LR5 = f"{_RESULTS}/thousand_layers_onset_lr5e-3.json"
 DROPOUT_GAP = f"{_RESULTS}/dropout_gap_quick.json"
@@ -104,6 +105,12 @@ TABLES: tuple[Table, ...] = (
     Table(_REPRODUCTION, "lr-tolerance-quick", (LR_QUICK,), lr_tolerance.grid_table),
     Table(_REPRODUCTION, "thousand-layers-quick", (THOUSAND,), thousand.docs_table),
     Table(_REPRODUCTION, "thousand-layers-onset", (ONSET,), thousand.docs_table),
+    Table(
+        _REPRODUCTION,
+        "thousand-layers-dropout",
+        (ONSET, THOUSAND, ONSET_DROPOUT),
+        functools.partial(thousand.variants_table, depths=(50, 200, 500)),
+    ),
     Table(
         _REPRODUCTION,
         "thousand-layers-lr",
