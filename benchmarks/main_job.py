@@ -168,7 +168,8 @@ def arm_table(record: dict[str, Any]) -> str:
     ]
     for r in record["runs"]:
         at = {v["step"]: v["source_sensitivity"] for v in r["validations"]}
-        sens = " / ".join(f"{at[s]:.2f}" for s in ARM_STEPS)
+        # a source-blind run's sensitivity is ±1e-9: shown as 0.00, not -0.00
+        sens = " / ".join(f"{at[s]:.2f}".replace("-0.00", "0.00") for s in ARM_STEPS)
         rows.append(
             f"| {r['seed']} | {r['test_bleu']:.2f} / {r['test_chrf']:.2f} "
             f"| {r['test_distinct_hypotheses']:.1%} | {sens} | {r['wall_seconds']:.0f} s |"

@@ -126,3 +126,33 @@ def test_an_arm_needs_a_name_and_its_overrides(tmp_path, monkeypatch, capsys):
         assert exit_.value.code == 2
         assert message in capsys.readouterr().err
     assert not os.path.exists(out)  # refused before any run
+
+
+# the arms' records (docs/main_job.md, "The main job on a modern block") and their overrides
+ARMS = {
+    "modern": [
+        "--config.model.positions=rope",
+        "--config.model.activation=swiglu",
+        "--config.model.ffn_dim=344",
+        "--config.model.norm=rmsnorm",
+    ],
+    "modern-sinusoidal": [
+        "--config.model.activation=swiglu",
+        "--config.model.ffn_dim=344",
+        "--config.model.norm=rmsnorm",
+    ],
+}
+
+
+@pytest.mark.parametrize("arm", sorted(ARMS))
+def test_each_arms_table_is_its_record(arm):
+    path = os.path.join(ROOT, "docs", "records", f"main_job_{arm.replace('-', '_')}.json")
+    with open(path) as f:
+        record = json.load(f)
+    assert record["arm"] == arm and record["overrides"] == ARMS[arm]
+    assert record["commit"] and not record["commit"].endswith("+dirty")
+    for run in record["runs"]:
+        assert run["steps"] == 1800 and run["test_sentences"] == 1763
+        assert [v["step"] for v in run["validations"]] == [600, 1200, 1800]
+    doc = os.path.join(ROOT, "docs", "main_job.md")
+    assert records.block(doc, f"main-job-arm-{arm}") == main_job.arm_table(record)
