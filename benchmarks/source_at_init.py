@@ -29,6 +29,7 @@ from deepnet_jax.cli import log_setup
 from deepnet_jax.common import records
 from deepnet_jax.configs import default
 from deepnet_jax.model.architectures import build
+from deepnet_jax.model.config import TransformerConfig
 from deepnet_jax.training import attention_auto
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training.run_config import RunConfig
@@ -45,7 +46,7 @@ LENGTH = 12
 BLOCK = "source-at-init"
 
 
-def model_of(overrides: dict[str, Any]):
+def model_of(overrides: dict[str, Any]) -> TransformerConfig:
     """The main job's model config with ``overrides`` and a :data:`VOCAB`-token vocabulary, its
     attention kernel the one the trainer picks on the CPU."""
     config = default.get_config()
