@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from benchmarks import main_job
+from benchmarks import main_job, source_at_init
 from deepnet_jax.common import records
 from deepnet_jax.runs.workdir import RunDir
 
@@ -128,19 +128,12 @@ def test_an_arm_needs_a_name_and_its_overrides(tmp_path, monkeypatch, capsys):
     assert not os.path.exists(out)  # refused before any run
 
 
-# the arms' records (docs/main_job.md, "The main job on a modern block") and their overrides
+# the arms' records (docs/main_job.md, "The main job on a modern block"): their overrides are
+# the model fields of benchmarks.source_at_init's arms, so the init check measures the same models
 ARMS = {
-    "modern": [
-        "--config.model.positions=rope",
-        "--config.model.activation=swiglu",
-        "--config.model.ffn_dim=344",
-        "--config.model.norm=rmsnorm",
-    ],
-    "modern-sinusoidal": [
-        "--config.model.activation=swiglu",
-        "--config.model.ffn_dim=344",
-        "--config.model.norm=rmsnorm",
-    ],
+    name: [f"--config.model.{k}={v}" for k, v in fields.items()]
+    for name, fields in source_at_init.ARMS.items()
+    if fields
 }
 
 
