@@ -352,7 +352,8 @@ def test_model_update_gated_setting_pairs_each_depth_with_a_plain_and_a_gated_ff
 
 def test_dropout_gap_smoke_scores_each_checkpoint_in_both_modes(tmp_path):
     """Both checkpoints, both splits, both modes; dropout off is deterministic, so scoring
-    again gives the same figures, and dropout on differs from it (masks fire)."""
+    again gives the same figures, and dropout on differs from it (masks fire); the source
+    sensitivity of each."""
     payload = dropout_gap.main(["--setting=smoke", f"--out={tmp_path}"])
     results = payload["results"]
     assert {(r["update"], r["split"], r["mode"]) for r in results} == {
@@ -364,8 +365,11 @@ def test_dropout_gap_smoke_scores_each_checkpoint_in_both_modes(tmp_path):
     by = {(r["update"], r["split"], r["mode"]): r for r in results}
     assert by[(2, "train", "dropout off")]["nll"] != by[(4, "train", "dropout off")]["nll"]
     assert by[(4, "train", "dropout off")]["nll"] != by[(4, "train", "dropout on")]["nll"]
+    # the smoke model is an encoder-decoder: each cell also scores it with shifted sources
+    assert all(isinstance(r["source_sensitivity"], float) for r in results)
     table = (tmp_path / "dropout_gap.md").read_text()
     assert "| update | train, dropout off | train, dropout on |" in table
+    assert "NLL / token accuracy / source sensitivity (nats)" in table
     saved = json.loads((tmp_path / "dropout_gap.json").read_text())
     assert saved["results"] == results
     command = f"python -m deepnet_jax.experiments.dropout_gap --setting=smoke --out={tmp_path}"
