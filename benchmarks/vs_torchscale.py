@@ -3,9 +3,10 @@
 Times one full training step (forward, backward, Adam update) of the same DeepNorm model, a
 12-layer decoder and a 6L-6L encoder-decoder at d_model 256, in this library (the trainer's
 jitted step) and in torchscale 0.3.0 (eager PyTorch, in a spawned child process), on the same
-batches and the same pinned CPUs, in alternating rounds. Prints one JSON line per row with the
-median step times and ``ratio`` = ours / theirs (< 1: ours is faster), then an ``environment``
-line.
+batches and the same pinned CPUs, in alternating rounds. Before the timed rounds it checks that
+both compute the same function: our parameters loaded into a copy of torchscale's model give the
+same logits (``logits_max_abs_diff``). Prints one JSON line per row with the median step times
+and ``ratio`` = ours / theirs (< 1: ours is faster), then an ``environment`` line.
 
 Run from the repository root, after ``bash benchmarks/install_bench.sh`` (torch, fairscale and
 torchscale 0.3.0)::
@@ -35,6 +36,8 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from benchmarks.host_memory import malloc_env
 from benchmarks.vs_torchscale_ours import OursTrainer, jax_versions, sinusoidal_positions
@@ -94,6 +97,8 @@ def measure_row(setup: Setup, row: Row, theirs: RemoteTheirs | LocalTheirs) -> d
         f"{row.name}: warmed up (ours {ours_warmup_s:.1f} s with the compile, "
         f"theirs {theirs_warmup_s:.1f} s)"
     )
+    agreement = logits_agreement(ours, theirs, batches[0])
+    log(f"{row.name}: logits agree within {agreement['logits_max_abs_diff']:.2e}")
     times = alternate_rounds(ours.run, theirs.run, setup)
     warmup = {
         "ours_warmup_s": ours_warmup_s,
@@ -102,7 +107,22 @@ def measure_row(setup: Setup, row: Row, theirs: RemoteTheirs | LocalTheirs) -> d
         "theirs_loss_first": theirs_loss0,
     }
     shapes = {k: v.shape for k, v in batches[0].items()}
-    return row_record(setup, row, ours, theirs.param_count, shapes, times, warmup)
+    return row_record(setup, row, ours, theirs.param_count, shapes, times, warmup) | agreement
+
+
+def logits_agreement(
+    ours: OursTrainer, theirs: RemoteTheirs | LocalTheirs, batch: dict[str, np.ndarray]
+) -> dict[str, float]:
+    """Do the two sides compute the same function? Our current parameters, exported with
+    torchscale's names, are loaded into a copy of torchscale's model, and both give ``batch``'s
+    logits with dropout off: ``logits_max_abs_diff`` (the largest difference) and
+    ``logits_max_abs`` (the largest logit, its scale)."""
+    mine = ours.eval_logits(batch)
+    theirs_logits = theirs.logits_with(ours.torchscale_state_dict(), batch)
+    return {
+        "logits_max_abs_diff": float(np.max(np.abs(mine - theirs_logits))),
+        "logits_max_abs": float(np.max(np.abs(mine))),
+    }
 
 
 def row_record(

@@ -63,11 +63,11 @@ class OursTrainer:
         from deepnet_jax.training import steps as train_steps
 
         self._jax = jax
-        config = remat_auto.resolve(  # auto: the planned choice, named on stderr
+        config = self.config = remat_auto.resolve(  # auto: the planned choice, named on stderr
             run_config(setup, row), jax.devices()[:1], report=lambda m: print(m, file=sys.stderr)
         )
         self.model_config = config.model
-        model = architectures.build(config.model)
+        model = self.model = architectures.build(config.model)
         self.params = model_inputs.init_params(model, row.arch, batches[0], config.seed)
         self.param_count = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(self.params))
         optimizer = optimizers.make_optimizer(config)
@@ -83,6 +83,19 @@ class OursTrainer:
         self.batches = [jax.device_put(b) for b in batches]
         self.lr = np.float32(setup.learning_rate)
         self.step = 0
+
+    def torchscale_state_dict(self) -> dict[str, np.ndarray]:
+        """The current parameters as torchscale names them (the library's torchscale export,
+        ``params_to_torchscale``)."""
+        from deepnet_jax.interop.torchscale.params import params_to_torchscale
+
+        return params_to_torchscale(self.params, self.config.to_config().model)
+
+    def eval_logits(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        """[B, T, vocab] float32 logits of ``batch`` with dropout off (evaluation mode)."""
+        args = (batch["src"], batch["inputs"]) if "src" in batch else (batch["inputs"],)
+        apply = self._jax.jit(self.model.apply, static_argnames=("deterministic",))
+        return np.asarray(apply({"params": self.params}, *args, deterministic=True))
 
     def run(self, steps: int) -> tuple[float, float, float]:
         """(wall seconds, loss of the last step, minor page faults per step) of ``steps``

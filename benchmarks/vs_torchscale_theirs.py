@@ -179,6 +179,23 @@ class TheirsTrainer:
         encoder_out = self.model.encoder(batch["src"], encoder_padding_mask=batch["src"].eq(0))
         return self.model.decoder(tgt, self_attn_padding_mask=tgt.eq(0), encoder_out=encoder_out)[0]
 
+    def logits_with(self, state_dict: dict[str, np.ndarray], batch: dict[str, Any]) -> np.ndarray:
+        """[B, T, vocab] logits of ``batch`` in evaluation mode (dropout off) by a copy of the
+        model holding ``state_dict`` (ours, exported with torchscale's names: every tensor the
+        model has, nothing else); the trained model is left as it was."""
+        import copy
+
+        torch = self._torch
+        twin = copy.deepcopy(self.model)
+        twin.load_state_dict({k: torch.from_numpy(v) for k, v in state_dict.items()}, strict=True)
+        twin.eval()
+        model, self.model = self.model, twin
+        try:
+            with torch.no_grad():
+                return self.logits({k: torch.from_numpy(v) for k, v in batch.items()}).numpy()
+        finally:
+            self.model = model
+
     def train_step(self, batch: dict[str, Any]) -> Any:
         logits = self.logits(batch)
         loss = self._torch.nn.functional.cross_entropy(

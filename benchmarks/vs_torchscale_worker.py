@@ -1,6 +1,7 @@
 """How ``benchmarks.vs_torchscale`` runs torchscale's side: in a spawned child process
 (:class:`RemoteTheirs`, over a pipe to :func:`torch_worker`), or in this one
-(:class:`LocalTheirs`, ``--in_process``); both answer ``build``, ``start``/``result`` and ``run``.
+(:class:`LocalTheirs`, ``--in_process``); both answer ``build``, ``logits_with``,
+``start``/``result`` and ``run``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from benchmarks.vs_torchscale_theirs import TheirsTrainer, torch_versions
 
 def torch_worker(conn: Any) -> None:
     """The child process: builds a ``TheirsTrainer`` per ("build", …) message and answers
-    ("run", steps) with ``run``'s result, until ("close",)."""
+    ("logits", state dict, batch) with ``logits_with``'s and ("run", steps) with ``run``'s
+    result, until ("close",)."""
     trainer = None
     while True:
         message = conn.recv()
@@ -25,6 +27,8 @@ def torch_worker(conn: Any) -> None:
             if message[0] == "build":
                 trainer = TheirsTrainer(*message[1:])
                 conn.send(("ok", {"param_count": trainer.param_count, **torch_versions()}))
+            elif message[0] == "logits":
+                conn.send(("ok", trainer.logits_with(*message[1:])))
             else:
                 conn.send(("ok", trainer.run(message[1])))
         except Exception as error:  # report it in the parent rather than hang it
@@ -60,6 +64,10 @@ class RemoteTheirs:
     def param_count(self) -> int:
         return self.info["param_count"]
 
+    def logits_with(self, state_dict: dict[str, Any], batch: dict[str, Any]) -> Any:
+        self._conn.send(("logits", state_dict, batch))
+        return self._reply()
+
     def start(self, steps: int) -> None:
         self._conn.send(("run", steps))
 
@@ -93,6 +101,9 @@ class LocalTheirs:
     @property
     def param_count(self) -> int:
         return self.info["param_count"]
+
+    def logits_with(self, state_dict: dict[str, Any], batch: dict[str, Any]) -> Any:
+        return self.trainer.logits_with(state_dict, batch)
 
     def start(self, steps: int) -> None:
         self._pending = steps

@@ -37,6 +37,11 @@ def test_vs_torchscale_smoke():
         assert abs(row["ours_params"] - row["theirs_params"]) <= 0.05 * row["theirs_params"]
         assert row["train_flops_per_step"] > 0
         assert row["ours_page_faults_per_step"] >= 0 and row["theirs_page_faults_per_step"] >= 0
+        # the same function: our parameters in torchscale's model give our logits (float32
+        # logits of O(1) through ≤ 2 layers round differently by ~1e-6, as in
+        # test_interop_torchscale's fixtures)
+        assert 0.1 < row["logits_max_abs"] < 100
+        assert row["logits_max_abs_diff"] < 1e-5
         for side in ("ours", "theirs"):  # both train: finite losses near ln(vocab)
             assert abs(row[f"{side}_loss_last"] - row["ln_vocab"]) < 2.0
     env = rows["environment"]
