@@ -194,3 +194,41 @@ def test_abandoned_library_reads_print_nothing_after_the_error_unless_verbose(mo
     closed = RuntimeError("Event loop is closed")
     assert unraisable.drops(closed, None)
     assert not unraisable.drops(RuntimeError("something else"), None)
+
+
+LOGS_BEFORE_AND_AFTER_CONFIGURE = """
+import logging
+import sys
+
+from absl import logging as absl_logging
+
+if sys.argv[1] == "early":  # as orbax does at import: absl adds a root handler (basicConfig)
+    absl_logging.warning("an early library warning")
+from deepnet_jax.cli import log_setup
+
+log_setup.configure(None)
+for msg in ("Given directory is read only=%s", "a library warning"):
+    absl_logging.get_absl_logger().handle(
+        logging.LogRecord("absl", logging.WARNING, sys.argv[2], 1, msg, ("d",), None)
+    )
+"""
+
+
+@pytest.mark.parametrize("before", ["early", "none"])
+def test_a_cli_without_app_run_drops_noisy_warnings_whoever_added_the_handler(before, tmp_path):
+    """The experiments' commands are not absl apps: absl's first log call (orbax's, at import)
+    puts logging.basicConfig()'s handler on the root logger before ``configure`` runs; quiet
+    mode filters that handler too (and adds it itself when nothing logged first)."""
+    script = tmp_path / "main.py"
+    script.write_text(LOGS_BEFORE_AND_AFTER_CONFIGURE)
+    proc = subprocess.run(
+        [sys.executable, str(script), before, LIBRARY],
+        env={**os.environ, "PYTHONPATH": ROOT},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Given directory is read only" not in proc.stderr, proc.stderr
+    assert "a library warning" in proc.stderr, proc.stderr
+    assert ("an early library warning" in proc.stderr) == (before == "early")

@@ -83,15 +83,22 @@ def configure(verbosity: int | None = None) -> None:
     """Set up library logging for a CLI: quiet (``None``, see the module doc) or everything
     at absl ``verbosity`` (0 INFO, 1 DEBUG, -1 WARNING). Idempotent; call after flag parsing."""
     handler = absl_logging.get_absl_handler()
-    # absl's handler in absl apps; Python's last-resort handler (WARNING and above, when the
-    # root logger has no handler) in CLIs not started by app.run (deepnet_jax.experiments)
-    handlers = [h for h in (handler, logging.lastResort) if h is not None]
+    # absl's handler in absl apps; in CLIs not started by app.run (deepnet_jax.experiments)
+    # Python's last-resort handler (WARNING and above, when the root logger has no handler), or
+    # the root handler absl's own functions add with logging.basicConfig() when one logs before
+    # any handler is set (orbax does at import)
+    handlers = list(dict.fromkeys(
+        h for h in (handler, logging.lastResort, *logging.root.handlers) if h is not None
+    ))  # fmt: skip
     for h in handlers:
         for f in [f for f in h.filters if isinstance(f, QuietLibraries)]:
             h.removeFilter(f)
     if verbosity is None:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
         quiet = QuietLibraries(_main_file())
+        if not logging.root.handlers:  # the handler absl.logging would add on its first record
+            logging.basicConfig()
+            handlers.append(logging.root.handlers[0])
         for h in handlers:
             h.addFilter(quiet)
         _quiet_plugins_on_a_cpu_host()
