@@ -1,0 +1,151 @@
+"""Why ReZero and SkipInit diverge at the largest learning rate: their ``lr_tolerance`` runs again,
+update by update, with the gates and the largest weights read at every checkpoint
+(docs/schemes.md, "Learning-rate tolerance").
+
+At 3.2e-2 ``lr_tolerance --setting=since_deepnet`` calls both runs diverged: their validation NLL
+ends far above their first training loss without any loss or gradient going non-finite. This
+experiment repeats those two cells exactly (the same config: 6L-6L on quick's corpus, 150 updates,
+a 75-update warm-up; only the logging and checkpoint cadence differ, which do not change the
+updates) and keeps what the grid does not:
+
+- every update's training NLL and global gradient norm (``log_every`` 1);
+- at every checkpoint: the largest gate |α| (every ``*_alpha`` parameter: ReZero's one per layer,
+  x + α·F(x); SkipInit's one per sublayer), and the Frobenius norms of the output projection and
+  of the encoder's token embedding, which nothing normalizes in these stacks.
+
+=========  ==========================================================  ========  ============
+setting    runs                                                        updates   checkpoints
+=========  ==========================================================  ========  ============
+smoke      common's 16-32-2 model, ReZero and SkipInit at a constant   4         every 2
+           3e-2 (the synthetic reversal task)
+quick      lr_tolerance since_deepnet's cells: ReZero and SkipInit      150       every 25
+           6L-6L at peak 3.2e-2
+=========  ==========================================================  ========  ============
+
+Run: ``python -m deepnet_jax.experiments.loss_spike --setting=quick --out=DIR``; writes
+``loss_spike.json`` (the command's header, :func:`deepnet_jax.common.records.header`; per run
+its final figures, its curve and its checkpoints) and ``loss_spike.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import flax.linen as nn
+import ml_collections
+import numpy as np
+from flax import traverse_util
+
+from deepnet_jax.configs import experiment_base, experiment_rows
+from deepnet_jax.experiments import common, lr_tolerance, opening, report, resumable
+from deepnet_jax.runs import metrics
+from deepnet_jax.training import loading
+
+NAME = "loss_spike"
+SCHEMES = ("rezero", "skipinit")
+# setting → (peak learning rate, updates, checkpoint every)
+SETTINGS = {"smoke": (3e-2, 4, 2), "quick": (3.2e-2, 150, 25)}
+NORMED = {  # the weights whose norms are read: name → parameter path
+    "output_projection_norm": ("output_projection", "kernel"),
+    "encoder_embedding_norm": ("encoder_embed_tokens", "embedding"),
+}
+
+
+def base_config(setting: str) -> ml_collections.ConfigDict:
+    """The setting's data and model (quick: lr_tolerance's since_deepnet base)."""
+    return experiment_base.base_config(setting)
+
+
+def run_config(
+    base: ml_collections.ConfigDict, setting: str, scheme: str
+) -> ml_collections.ConfigDict:
+    """The run of ``scheme``: lr_tolerance since_deepnet's cell (smoke: 2 layers at a constant
+    rate), logged every update, a checkpoint every ``SETTINGS[setting][2]`` updates, all kept."""
+    lr, updates, every = SETTINGS[setting]
+    if setting == "smoke":
+        c = experiment_rows.with_run(base, scheme, 2, lr, 0, updates)
+    else:
+        c = lr_tolerance.run_config(base, "since_deepnet", {"scheme": scheme, "lr": lr})
+        assert (c.total_steps, c.optimizer.learning_rate) == (updates, lr)
+    c.log_every, c.checkpoint_every, c.max_to_keep = 1, every, updates // every
+    return c
+
+
+def weights(params: Any) -> dict[str, float]:
+    """The largest gate |α| (over every parameter named ``*_alpha``) and the :data:`NORMED`
+    weights' Frobenius norms of one parameter tree."""
+    flat = traverse_util.flatten_dict(nn.unbox(params))
+    gates = [np.abs(np.asarray(v)).max() for k, v in flat.items() if k[-1].endswith("_alpha")]
+    if not gates:
+        raise ValueError("the model has no *_alpha gate parameters")
+    out = {"max_abs_gate": float(max(gates))}
+    for name, path in NORMED.items():
+        out[name] = float(np.linalg.norm(np.asarray(flat[path], np.float64)))
+    return out
+
+
+def one_run(config: ml_collections.ConfigDict, workdir: str, entropy: float | None) -> dict:
+    """Train ``config`` in ``workdir``; its final figures and verdict, every update's training
+    NLL and gradient norm, and :func:`weights` at each checkpoint."""
+    result = resumable.train_once(config, workdir)
+    train = [r for r in metrics.read(workdir) if r["split"] == "train"]
+    every, last = config.checkpoint_every, config.total_steps
+    return {
+        "eval_loss": result["eval_loss"],
+        "first_train_loss": result["first_train_loss"],
+        "nonfinite_step": result["nonfinite_step"],
+        "verdict": common.judge(result, entropy),
+        "curve": [
+            {"update": r["step"], "loss": r["loss"], "grad_norm": r["grad_norm"]} for r in train
+        ],
+        "checkpoints": [
+            {"update": step, **weights(loading.load_run(workdir, step).params)}
+            for step in range(every, last + 1, every)
+        ],
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Train both runs (again: workdirs from before are emptied), write the results and the
+    table; returns the results."""
+    args, base, out = opening.start(argv, NAME, base_config, tuple(SETTINGS))
+    entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
+    runs = []
+    for scheme in SCHEMES:
+        config = run_config(base, args.setting, scheme)
+        workdir = os.path.join(out, "runs", scheme)
+        lr = config.optimizer.learning_rate
+        runs.append({"scheme": scheme, "lr": lr} | one_run(config, workdir, entropy))
+    payload = {"header": args.header, "setting": args.setting, "runs": runs}
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{NAME}.json"), "w") as f:
+        json.dump(payload, f, indent=1)
+    text = docs_table(payload)
+    path = report.write_table(out, NAME, text + "\n")
+    print(text)
+    print(f"wrote {path}")
+    return payload
+
+
+def docs_table(payload: dict[str, Any]) -> str:
+    """A row per run and checkpoint: the training NLL and gradient norm logged at that update,
+    the largest gate and the two norms (docs/schemes.md shows it between its markers)."""
+    header = ["scheme", "update", "training NLL", "gradient norm", "largest gate",
+              "‖output projection‖", "‖encoder embedding‖"]  # fmt: skip
+    rows = []
+    for run in payload["runs"]:
+        at = {r["update"]: r for r in run["curve"]}
+        for c in run["checkpoints"]:
+            logged = at[c["update"]]
+            rows.append([run["scheme"], c["update"], f"{logged['loss']:.2f}",
+                         f"{logged['grad_norm']:,.1f}", f"{c['max_abs_gate']:.3f}",
+                         f"{c['output_projection_norm']:.1f}",
+                         f"{c['encoder_embedding_norm']:.1f}"])  # fmt: skip
+    return report.markdown_table(header, rows).strip()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

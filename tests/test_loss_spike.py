@@ -1,0 +1,53 @@
+"""The loss-spike experiment: ReZero's and SkipInit's runs logged every update, their gates and
+largest weights read at each checkpoint (deepnet_jax.experiments.loss_spike)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from deepnet_jax.experiments import loss_spike
+
+
+def test_smoke_logs_every_update_and_reads_each_checkpoint(tmp_path):
+    payload = loss_spike.main(["--setting=smoke", f"--out={tmp_path}"])
+    lr, updates, every = loss_spike.SETTINGS["smoke"]
+    assert [r["scheme"] for r in payload["runs"]] == list(loss_spike.SCHEMES)
+    for run in payload["runs"]:
+        assert run["lr"] == lr and run["verdict"] in ("trained", "diverged")
+        assert [c["update"] for c in run["curve"]] == list(range(1, updates + 1))
+        assert all(np.isfinite(c["loss"]) and c["grad_norm"] > 0 for c in run["curve"])
+        assert [c["update"] for c in run["checkpoints"]] == list(range(every, updates + 1, every))
+        first, last = run["checkpoints"][0], run["checkpoints"][-1]
+        # the gates start at 0 and move with training; the norms are a trained model's
+        assert 0 < first["max_abs_gate"] != last["max_abs_gate"]
+        assert first["output_projection_norm"] != last["output_projection_norm"] > 0
+        assert last["encoder_embedding_norm"] > 0
+    saved = json.loads((tmp_path / "loss_spike.json").read_text())
+    assert saved["runs"] == payload["runs"] and saved["setting"] == "smoke"
+    command = f"python -m deepnet_jax.experiments.loss_spike --setting=smoke --out={tmp_path}"
+    assert saved["header"]["command"] == command
+    table = (tmp_path / "loss_spike.md").read_text()
+    assert table.strip() == loss_spike.docs_table(saved)
+    assert table.count("| rezero | ") == table.count("| skipinit | ") == updates // every
+
+
+def test_the_quick_runs_are_lr_tolerances_cells_with_finer_logging():
+    from deepnet_jax.configs import experiment_base
+    from deepnet_jax.experiments import lr_tolerance
+
+    base = experiment_base.base_config("quick")
+    for scheme in loss_spike.SCHEMES:
+        mine = loss_spike.run_config(base, "quick", scheme)
+        cell = lr_tolerance.run_config(base, "since_deepnet", {"scheme": scheme, "lr": 3.2e-2})
+        cadence = ("log_every", "checkpoint_every", "max_to_keep")
+        assert (mine.log_every, mine.checkpoint_every, mine.max_to_keep) == (1, 25, 6)
+        for key in cadence:  # nothing else differs
+            mine[key] = cell[key]
+        assert mine.to_dict() == cell.to_dict()
+
+
+def test_weights_refuse_a_model_without_gates():
+    params = {"output_projection": {"kernel": np.ones((2, 2))}}
+    with pytest.raises(ValueError, match="no \\*_alpha gate"):
+        loss_spike.weights(params)
