@@ -33,7 +33,7 @@ from deepnet_jax.common import console, records
 from deepnet_jax.experiments import deepnorm18_corpus_report as dn18
 from deepnet_jax.experiments import depth_table_recipe_grid as recipe_grid
 from deepnet_jax.experiments import depth_table_views as views
-from deepnet_jax.experiments import dropout_gap, lr_tolerance, model_update
+from deepnet_jax.experiments import dropout_gap, loss_spike, lr_tolerance, model_update
 from deepnet_jax.experiments import lr_transfer_report as transfer
 from deepnet_jax.experiments import postln_main_job as postln
 from deepnet_jax.experiments import thousand_layers_report as thousand
@@ -62,6 +62,7 @@ ONSET_DROPOUT = f"{_RESULTS}/thousand_layers_onset_dropout.json"  # 50L, 200L
 ONSET_LR3 = f"{_RESULTS}/thousand_layers_onset_lr3e-3.json"
 ONSET_LR5 = f"{_RESULTS}/thousand_layers_onset_lr5e-3.json"
 DROPOUT_GAP = f"{_RESULTS}/dropout_gap_quick.json"
+LOSS_SPIKE = f"{_RESULTS}/loss_spike_quick.json"
 POSTLN_MAIN_JOB = f"{_RESULTS}/postln_main_job_quick.json"
 DN18_PROBES = f"{_RESULTS}/deepnorm18_corpus_probes.json"
 DN18_FULL = f"{_RESULTS}/deepnorm18_corpus_full.json"
@@ -119,6 +120,7 @@ TABLES: tuple[Table, ...] = (
     ),
     Table(_REPRODUCTION, "depth-table-corpus", (CORPUS,), views.corpus_runs),
     Table(_REPRODUCTION, "dropout-gap", (DROPOUT_GAP,), dropout_gap.docs_table),
+    Table("docs/schemes.md", "loss-spike", (LOSS_SPIKE,), loss_spike.docs_table),
     Table(_REPRODUCTION, "postln-main-job-gradients", (POSTLN_MAIN_JOB,), postln.docs_table),
     Table(
         _REPRODUCTION,

@@ -1,6 +1,6 @@
 """Why ReZero and SkipInit diverge at the largest learning rate: their ``lr_tolerance`` runs again,
 update by update, with the gates and the largest weights read at every checkpoint
-(docs/schemes.md, "Learning-rate tolerance").
+(docs/schemes.md, "Measurements").
 
 At 3.2e-2 ``lr_tolerance --setting=since_deepnet`` calls both runs diverged: their validation NLL
 ends far above their first training loss without any loss or gradient going non-finite. This
