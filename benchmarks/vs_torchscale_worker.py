@@ -10,6 +10,8 @@ import contextlib
 import multiprocessing
 from typing import Any
 
+import numpy as np
+
 from benchmarks.vs_torchscale_theirs import TheirsTrainer, torch_versions
 
 
@@ -64,7 +66,9 @@ class RemoteTheirs:
     def param_count(self) -> int:
         return self.info["param_count"]
 
-    def logits_with(self, state_dict: dict[str, Any], batch: dict[str, Any]) -> Any:
+    def logits_with(self, state_dict: dict[str, Any], batch: dict[str, Any]) -> np.ndarray:
+        """``TheirsTrainer.logits_with`` in the child: [B, T, vocab] logits of ``batch`` by a
+        copy of the model holding ``state_dict``."""
         self._conn.send(("logits", state_dict, batch))
         return self._reply()
 
@@ -102,7 +106,9 @@ class LocalTheirs:
     def param_count(self) -> int:
         return self.info["param_count"]
 
-    def logits_with(self, state_dict: dict[str, Any], batch: dict[str, Any]) -> Any:
+    def logits_with(self, state_dict: dict[str, Any], batch: dict[str, Any]) -> np.ndarray:
+        """``TheirsTrainer.logits_with``: [B, T, vocab] logits of ``batch`` by a copy of the
+        model holding ``state_dict``."""
         return self.trainer.logits_with(state_dict, batch)
 
     def start(self, steps: int) -> None:

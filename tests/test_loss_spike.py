@@ -2,6 +2,7 @@
 largest weights read at each checkpoint (deepnet_jax.experiments.loss_spike)."""
 
 import json
+import pathlib
 
 import numpy as np
 import pytest
@@ -51,3 +52,27 @@ def test_weights_refuse_a_model_without_gates():
     params = {"output_projection": {"kernel": np.ones((2, 2))}}
     with pytest.raises(ValueError, match="no \\*_alpha gate"):
         loss_spike.weights(params)
+
+
+def test_a_run_that_goes_non_finite_is_recorded_up_to_its_halt(tmp_path):
+    """At an absurd rate the smoke ReZero's update 2 is non-finite: the trainer halts, and the
+    run keeps its step, its curve up to then and the one checkpoint written before it."""
+    c = loss_spike.run_config(loss_spike.base_config("smoke"), "smoke", "rezero")
+    c.optimizer.learning_rate = 1e6
+    c.total_steps, c.checkpoint_every, c.max_to_keep = 6, 1, 6
+    run = loss_spike.one_run(c, str(tmp_path / "run"), None)
+    assert run["nonfinite_step"] == 2 and run["verdict"] == "diverged"
+    assert [p["update"] for p in run["curve"]] == [1]
+    assert [p["update"] for p in run["checkpoints"]] == [1]
+
+
+def test_the_quick_record_repeats_to_the_last_digit():
+    """docs/schemes.md calls the run deterministic: the same command, run twice at the same
+    commit on the same machine, gave these two records."""
+    from deepnet_jax.experiments import docs_tables
+
+    paths = (docs_tables.LOSS_SPIKE, docs_tables.LOSS_SPIKE.replace(".json", "_repeat.json"))
+    first, again = (json.loads(pathlib.Path(docs_tables.ROOT, p).read_text()) for p in paths)
+    assert first["header"]["commit"] == again["header"]["commit"]
+    assert first["header"]["command"] != again["header"]["command"]  # two runs, two outputs
+    assert first["runs"] == again["runs"]

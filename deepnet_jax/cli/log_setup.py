@@ -19,13 +19,16 @@ TensorStore spec), and Python prints all of them through ``sys.unraisablehook``:
 lines after the run's own warning or ``error:`` line. Quiet mode drops these
 (:class:`QuietUnraisable`); with ``-v`` they print as before.
 
-The filter sits on absl's handler, which ``app.run`` puts on the root logger (and on Python's
-last-resort handler, which CLIs not started by ``app.run`` use, such as the experiments'
-``main``), so it sees both absl-style logging (orbax, tensorflow_datasets, grain and this
-project use ``absl.logging``) and plain Python loggers (jax). C++ logs of XLA (and TensorFlow, if
-installed) follow ``TF_CPP_MIN_LOG_LEVEL``: quiet mode sets it to 1 (warnings and errors) when
-it is unset, for native libraries loaded from then on (jax's GPU plugins load when the backend
-starts); jaxlib itself reads it at import, and its own default already hides C++ INFO (set
+The filter sits on absl's handler, which ``app.run`` puts on the root logger. CLIs not started
+by ``app.run`` (the experiments' ``main``) get it on the root logger's own handler instead: the
+one ``logging.basicConfig()`` adds, which absl's logging functions call when they log before
+any handler is set (orbax does at import), and which quiet mode adds itself otherwise, so their
+library warnings print as ``WARNING:logger:message``. Either way it sees both absl-style
+logging (orbax, tensorflow_datasets, grain and this project use ``absl.logging``) and plain
+Python loggers (jax). C++ logs of XLA (and TensorFlow, if installed) follow
+``TF_CPP_MIN_LOG_LEVEL``: quiet mode sets it to 1 (warnings and errors) when it is unset, for
+native libraries loaded from then on (jax's GPU plugins load when the backend starts); jaxlib
+itself reads it at import, and its own default already hides C++ INFO (set
 ``TF_CPP_MIN_LOG_LEVEL=0`` to see it).
 
 On a host with no TPU or GPU device files, quiet mode also runs JAX on the CPU unless

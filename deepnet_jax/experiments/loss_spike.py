@@ -9,16 +9,19 @@ a 75-update warm-up; only the logging and checkpoint cadence differ, which do no
 updates) and keeps what the grid does not:
 
 - every update's training NLL and global gradient norm (``log_every`` 1);
-- at every checkpoint: the largest gate |α| (every ``*_alpha`` parameter: ReZero's one per layer,
-  x + α·F(x); SkipInit's one per sublayer), and the Frobenius norms of the output projection and
-  of the encoder's token embedding, which nothing normalizes in these stacks.
+- at every checkpoint: the largest gate ``|α|`` (every ``*_alpha`` parameter: ReZero's one per
+  layer, x + α·F(x); SkipInit's one per sublayer), and the Frobenius norms of the output
+  projection and of the encoder's token embedding, which nothing normalizes in these stacks.
+
+A run whose loss or gradient goes non-finite is recorded too: its ``nonfinite_step``, its curve
+up to it and the checkpoints written before it.
 
 =========  ==========================================================  ========  ============
 setting    runs                                                        updates   checkpoints
 =========  ==========================================================  ========  ============
 smoke      common's 16-32-2 model, ReZero and SkipInit at a constant   4         every 2
            3e-2 (the synthetic reversal task)
-quick      lr_tolerance since_deepnet's cells: ReZero and SkipInit      150       every 25
+quick      lr_tolerance since_deepnet's cells: ReZero and SkipInit     150       every 25
            6L-6L at peak 3.2e-2
 =========  ==========================================================  ========  ============
 
@@ -42,6 +45,7 @@ from flax import traverse_util
 from deepnet_jax.configs import experiment_base, experiment_rows
 from deepnet_jax.experiments import common, lr_tolerance, opening, report, resumable
 from deepnet_jax.runs import metrics
+from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.training import loading
 
 NAME = "loss_spike"
@@ -69,13 +73,17 @@ def run_config(
         c = experiment_rows.with_run(base, scheme, 2, lr, 0, updates)
     else:
         c = lr_tolerance.run_config(base, "since_deepnet", {"scheme": scheme, "lr": lr})
-        assert (c.total_steps, c.optimizer.learning_rate) == (updates, lr)
+        if (c.total_steps, c.optimizer.learning_rate) != (updates, lr):
+            raise ValueError(
+                f"lr_tolerance's since_deepnet cell has {c.total_steps} updates at peak "
+                f"{c.optimizer.learning_rate}; SETTINGS['quick'] says {updates} at {lr}"
+            )
     c.log_every, c.checkpoint_every, c.max_to_keep = 1, every, updates // every
     return c
 
 
 def weights(params: Any) -> dict[str, float]:
-    """The largest gate |α| (over every parameter named ``*_alpha``) and the :data:`NORMED`
+    """The largest gate ``|α|`` (over every parameter named ``*_alpha``) and the :data:`NORMED`
     weights' Frobenius norms of one parameter tree."""
     flat = traverse_util.flatten_dict(nn.unbox(params))
     gates = [np.abs(np.asarray(v)).max() for k, v in flat.items() if k[-1].endswith("_alpha")]
@@ -89,13 +97,15 @@ def weights(params: Any) -> dict[str, float]:
 
 def one_run(config: ml_collections.ConfigDict, workdir: str, entropy: float | None) -> dict:
     """Train ``config`` in ``workdir``; its final figures and verdict, every update's training
-    NLL and gradient norm, and :func:`weights` at each checkpoint."""
+    NLL and gradient norm, and :func:`weights` at each checkpoint it wrote (a run halted by a
+    non-finite loss stops writing them)."""
     result = resumable.train_once(config, workdir)
     train = [r for r in metrics.read(workdir) if r["split"] == "train"]
     every, last = config.checkpoint_every, config.total_steps
+    saved = RunDir(workdir).checkpoints
     return {
         "eval_loss": result["eval_loss"],
-        "first_train_loss": result["first_train_loss"],
+        "first_train_loss": result.get("first_train_loss"),
         "nonfinite_step": result["nonfinite_step"],
         "verdict": common.judge(result, entropy),
         "curve": [
@@ -104,6 +114,7 @@ def one_run(config: ml_collections.ConfigDict, workdir: str, entropy: float | No
         "checkpoints": [
             {"update": step, **weights(loading.load_run(workdir, step).params)}
             for step in range(every, last + 1, every)
+            if os.path.isdir(os.path.join(saved, str(step)))
         ],
     }
 
