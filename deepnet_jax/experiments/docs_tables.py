@@ -59,6 +59,7 @@ ONSET = f"{_RESULTS}/thousand_layers_onset.json"
 THOUSAND = f"{_RESULTS}/thousand_layers_quick.json"
 # the onset setting at other learning rates and dropout (--lr, --warmup, --dropout)
 ONSET_DROPOUT = f"{_RESULTS}/thousand_layers_onset_dropout.json"  # 50L, 200L
+ONSET_DROPOUT_500 = f"{_RESULTS}/thousand_layers_onset_dropout_500.json"
 ONSET_LR3 = f"{_RESULTS}/thousand_layers_onset_lr3e-3.json"
 ONSET_LR5 = f"{_RESULTS}/thousand_layers_onset_lr5e-3.json"
 DROPOUT_GAP = f"{_RESULTS}/dropout_gap_quick.json"
@@ -110,7 +111,7 @@ TABLES: tuple[Table, ...] = (
     Table(
         _REPRODUCTION,
         "thousand-layers-dropout",
-        (ONSET, THOUSAND, ONSET_DROPOUT),
+        (ONSET, THOUSAND, ONSET_DROPOUT, ONSET_DROPOUT_500),
         functools.partial(thousand.variants_table, depths=(50, 200, 500)),
     ),
     Table(
