@@ -13,7 +13,7 @@ from deepnet_jax.experiments import loss_spike
 def test_smoke_logs_every_update_and_reads_each_checkpoint(tmp_path):
     payload = loss_spike.main(["--setting=smoke", f"--out={tmp_path}"])
     lr, updates, every = loss_spike.SETTINGS["smoke"]
-    assert [r["scheme"] for r in payload["runs"]] == list(loss_spike.SCHEMES)
+    assert [r["scheme"] for r in payload["runs"]] == list(loss_spike.RUNS["smoke"])
     for run in payload["runs"]:
         assert run["lr"] == lr and run["verdict"] in ("trained", "diverged")
         assert [c["update"] for c in run["curve"]] == list(range(1, updates + 1))
@@ -33,19 +33,24 @@ def test_smoke_logs_every_update_and_reads_each_checkpoint(tmp_path):
     assert table.count("| rezero | ") == table.count("| skipinit | ") == updates // every
 
 
-def test_the_quick_runs_are_lr_tolerances_cells_with_finer_logging():
-    from deepnet_jax.configs import experiment_base
+@pytest.mark.parametrize("setting", ["quick", "mhc"])
+def test_the_runs_are_lr_tolerances_cells_with_finer_logging(setting):
+    """Each run is its scheme's lr_tolerance cell but for the cadence and its own model fields
+    (mhc+deepseek_v4: the variant)."""
     from deepnet_jax.experiments import lr_tolerance
 
-    base = experiment_base.base_config("quick")
-    for scheme in loss_spike.SCHEMES:
-        mine = loss_spike.run_config(base, "quick", scheme)
+    base = loss_spike.base_config(setting)
+    assert base.to_dict() == lr_tolerance._base_config("since_deepnet").to_dict()
+    for name, (scheme, fields) in loss_spike.RUNS[setting].items():
+        mine = loss_spike.run_config(base, setting, name)
         cell = lr_tolerance.run_config(base, "since_deepnet", {"scheme": scheme, "lr": 3.2e-2})
         cadence = ("log_every", "checkpoint_every", "max_to_keep")
         assert (mine.log_every, mine.checkpoint_every, mine.max_to_keep) == (1, 25, 6)
         for key in cadence:  # nothing else differs
             mine[key] = cell[key]
+        cell.model.update(fields)
         assert mine.to_dict() == cell.to_dict()
+    assert loss_spike.RUNS["mhc"]["mhc+deepseek_v4"][1] == {"mhc_variant": "deepseek_v4"}
 
 
 def test_weights_refuse_a_model_without_gates():

@@ -1,12 +1,14 @@
-"""Why ReZero and SkipInit diverge at the largest learning rate: their ``lr_tolerance`` runs again,
-update by update, with the gates and the largest weights read at every checkpoint
+"""Why ReZero, SkipInit and mHC diverge at the largest learning rate: their ``lr_tolerance`` runs
+again, update by update, with the gates and the largest weights read at every checkpoint
 (docs/schemes.md, "Measurements").
 
-At 3.2e-2 ``lr_tolerance --setting=since_deepnet`` calls both runs diverged: their validation NLL
-ends far above their first training loss without any loss or gradient going non-finite. This
-experiment repeats those two cells exactly (the same config: 6L-6L on quick's corpus, 150 updates,
-a 75-update warm-up; only the logging and checkpoint cadence differ, which do not change the
-updates) and keeps what the grid does not:
+At 3.2e-2 ``lr_tolerance --setting=since_deepnet`` calls these runs diverged: ReZero's and
+SkipInit's validation NLL ends far above their first training loss without any loss or gradient
+going non-finite; mHC's gradient goes non-finite. This experiment repeats those cells exactly
+(the same config: 6L-6L on quick's corpus, 150 updates, a 75-update warm-up; only the logging
+and checkpoint cadence differ, which do not change the updates), mHC beside its DeepSeek-V4
+variant (``model.mhc_variant=deepseek_v4``: ε = 1e-6 in H_pre and in Sinkhorn-Knopp, a learned
+head), and keeps what the grid does not:
 
 - every update's training NLL and global gradient norm (``log_every`` 1);
 - at every checkpoint: the largest gate ``|α|`` (every ``*_alpha`` parameter: ReZero's one per
@@ -23,6 +25,8 @@ smoke      common's 16-32-2 model, ReZero and SkipInit at a constant   4        
            3e-2 (the synthetic reversal task)
 quick      lr_tolerance since_deepnet's cells: ReZero and SkipInit     150       every 25
            6L-6L at peak 3.2e-2
+mhc        lr_tolerance since_deepnet's mHC cell at peak 3.2e-2, and   150       every 25
+           the same with ``mhc_variant=deepseek_v4``
 =========  ==========================================================  ========  ============
 
 Run: ``python -m deepnet_jax.experiments.loss_spike --setting=quick --out=DIR``; writes
@@ -49,9 +53,14 @@ from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.training import loading
 
 NAME = "loss_spike"
-SCHEMES = ("rezero", "skipinit")
 # setting → (peak learning rate, updates, checkpoint every)
-SETTINGS = {"smoke": (3e-2, 4, 2), "quick": (3.2e-2, 150, 25)}
+SETTINGS = {"smoke": (3e-2, 4, 2), "quick": (3.2e-2, 150, 25), "mhc": (3.2e-2, 150, 25)}
+# setting → its runs: name → (scheme, model fields changed from the lr_tolerance cell's)
+RUNS: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
+    "smoke": {"rezero": ("rezero", {}), "skipinit": ("skipinit", {})},
+    "quick": {"rezero": ("rezero", {}), "skipinit": ("skipinit", {})},
+    "mhc": {"mhc": ("mhc", {}), "mhc+deepseek_v4": ("mhc", {"mhc_variant": "deepseek_v4"})},
+}
 NORMED = {  # the weights whose norms are read: name → parameter path
     "output_projection_norm": ("output_projection", "kernel"),
     "encoder_embedding_norm": ("encoder_embed_tokens", "embedding"),
@@ -59,16 +68,18 @@ NORMED = {  # the weights whose norms are read: name → parameter path
 
 
 def base_config(setting: str) -> ml_collections.ConfigDict:
-    """The setting's data and model (quick: lr_tolerance's since_deepnet base)."""
-    return experiment_base.base_config(setting)
+    """The setting's data and model (quick, mhc: lr_tolerance's since_deepnet base)."""
+    return experiment_base.base_config("smoke" if setting == "smoke" else "quick")
 
 
 def run_config(
-    base: ml_collections.ConfigDict, setting: str, scheme: str
+    base: ml_collections.ConfigDict, setting: str, name: str
 ) -> ml_collections.ConfigDict:
-    """The run of ``scheme``: lr_tolerance since_deepnet's cell (smoke: 2 layers at a constant
-    rate), logged every update, a checkpoint every ``SETTINGS[setting][2]`` updates, all kept."""
+    """Run ``name`` of ``setting`` (:data:`RUNS`): its scheme's lr_tolerance since_deepnet cell
+    (smoke: 2 layers at a constant rate) with the run's model fields, logged every update, a
+    checkpoint every ``SETTINGS[setting][2]`` updates, all kept."""
     lr, updates, every = SETTINGS[setting]
+    scheme, fields = RUNS[setting][name]
     if setting == "smoke":
         c = experiment_rows.with_run(base, scheme, 2, lr, 0, updates)
     else:
@@ -76,8 +87,9 @@ def run_config(
         if (c.total_steps, c.optimizer.learning_rate) != (updates, lr):
             raise ValueError(
                 f"lr_tolerance's since_deepnet cell has {c.total_steps} updates at peak "
-                f"{c.optimizer.learning_rate}; SETTINGS['quick'] says {updates} at {lr}"
+                f"{c.optimizer.learning_rate}; SETTINGS[{setting!r}] says {updates} at {lr}"
             )
+    c.model.update(fields)
     c.log_every, c.checkpoint_every, c.max_to_keep = 1, every, updates // every
     return c
 
@@ -120,16 +132,16 @@ def one_run(config: ml_collections.ConfigDict, workdir: str, entropy: float | No
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Train both runs (again: workdirs from before are emptied), write the results and the
-    table; returns the results."""
+    """Train the setting's runs (again: workdirs from before are emptied), write the results and
+    the table; returns the results."""
     args, base, out = opening.start(argv, NAME, base_config, tuple(SETTINGS))
     entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
     runs = []
-    for scheme in SCHEMES:
-        config = run_config(base, args.setting, scheme)
-        workdir = os.path.join(out, "runs", scheme)
+    for name in RUNS[args.setting]:
+        config = run_config(base, args.setting, name)
+        workdir = os.path.join(out, "runs", name)
         lr = config.optimizer.learning_rate
-        runs.append({"scheme": scheme, "lr": lr} | one_run(config, workdir, entropy))
+        runs.append({"scheme": name, "lr": lr} | one_run(config, workdir, entropy))
     payload = {"header": args.header, "setting": args.setting, "runs": runs}
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, f"{NAME}.json"), "w") as f:
