@@ -51,6 +51,7 @@ def test_the_runs_are_lr_tolerances_cells_with_finer_logging(setting):
         cell.model.update(fields)
         assert mine.to_dict() == cell.to_dict()
     assert loss_spike.RUNS["mhc"]["mhc+deepseek_v4"][1] == {"mhc_variant": "deepseek_v4"}
+    assert loss_spike.RUNS["mhc"]["mhc+sinkhorn_eps"][1] == {"mhc_sinkhorn_eps": 1e-6}
 
 
 def test_weights_refuse_a_model_without_gates():

@@ -57,6 +57,7 @@ ADDED_SINCE = {
     "model.hc_rate": 4,
     "model.hc_dynamic": True,
     "model.mhc_sinkhorn_iters": 20,
+    "model.mhc_sinkhorn_eps": 0.0,
     "model.mhc_variant": "paper",
     "model.attention_masks": "bias",
     "model.scan_unroll": 1,

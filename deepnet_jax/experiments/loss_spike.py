@@ -6,9 +6,10 @@ At 3.2e-2 ``lr_tolerance --setting=since_deepnet`` calls these runs diverged: Re
 SkipInit's validation NLL ends far above their first training loss without any loss or gradient
 going non-finite; mHC's gradient goes non-finite. This experiment repeats those cells exactly
 (the same config: 6L-6L on quick's corpus, 150 updates, a 75-update warm-up; only the logging
-and checkpoint cadence differ, which do not change the updates), mHC beside its DeepSeek-V4
-variant (``model.mhc_variant=deepseek_v4``: ε = 1e-6 in H_pre and in Sinkhorn-Knopp, a learned
-head), and keeps what the grid does not:
+and checkpoint cadence differ, which do not change the updates), mHC beside the same with
+ε = 1e-6 in Sinkhorn-Knopp only (``model.mhc_sinkhorn_eps``) and its DeepSeek-V4 variant
+(``model.mhc_variant=deepseek_v4``: that ε in H_pre and in Sinkhorn-Knopp, a learned head), and
+keeps what the grid does not:
 
 - every update's training NLL and global gradient norm (``log_every`` 1);
 - at every checkpoint: the largest gate ``|α|`` (every ``*_alpha`` parameter: ReZero's one per
@@ -25,8 +26,9 @@ smoke      common's 16-32-2 model, ReZero and SkipInit at a constant   4        
            3e-2 (the synthetic reversal task)
 quick      lr_tolerance since_deepnet's cells: ReZero and SkipInit     150       every 25
            6L-6L at peak 3.2e-2
-mhc        lr_tolerance since_deepnet's mHC cell at peak 3.2e-2, and   150       every 25
-           the same with ``mhc_variant=deepseek_v4``
+mhc        lr_tolerance since_deepnet's mHC cell at peak 3.2e-2, the   150       every 25
+           same with ``mhc_sinkhorn_eps=1e-6``, and with
+           ``mhc_variant=deepseek_v4``
 =========  ==========================================================  ========  ============
 
 Run: ``python -m deepnet_jax.experiments.loss_spike --setting=quick --out=DIR``; writes
@@ -59,7 +61,11 @@ SETTINGS = {"smoke": (3e-2, 4, 2), "quick": (3.2e-2, 150, 25), "mhc": (3.2e-2, 1
 RUNS: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
     "smoke": {"rezero": ("rezero", {}), "skipinit": ("skipinit", {})},
     "quick": {"rezero": ("rezero", {}), "skipinit": ("skipinit", {})},
-    "mhc": {"mhc": ("mhc", {}), "mhc+deepseek_v4": ("mhc", {"mhc_variant": "deepseek_v4"})},
+    "mhc": {
+        "mhc": ("mhc", {}),
+        "mhc+sinkhorn_eps": ("mhc", {"mhc_sinkhorn_eps": 1e-6}),
+        "mhc+deepseek_v4": ("mhc", {"mhc_variant": "deepseek_v4"}),
+    },
 }
 NORMED = {  # the weights whose norms are read: name → parameter path
     "output_projection_norm": ("output_projection", "kernel"),

@@ -157,6 +157,7 @@ class TransformerConfig:
     hc_rate: int = hyper.CONFIG_FIELDS["hc_rate"]
     hc_dynamic: bool = hyper.CONFIG_FIELDS["hc_dynamic"]
     mhc_sinkhorn_iters: int = hyper.CONFIG_FIELDS["mhc_sinkhorn_iters"]
+    mhc_sinkhorn_eps: float = hyper.CONFIG_FIELDS["mhc_sinkhorn_eps"]
     mhc_variant: str = hyper.CONFIG_FIELDS["mhc_variant"]
     scan_layers: bool = field(True, "nn.scan over depth (False: a Python loop, for comparison)")
     scan_unroll: int = field(

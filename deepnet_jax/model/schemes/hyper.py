@@ -38,6 +38,7 @@ from deepnet_jax.model.schemes.base import (
     Residual,
     Scheme,
     Sublayer,
+    fail,
     need_index,
 )
 
@@ -66,6 +67,14 @@ CONFIG_FIELDS = {
         "mhc only: Sinkhorn-Knopp iterations t_max of H_res (Xie et al. 2025: 20)",
         low=1,
         before=constants.MHC_SINKHORN_ITERS,
+    ),
+    "mhc_sinkhorn_eps": field(
+        0.0,
+        "mhc only: ε added to Sinkhorn-Knopp's softmax and to each of its denominators (0: the "
+        "paper's eq. 9; > 0 bounds them away from 0, as DeepSeek-V4's 1e-6 does; "
+        "mhc_variant='deepseek_v4' sets its own)",
+        low=0.0,
+        before=0.0,
     ),
     "mhc_variant": field(
         "paper",
@@ -231,12 +240,26 @@ class MHC(Stream):
         """0 (the paper), or DeepSeek-V4's ε (``constants.MHC_DEEPSEEK_V4_EPS``)."""
         return constants.MHC_DEEPSEEK_V4_EPS if config.mhc_variant == "deepseek_v4" else 0.0
 
+    def sinkhorn_eps(self, config: Any) -> float:
+        """Sinkhorn-Knopp's ε: DeepSeek-V4's, else ``model.mhc_sinkhorn_eps`` (0: the paper)."""
+        return self.eps(config) if config.mhc_variant == "deepseek_v4" else config.mhc_sinkhorn_eps
+
+    def check(self, config: Any) -> None:
+        """DeepSeek-V4's variant has its own ε: ``mhc_sinkhorn_eps`` is the paper variant's."""
+        if config.mhc_variant == "deepseek_v4" and config.mhc_sinkhorn_eps != 0.0:
+            fail(
+                "mhc_sinkhorn_eps",
+                config.mhc_sinkhorn_eps,
+                "mhc_variant='deepseek_v4' adds its own ε (1e-6) in Sinkhorn-Knopp; leave it 0",
+            )
+
     def mappings(self, ops: Ops, name: str, x: jax.Array) -> tuple[jax.Array, ...]:
         """(H_pre [B, T, n], H_post [B, T, n], H_res [B, T, n, n]) of sublayer ``name`` from
         its input streams x [B, T, n, D] (eq. 7–9), float32."""
         c, n = ops.config, x.shape[-2]
         pre, post, res = _projected(ops, f"{name}_mhc", x, (n, n, n * n))
-        res = sinkhorn(res.reshape(*res.shape[:-1], n, n), c.mhc_sinkhorn_iters, self.eps(c))
+        res = res.reshape(*res.shape[:-1], n, n)
+        res = sinkhorn(res, c.mhc_sinkhorn_iters, self.sinkhorn_eps(c))
         return jax.nn.sigmoid(pre) + self.eps(c), 2.0 * jax.nn.sigmoid(post), res
 
     def sublayer(
@@ -270,5 +293,5 @@ MHC_SCHEME = MHC(
     name="mhc",
     title="mHC",
     origin=SINCE_DEEPNET,
-    fields=("hc_rate", "mhc_sinkhorn_iters", "mhc_variant"),
+    fields=("hc_rate", "mhc_sinkhorn_iters", "mhc_sinkhorn_eps", "mhc_variant"),
 )
