@@ -13,8 +13,9 @@ keeps what the grid does not:
 
 - every update's training NLL and global gradient norm (``log_every`` 1);
 - at every checkpoint: the largest gate ``|α|`` (every ``*_alpha`` parameter: ReZero's one per
-  layer, x + α·F(x); SkipInit's one per sublayer), and the Frobenius norms of the output
-  projection and of the encoder's token embedding, which nothing normalizes in these stacks.
+  layer, x + α·F(x); SkipInit's one per sublayer; mHC's α_pre, α_post, α_res per sublayer, which
+  scale its mappings' logits), and the Frobenius norms of the output projection and of the
+  encoder's token embedding, which nothing normalizes in ReZero's and SkipInit's stacks.
 
 A run whose loss or gradient goes non-finite is recorded too: its ``nonfinite_step``, its curve
 up to it and the checkpoints written before it.
