@@ -13,13 +13,13 @@ from deepnet_jax.experiments import loss_spike
 def test_smoke_logs_every_update_and_reads_each_checkpoint(tmp_path):
     payload = loss_spike.main(["--setting=smoke", f"--out={tmp_path}"])
     lr, updates, every = loss_spike.SETTINGS["smoke"]
-    assert [r["scheme"] for r in payload["runs"]] == list(loss_spike.RUNS["smoke"])
+    assert [r["scheme"] for r in payload["runs"]] == [r[0] for r in loss_spike.RUNS["smoke"]]
     for run in payload["runs"]:
         assert run["lr"] == lr and run["verdict"] in ("trained", "diverged")
         assert [c["update"] for c in run["curve"]] == list(range(1, updates + 1))
         assert all(np.isfinite(c["loss"]) and c["grad_norm"] > 0 for c in run["curve"])
-        assert [c["update"] for c in run["checkpoints"]] == list(range(every, updates + 1, every))
-        first, last = run["checkpoints"][0], run["checkpoints"][-1]
+        assert [c["update"] for c in run["weights"]] == list(range(every, updates + 1, every))
+        first, last = run["weights"][0], run["weights"][-1]
         # the gates start at 0 and move with training; the norms are a trained model's
         assert 0 < first["max_abs_gate"] != last["max_abs_gate"]
         assert first["output_projection_norm"] != last["output_projection_norm"] > 0
@@ -33,7 +33,7 @@ def test_smoke_logs_every_update_and_reads_each_checkpoint(tmp_path):
     assert table.count("| rezero | ") == table.count("| skipinit | ") == updates // every
 
 
-@pytest.mark.parametrize("setting", ["quick", "mhc"])
+@pytest.mark.parametrize("setting", ["quick", "sinkhorn"])
 def test_the_runs_are_lr_tolerances_cells_with_finer_logging(setting):
     """Each run is its scheme's lr_tolerance cell but for the cadence and its own model fields
     (mhc+deepseek_v4: the variant)."""
@@ -41,7 +41,7 @@ def test_the_runs_are_lr_tolerances_cells_with_finer_logging(setting):
 
     base = loss_spike.base_config(setting)
     assert base.to_dict() == lr_tolerance._base_config("since_deepnet").to_dict()
-    for name, (scheme, fields) in loss_spike.RUNS[setting].items():
+    for name, scheme, fields in loss_spike.RUNS[setting]:
         mine = loss_spike.run_config(base, setting, name)
         cell = lr_tolerance.run_config(base, "since_deepnet", {"scheme": scheme, "lr": 3.2e-2})
         cadence = ("log_every", "checkpoint_every", "max_to_keep")
@@ -50,8 +50,9 @@ def test_the_runs_are_lr_tolerances_cells_with_finer_logging(setting):
             mine[key] = cell[key]
         cell.model.update(fields)
         assert mine.to_dict() == cell.to_dict()
-    assert loss_spike.RUNS["mhc"]["mhc+deepseek_v4"][1] == {"mhc_variant": "deepseek_v4"}
-    assert loss_spike.RUNS["mhc"]["mhc+sinkhorn_eps"][1] == {"mhc_sinkhorn_eps": 1e-6}
+    runs = {name: fields for name, _, fields in loss_spike.RUNS["sinkhorn"]}
+    assert runs["mhc+deepseek_v4"] == {"mhc_variant": "deepseek_v4"}
+    assert runs["mhc+sinkhorn_eps"] == {"mhc_sinkhorn_eps": 1e-6}
 
 
 def test_weights_refuse_a_model_without_gates():
@@ -69,7 +70,7 @@ def test_a_run_that_goes_non_finite_is_recorded_up_to_its_halt(tmp_path):
     run = loss_spike.one_run(c, str(tmp_path / "run"), None)
     assert run["nonfinite_step"] == 2 and run["verdict"] == "diverged"
     assert [p["update"] for p in run["curve"]] == [1]
-    assert [p["update"] for p in run["checkpoints"]] == [1]
+    assert [p["update"] for p in run["weights"]] == [1]
 
 
 def test_the_quick_record_repeats_to_the_last_digit():

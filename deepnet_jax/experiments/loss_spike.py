@@ -27,14 +27,14 @@ smoke      common's 16-32-2 model, ReZero and SkipInit at a constant   4        
            3e-2 (the synthetic reversal task)
 quick      lr_tolerance since_deepnet's cells: ReZero and SkipInit     150       every 25
            6L-6L at peak 3.2e-2
-mhc        lr_tolerance since_deepnet's mHC cell at peak 3.2e-2, the   150       every 25
+sinkhorn   lr_tolerance since_deepnet's mHC cell at peak 3.2e-2, the   150       every 25
            same with ``mhc_sinkhorn_eps=1e-6``, and with
            ``mhc_variant=deepseek_v4``
 =========  ==========================================================  ========  ============
 
 Run: ``python -m deepnet_jax.experiments.loss_spike --setting=quick --out=DIR``; writes
 ``loss_spike.json`` (the command's header, :func:`deepnet_jax.common.records.header`; per run
-its final figures, its curve and its checkpoints) and ``loss_spike.md``.
+its final figures, its ``curve`` and its ``weights`` at each checkpoint) and ``loss_spike.md``.
 """
 
 from __future__ import annotations
@@ -57,16 +57,17 @@ from deepnet_jax.training import loading
 
 NAME = "loss_spike"
 # setting → (peak learning rate, updates, checkpoint every)
-SETTINGS = {"smoke": (3e-2, 4, 2), "quick": (3.2e-2, 150, 25), "mhc": (3.2e-2, 150, 25)}
-# setting → its runs: name → (scheme, model fields changed from the lr_tolerance cell's)
-RUNS: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
-    "smoke": {"rezero": ("rezero", {}), "skipinit": ("skipinit", {})},
-    "quick": {"rezero": ("rezero", {}), "skipinit": ("skipinit", {})},
-    "mhc": {
-        "mhc": ("mhc", {}),
-        "mhc+sinkhorn_eps": ("mhc", {"mhc_sinkhorn_eps": 1e-6}),
-        "mhc+deepseek_v4": ("mhc", {"mhc_variant": "deepseek_v4"}),
-    },
+SETTINGS = {"smoke": (3e-2, 4, 2), "quick": (3.2e-2, 150, 25), "sinkhorn": (3.2e-2, 150, 25)}
+# setting → its runs, each (name, scheme, model fields changed from the lr_tolerance cell's)
+_GATED = (("rezero", "rezero", {}), ("skipinit", "skipinit", {}))
+RUNS: dict[str, tuple[tuple[str, str, dict[str, Any]], ...]] = {
+    "smoke": _GATED,
+    "quick": _GATED,
+    "sinkhorn": (
+        ("mhc", "mhc", {}),
+        ("mhc+sinkhorn_eps", "mhc", {"mhc_sinkhorn_eps": 1e-6}),
+        ("mhc+deepseek_v4", "mhc", {"mhc_variant": "deepseek_v4"}),
+    ),
 }
 NORMED = {  # the weights whose norms are read: name → parameter path
     "output_projection_norm": ("output_projection", "kernel"),
@@ -86,7 +87,7 @@ def run_config(
     (smoke: 2 layers at a constant rate) with the run's model fields, logged every update, a
     checkpoint every ``SETTINGS[setting][2]`` updates, all kept."""
     lr, updates, every = SETTINGS[setting]
-    scheme, fields = RUNS[setting][name]
+    scheme, fields = next((r[1], r[2]) for r in RUNS[setting] if r[0] == name)
     if setting == "smoke":
         c = experiment_rows.with_run(base, scheme, 2, lr, 0, updates)
     else:
@@ -130,7 +131,7 @@ def one_run(config: ml_collections.ConfigDict, workdir: str, entropy: float | No
         "curve": [
             {"update": r["step"], "loss": r["loss"], "grad_norm": r["grad_norm"]} for r in train
         ],
-        "checkpoints": [
+        "weights": [
             {"update": step, **weights(loading.load_run(workdir, step).params)}
             for step in range(every, last + 1, every)
             if os.path.isdir(os.path.join(saved, str(step)))
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args, base, out = opening.start(argv, NAME, base_config, tuple(SETTINGS))
     entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
     runs = []
-    for name in RUNS[args.setting]:
+    for name, _, _ in RUNS[args.setting]:
         config = run_config(base, args.setting, name)
         workdir = os.path.join(out, "runs", name)
         lr = config.optimizer.learning_rate
@@ -168,7 +169,7 @@ def docs_table(payload: dict[str, Any]) -> str:
     rows = []
     for run in payload["runs"]:
         at = {r["update"]: r for r in run["curve"]}
-        for c in run["checkpoints"]:
+        for c in run["weights"]:
             logged = at[c["update"]]
             rows.append([run["scheme"], c["update"], f"{logged['loss']:.2f}",
                          _norm(logged["grad_norm"]), f"{c['max_abs_gate']:.3f}",
