@@ -64,7 +64,7 @@ ONSET_LR3 = f"{_RESULTS}/thousand_layers_onset_lr3e-3.json"
 ONSET_LR5 = f"{_RESULTS}/thousand_layers_onset_lr5e-3.json"
 DROPOUT_GAP = f"{_RESULTS}/dropout_gap_quick.json"
 LOSS_SPIKE = f"{_RESULTS}/loss_spike_quick.json"
-LOSS_SPIKE_MHC = f"{_RESULTS}/loss_spike_mhc.json"
+LOSS_SPIKE_SINKHORN = f"{_RESULTS}/loss_spike_sinkhorn.json"
 DROPOUT_GAP_DN18 = f"{_RESULTS}/dropout_gap_deepnorm18.json"
 POSTLN_MAIN_JOB = f"{_RESULTS}/postln_main_job_quick.json"
 DN18_PROBES = f"{_RESULTS}/deepnorm18_corpus_probes.json"
@@ -125,7 +125,7 @@ TABLES: tuple[Table, ...] = (
     Table(_REPRODUCTION, "dropout-gap", (DROPOUT_GAP,), dropout_gap.docs_table),
     Table(_REPRODUCTION, "dropout-gap-deepnorm18", (DROPOUT_GAP_DN18,), dropout_gap.docs_table),
     Table("docs/schemes.md", "loss-spike", (LOSS_SPIKE,), loss_spike.docs_table),
-    Table("docs/schemes.md", "loss-spike-mhc", (LOSS_SPIKE_MHC,), loss_spike.docs_table),
+    Table("docs/schemes.md", "loss-spike-mhc", (LOSS_SPIKE_SINKHORN,), loss_spike.docs_table),
     Table(_REPRODUCTION, "postln-main-job-gradients", (POSTLN_MAIN_JOB,), postln.docs_table),
     Table(
         _REPRODUCTION,
