@@ -37,7 +37,6 @@ setting and the scores) and ``dropout_gap.md``.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import sys
 from typing import Any
@@ -124,12 +123,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for mode, deterministic in MODES.items():
                 results.append({"update": step, "split": split, "mode": mode}
                                | score(run, batches, deterministic))  # fmt: skip
-    with open(os.path.join(out, f"{NAME}.json"), "w") as f:
-        json.dump({"header": args.header, "setting": args.setting, "results": results}, f, indent=1)
-    text = _table(results)
-    path = report.write_table(out, NAME, text)
-    print(text)
-    print(f"wrote {path}")
+    payload = {"header": args.header, "setting": args.setting, "results": results}
+    report.write_results(out, NAME, payload, _table(results))
     return {"results": results}
 
 

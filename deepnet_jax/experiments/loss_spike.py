@@ -39,7 +39,6 @@ its final figures, its ``curve`` and its ``weights`` at each checkpoint) and ``l
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any
@@ -151,13 +150,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         lr = config.optimizer.learning_rate
         runs.append({"scheme": name, "lr": lr} | one_run(config, workdir, entropy))
     payload = {"header": args.header, "setting": args.setting, "runs": runs}
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, f"{NAME}.json"), "w") as f:
-        json.dump(payload, f, indent=1)
-    text = docs_table(payload)
-    path = report.write_table(out, NAME, text + "\n")
-    print(text)
-    print(f"wrote {path}")
+    report.write_results(out, NAME, payload, docs_table(payload))
     return payload
 
 

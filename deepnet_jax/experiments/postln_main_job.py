@@ -28,7 +28,6 @@ the validation figures and the diagnostics) and ``postln_main_job.md`` (the grad
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any
@@ -102,12 +101,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "cpu_seconds": result["cpu_seconds"],
         **compact(metrics.read(workdir)),
     }
-    with open(os.path.join(out, f"{NAME}.json"), "w") as f:
-        json.dump(payload, f, indent=1)
-    text = docs_table(payload)
-    path = report.write_table(out, NAME, text + "\n")
-    print(text)
-    print(f"wrote {path}")
+    report.write_results(out, NAME, payload, docs_table(payload))
     return payload
 
 

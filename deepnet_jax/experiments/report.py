@@ -1,7 +1,8 @@
-"""An experiment's output files: its markdown table and its figure."""
+"""An experiment's output files: its results JSON, its markdown table and its figure."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Sequence
@@ -24,6 +25,19 @@ def write_table(out_dir: str, name: str, text: str) -> str:
     path = os.path.join(out_dir, f"{name}.md")
     with open(path, "w") as f:
         f.write(text)
+    return path
+
+
+def write_results(out_dir: str, name: str, payload: dict[str, Any], table: str) -> str:
+    """An experiment's closing lines: ``<out_dir>/<name>.json`` (``payload``) and its table
+    ``<out_dir>/<name>.md`` written, the table printed; returns the table's path."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"{name}.json"), "w") as f:
+        json.dump(payload, f, indent=1)
+    text = table.rstrip("\n")
+    path = write_table(out_dir, name, text + "\n")
+    print(text)
+    print(f"wrote {path}")
     return path
 
 
