@@ -19,6 +19,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from deepnet_jax.experiments import opening
 from deepnet_jax.model import architectures, schemes
 from deepnet_jax.model import inputs as model_inputs
 from deepnet_jax.model.config import ARCHS, SCHEMES
@@ -53,9 +54,13 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 # XLA's CPU backend at LLVM optimization level 0 compiles a tiny model's train step about twice
 # as fast (measured: 6.3 s -> 3.1 s for test_training's encdec step). The code it makes runs
 # slower (2.7x for a 64-wide 6L-6L step), which the tests' few steps of tiny models do not
-# feel: the default test run went from 1159 s to 846 s. Set before the backend starts;
-# subprocesses get it through ``xla_flags``.
-TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
+# feel: the default test run went from 1159 s to 846 s. XLA:CPU's legacy emitters of fused
+# loops (``--xla_cpu_use_fusion_emitters=false``; the HLO and its fusions are the same) took
+# test_training's 2-update runs from 10.6 s to 8.5 s (encdec DeepNorm) and from 8.5 s to 6.2 s
+# (decoder Hyper-Connections): medians of 4 rounds, each variant in a fresh process. Both are
+# the smoke experiments' flags (``opening.FAST_COMPILE_XLA_FLAGS``). Set before the backend
+# starts; subprocesses get them through ``xla_flags``.
+TEST_XLA_FLAGS = " ".join(opening.FAST_COMPILE_XLA_FLAGS)
 if TEST_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
 

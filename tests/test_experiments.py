@@ -185,6 +185,7 @@ def test_smoke_setting_asks_xla_for_fast_compiles(monkeypatch):
     opening.compile_fast_for_smoke("smoke")  # added once
     assert os.environ["XLA_FLAGS"] == (
         "--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0"
+        " --xla_cpu_use_fusion_emitters=false"
     )
 
 
