@@ -102,3 +102,21 @@ def test_metrics_file_and_periodic_validation(tmp_path):
     assert eval_records[-1]["loss"] == pytest.approx(result["eval_loss"])
     assert eval_records[-1]["perplexity"] == pytest.approx(np.exp(result["eval_loss"]))
     assert not (tmp_path / "checkpoints").exists()  # checkpoint_every=0 disables checkpoints
+
+
+def test_a_best_kept_at_a_step_is_replaced_when_a_resumed_run_reaches_it_again(tmp_path):
+    """A run resumed from step 2 whose best parameters were kept at step 4 (its step-4
+    checkpoint lost, or the run moved to another mesh) saves its new best at step 4."""
+    from deepnet_jax.runs.checkpoint import Checkpointer
+
+    first = Checkpointer(str(tmp_path), every=2, max_to_keep=2)
+    first.save_best(4, {"w": np.zeros(3, np.float32)}, score=-2.0)
+    first.close()
+    resumed = Checkpointer(str(tmp_path), every=2, max_to_keep=2)
+    resumed.save_best(4, {"w": np.ones(3, np.float32)}, score=-1.5)
+    assert resumed.best_score() == -1.5
+    kept = resumed.best_manager.restore(
+        4, args=ocp.args.Composite(params=ocp.args.StandardRestore())
+    )
+    np.testing.assert_array_equal(kept["params"]["w"], np.ones(3, np.float32))
+    resumed.close()

@@ -82,7 +82,13 @@ class Checkpointer:
             )
 
     def save_best(self, step: int, params: Any, score: float) -> None:
-        """Keep ``params`` as the best so far (replacing the previous best once written)."""
+        """Keep ``params`` as the best so far (replacing the previous best once written). A best
+        already kept at ``step`` is replaced: a run resumed from an older checkpoint (the newer
+        one lost, or the run moved to another mesh) reaches that step again, and the
+        parameters it holds now are the ones it continues from."""
+        self.best_manager.wait_until_finished()
+        if step in self.best_manager.all_steps():
+            self.best_manager.delete(step)
         self.best_manager.save(
             step,
             args=ocp.args.Composite(
