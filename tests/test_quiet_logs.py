@@ -232,3 +232,37 @@ def test_a_cli_without_app_run_drops_noisy_warnings_whoever_added_the_handler(be
     assert "Given directory is read only" not in proc.stderr, proc.stderr
     assert "a library warning" in proc.stderr, proc.stderr
     assert ("an early library warning" in proc.stderr) == (before == "early")
+
+
+# What a benchmark run as ``python -m benchmarks.<name>`` does first: Python imports the package
+# with ``sys.argv[0] == "-m"`` while it locates the module; then the benchmark starts JAX.
+AS_A_BENCHMARK = """
+import sys
+if sys.argv[1] == "program":
+    sys.argv[:1] = ["-m"]
+import benchmarks
+import jax
+print(jax.config.jax_platforms)
+if sys.argv[1] == "program":
+    jax.devices()
+"""
+
+
+@pytest.mark.parametrize("how", ["program", "import"])
+def test_a_benchmark_run_as_a_program_prints_no_library_start_up(how):
+    """Run as a program, a benchmark is quiet as the commands are: on this CPU host no libtpu
+    or CUDA start-up lines; imported (by a test), the package changes nothing."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL")
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", AS_A_BENCHMARK, how],
+        env={**env, "PYTHONPATH": ROOT, "XLA_FLAGS": xla_flags()},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == ("cpu" if how == "program" else "None"), proc.stdout
+    if how == "program":
+        assert "TPU" not in proc.stderr and "cuda" not in proc.stderr, proc.stderr
