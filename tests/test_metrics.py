@@ -6,8 +6,11 @@ test parses the TFRecord framing itself ([u64 length][u32 masked CRC-32C of the 
 ``tensorboardX.proto.event_pb2.Event``.
 """
 
+import importlib.util
 import os
 import struct
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -102,3 +105,30 @@ def test_other_processes_write_nothing(tmp_path, monkeypatch):
     writer.flush()
     writer.close()
     assert not (tmp_path / "run").exists()
+
+
+WITHOUT_TORCH = """
+import sys
+from deepnet_jax.runs import metrics
+writer = metrics.MetricsWriter(sys.argv[1])
+writer.write("train", 1, {"loss": 2.5})
+writer.close()
+print("torch" in sys.modules)
+import torch  # still importable afterwards
+print(torch.__name__)
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_the_tensorboard_writer_does_not_import_torch(tmp_path):
+    """tensorboardX's writer imports torch when installed (seconds of every run's start); the
+    metrics writer keeps it out, and torch imports as usual afterwards."""
+    proc = subprocess.run(
+        [sys.executable, "-c", WITHOUT_TORCH, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["False", "torch"], proc.stdout
+    assert _scalars(tmp_path / "tensorboard") == [("train/loss", 1, 2.5)]

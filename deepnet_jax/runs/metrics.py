@@ -18,10 +18,10 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import sys
 from typing import Any
 
 import jax
-from tensorboardX import SummaryWriter
 
 from deepnet_jax.runs.workdir import RunDir
 
@@ -29,6 +29,24 @@ from deepnet_jax.runs.workdir import RunDir
 # a per-process counter in the suffix keeps two writers opened in the same second apart.
 _EVENT_FILE_IDS = itertools.count()
 FLUSH_SECS = 30  # the event-writer thread's flush period, so a live TensorBoard keeps up
+
+
+def summary_writer_class() -> type:
+    """tensorboardX's ``SummaryWriter``, imported without torch. tensorboardX's writer module
+    imports torch when it is installed, only to accept torch tensors (3-5 s of every run's
+    start on a machine with torch, which this project's scalars never need): while it is
+    imported, ``torch`` is marked as missing, unless the process has imported torch already.
+    Later ``import torch`` calls work as usual."""
+    if "torch" in sys.modules:
+        from tensorboardX import SummaryWriter
+
+        return SummaryWriter
+    sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` raises ImportError
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        del sys.modules["torch"]
+    return SummaryWriter
 
 
 class MetricsWriter:
@@ -42,7 +60,7 @@ class MetricsWriter:
         self.path = self.run_dir.metrics
         self.tensorboard_dir = self.run_dir.tensorboard
         self._enabled = jax.process_index() == 0
-        self._tensorboard: SummaryWriter | None = None
+        self._tensorboard: Any = None  # tensorboardX's SummaryWriter, opened on the first write
         self._purge_step: int | None = None
         if self._enabled:
             os.makedirs(self.run_dir.root, exist_ok=True)
@@ -77,7 +95,7 @@ class MetricsWriter:
             f.write(json.dumps(record) + "\n")
         if self._tensorboard is None:  # first write, or the first after close()
             suffix = f".{os.getpid()}.{next(_EVENT_FILE_IDS)}"
-            self._tensorboard = SummaryWriter(
+            self._tensorboard = summary_writer_class()(
                 self.tensorboard_dir,
                 flush_secs=FLUSH_SECS,
                 filename_suffix=suffix,
