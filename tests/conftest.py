@@ -60,7 +60,9 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 # (decoder Hyper-Connections), medians of 4 rounds, each variant in a fresh process; and
 # test_training, test_schemes_since_deepnet, test_modern_blocks and test_models (150 tests,
 # -n 2) from 324 and 332 s to 220 and 252 s (two rounds, alternating, at 5d4f81a and 2233756,
-# nothing else running; the 2-core Intel Xeon VM). Both are
+# nothing else running; the 2-core Intel Xeon VM). In the whole default run, where the shared
+# compilation cache already saves most repeated compiles, less: 1,155 s at 5237993 and 1,103 s
+# at 258a7a5 (one fresh-clone run each). Both are
 # the smoke experiments' flags (``opening.FAST_COMPILE_XLA_FLAGS``). Set before the backend
 # starts; subprocesses get them through ``xla_flags``.
 TEST_XLA_FLAGS = " ".join(opening.FAST_COMPILE_XLA_FLAGS)
