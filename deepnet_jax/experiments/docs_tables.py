@@ -136,6 +136,7 @@ TABLES: tuple[Table, ...] = (
     Table(_REPRODUCTION, "deepnorm18-probes", (DN18_PROBES,), dn18.sensitivity_table),
     Table(_REPRODUCTION, "deepnorm18-probes-ln-inputs", (DN18_PROBES,), dn18.ln_input_table),
     Table(_REPRODUCTION, "deepnorm18-full", (DN18_FULL,), dn18.final_table),
+    Table(_REPRODUCTION, "deepnorm18-full-ln-inputs", (DN18_FULL,), dn18.ln_input_table),
     Table(_REPRODUCTION, "depth-table-init", (INIT, QUICK), views.init_cells),
     Table(
         "docs/schemes.md",
