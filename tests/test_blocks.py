@@ -94,8 +94,9 @@ def ffn(p, x, inner_ln=None, blocks=None):
 def reference_layer(
     p, x, scheme, alpha, self_mask, enc=None, enc_mask=None, eps=1e-5, blocks=None, pos=None
 ):
-    """SPEC.md residual forms, written out sublayer by sublayer; ``blocks`` (the model config)
-    for the blocks beyond the papers' (norm, activation, kv heads, qk_norm, rope at ``pos``)."""
+    """The papers' residual forms (docs/schemes.md), written out sublayer by sublayer;
+    ``blocks`` (the model config) for the blocks beyond the papers' (norm, activation, kv heads,
+    qk_norm, rope at ``pos``)."""
     scheme = {"dlcl_pre": "pre_ln", "dlcl_post": "post_ln"}.get(scheme, scheme)
     sub = scheme == "subln"
     kind = "layernorm" if blocks is None else blocks.norm

@@ -1,4 +1,5 @@
-"""DeepNorm and Sub-LN constants against hand-computed values (SPEC.md tables)."""
+"""DeepNorm and Sub-LN constants against hand-computed values
+(DeepNet Figure 2b; Magneto Section 3.2)."""
 
 import math
 
@@ -6,7 +7,7 @@ import pytest
 
 from deepnet_jax.model import constants
 
-# (arch, N, M) -> {side: (alpha, beta)}; SPEC.md formulas evaluated independently as
+# (arch, N, M) -> {side: (alpha, beta)}; the papers' formulas evaluated independently as
 # exp/log sums (e.g. 0.81·exp((4·ln N + ln M)/16)), rounded to 6 decimals.
 DEEPNORM = {
     ("encoder", 6, 0): {"encoder": (1.861210, 0.379918)},  # (12)^(1/4), (48)^(-1/4)
@@ -43,7 +44,7 @@ def test_subln_table(key):
 
 
 def test_encdec_encoder_beta_is_not_torchscales():
-    """The paper's 0.87·(N⁴M)^(-1/16), not torchscale's 1.15·(N⁴M)^(-1/16) (SPEC.md)."""
+    """The paper's 0.87·(N⁴M)^(-1/16), not torchscale's 1.15·(N⁴M)^(-1/16) (DeepNet Figure 2b)."""
     beta = constants.deepnorm("encdec", 18, 18)["encoder"]["beta"]
     assert beta == pytest.approx(0.87 * (18**5) ** (-1 / 16))
     assert not math.isclose(beta, 1.15 * (18**5) ** (-1 / 16), rel_tol=0.1)

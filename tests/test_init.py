@@ -1,4 +1,5 @@
-"""Initialization statistics: every kernel's std equals gain·√(2/(fan_in+fan_out)) (SPEC.md)."""
+"""Initialization statistics: every kernel's std equals gain·√(2/(fan_in+fan_out))
+(DeepNet Section 4.3; Magneto Section 3.2)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""DeepNet's IWSLT-14 De→En setting (DeepNet Table 4; SPEC.md) on fairseq-prepared files.
+"""DeepNet's IWSLT-14 De→En setting (DeepNet Table 4) on fairseq-prepared files.
 
 Run (after fairseq's ``prepare-iwslt14.sh``, which leaves train/valid/test.{de,en}):
 

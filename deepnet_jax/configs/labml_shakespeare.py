@@ -1,6 +1,6 @@
-"""The labml DeepNorm walkthrough (SPEC.md): a 50-layer decoder-only DeepNorm model, d 64,
-4 heads, FFN 256, character-level Shakespeare, sequences of 256, batch 16, Adam 1.25e-4, no
-warm-up.
+"""The labml DeepNorm walkthrough (labml.ai's annotated implementation): a 50-layer decoder-only
+DeepNorm model, d 64, 4 heads, FFN 256, character-level Shakespeare, sequences of 256, batch 16,
+Adam 1.25e-4, no warm-up.
 
 Run: python -m deepnet_jax.cli.train --config=labml_shakespeare --workdir=/tmp/labml_shakespeare
 

@@ -33,7 +33,13 @@ from deepnet_jax.common import console, records
 from deepnet_jax.experiments import deepnorm18_corpus_report as dn18
 from deepnet_jax.experiments import depth_table_recipe_grid as recipe_grid
 from deepnet_jax.experiments import depth_table_views as views
-from deepnet_jax.experiments import dropout_gap, loss_spike, lr_tolerance, model_update
+from deepnet_jax.experiments import (
+    dropout_gap,
+    loss_spike,
+    lr_tolerance,
+    model_update,
+    results_provenance,
+)
 from deepnet_jax.experiments import lr_transfer_report as transfer
 from deepnet_jax.experiments import postln_main_job as postln
 from deepnet_jax.experiments import thousand_layers_report as thousand
@@ -69,6 +75,7 @@ DROPOUT_GAP_DN18 = f"{_RESULTS}/dropout_gap_deepnorm18.json"
 POSTLN_MAIN_JOB = f"{_RESULTS}/postln_main_job_quick.json"
 DN18_PROBES = f"{_RESULTS}/deepnorm18_corpus_probes.json"
 DN18_FULL = f"{_RESULTS}/deepnorm18_corpus_full.json"
+_ALL_RESULTS = results_provenance.results_files(ROOT)  # every results file, for its provenance
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +107,12 @@ TABLES: tuple[Table, ...] = (
         )
     ),
     Table(_REPRODUCTION, "depth-table-quick-costs", (QUICK,), views.cpu_costs),
+    Table(
+        _REPRODUCTION,
+        "results-provenance",
+        _ALL_RESULTS,
+        functools.partial(results_provenance.docs_table, _ALL_RESULTS),
+    ),
     Table(_REPRODUCTION, "depth-table-recipe", (RECIPE,), recipe_grid.recipe_grid),
     *(
         Table(_REPRODUCTION, f"lr-transfer-{t}", (LR_TRANSFER,), _task(transfer.docs_table, t))

@@ -1,7 +1,7 @@
 """DeepNorm and Sub-LN constants as pure functions of the architecture and depth.
 
 N is the number of encoder layers and M the number of decoder layers; the tables are
-``../shared/SPEC.md`` (DeepNet Figure 2b and Section 4.3; Magneto Figure 2 and Section 3.2):
+the papers' (DeepNet Figure 2b and Section 4.3; Magneto Figure 2 and Section 3.2):
 
 =========================  ======================  =======================  ====================
 architecture               DeepNorm α              DeepNorm β               Sub-LN γ

@@ -1,4 +1,5 @@
-"""Initializers with the papers' gains built in (SPEC.md, "Initialization").
+"""Initializers with the papers' gains built in (DeepNet Section 4.3 and
+Figure 2b; Magneto Section 3.2).
 
 Xavier-normal with gain g draws from N(0, g²·2/(fan_in + fan_out)). ``variance_scaling``'s scale
 is a *variance*, so the gain enters squared. For multi-dimensional kernels (e.g. a query kernel
@@ -61,7 +62,7 @@ def sliced_xavier_normal(
 ) -> Initializer:
     """A fused kernel of ``len(gains)`` stacked projections along ``slice_axis`` (e.g. a fused
     QKV kernel [d_model, 3, heads, head_dim]): slice i is Xavier-normal with gain ``gains[i]``
-    and the fans of one slice (SPEC.md: "fan-in/fan-out per slice, not on the fused matrix").
+    and the fans of one slice, not those of the fused matrix.
     ``in_axis``/``out_axis`` index the shape *without* the slice axis."""
     return stacked_slices([xavier_normal(g, in_axis, out_axis) for g in gains], slice_axis)
 

@@ -3,9 +3,10 @@
 :mod:`deepnet_jax.model.norms`, dropout :mod:`deepnet_jax.model.dropout`).
 
 Every parameter carries logical axis names (``embed``, ``heads``, ``kv``, ``mlp``, ``norm``) via
-``nn.with_logical_partitioning``; gains are part of each kernel's initializer (SPEC.md), never
-applied afterwards. Parameters are stored in ``config.param_dtype`` and cast to
-``config.dtype`` for compute; LayerNorm statistics and the attention softmax run in float32.
+``nn.with_logical_partitioning``; gains are part of each kernel's initializer
+(:mod:`deepnet_jax.model.initializers`), never applied afterwards. Parameters are stored in
+``config.param_dtype`` and cast to ``config.dtype`` for compute; LayerNorm statistics and the
+attention softmax run in float32.
 """
 
 from __future__ import annotations
