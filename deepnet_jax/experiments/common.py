@@ -25,6 +25,7 @@ import numpy as np
 from deepnet_jax.configs import experiment_rows
 from deepnet_jax.experiments import results_file, resumable
 from deepnet_jax.model import schemes
+from deepnet_jax.runs import metrics
 from deepnet_jax.training import data as train_data
 from deepnet_jax.training.run_config import RunConfig
 
@@ -35,6 +36,8 @@ SINCE_DEEPNET = schemes.names(origin=schemes.SINCE_DEEPNET)
 # the rows of the experiments' since_deepnet settings: those schemes, and the rows that are
 # more than a scheme (configs.experiment_rows.ROW_FIELDS: DyT's, CompleteP's)
 SINCE_DEEPNET_ROWS = (*SINCE_DEEPNET, experiment_rows.DYT_ROW, experiment_rows.COMPLETEP_ROW)
+# what a translation run's validations report (the trainer's eval records), kept per validation
+VALIDATION_KEYS = ("loss", "source_sensitivity", "bleu", "distinct_hypotheses")
 PAPER_LR = 5e-4  # DeepNet Table 4 (IWSLT-14 De-En)
 PAPER_WARMUP = 4000  # warm-up updates, from 1e-7 (DeepNet Table 4)
 STUCK_MARGIN = 0.25  # nats: "stuck" = validation NLL >= unigram entropy - this
@@ -168,3 +171,13 @@ def share_compilations(cache_dir: str) -> None:
         return
     jax.config.update("jax_compilation_cache_dir", cache_dir)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+
+
+def keep_validations(result: dict[str, Any], workdir: str) -> None:
+    """``run_grid``'s ``keep``: each validation's update and :data:`VALIDATION_KEYS` (those
+    the run measured), in ``result["validation"]``."""
+    result["validation"] = [
+        {"update": r["step"], **{k: r[k] for k in VALIDATION_KEYS if k in r}}
+        for r in metrics.read(workdir)
+        if r["split"] == "eval"
+    ]

@@ -44,7 +44,6 @@ from deepnet_jax.configs import experiment_base, experiment_rows
 from deepnet_jax.experiments import common, opening, report, results_file, resumable
 from deepnet_jax.experiments import deepnorm18_corpus_report as corpus_report
 from deepnet_jax.model import constants
-from deepnet_jax.runs import metrics
 
 NAME = "deepnorm18_corpus"
 FLAGS_FROM = ("resumable",)  # --shard, --checkpoint_every (opening.own_flags)
@@ -57,7 +56,6 @@ SETTINGS: dict[str, tuple[tuple[tuple[int, float], ...], int, int, int, int]] = 
     "full": (((0, 2e-3), (1, 2e-3), (0, 1e-3), (2, 1e-3)), 1800, 600, 300, 100),
 }  # fmt: skip
 LAYERS = {"smoke": 2, "probes": 18, "full": 18}
-VALIDATION_KEYS = ("loss", "source_sensitivity", "bleu", "distinct_hypotheses")
 
 
 def base_config(setting: str) -> ml_collections.ConfigDict:
@@ -92,15 +90,6 @@ def residual_norm(config: ml_collections.ConfigDict) -> float:
     return alpha * math.sqrt(m.d_model)
 
 
-def keep(result: dict[str, Any], workdir: str) -> None:
-    """What a run keeps beyond its result: each validation's figures (``validation``)."""
-    result["validation"] = [
-        {"update": r["step"], **{k: r[k] for k in VALIDATION_KEYS if k in r}}
-        for r in metrics.read(workdir)
-        if r["split"] == "eval"
-    ]
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Train this shard's runs of the setting not yet in ``<out>/deepnorm18_corpus.json``,
     then write the tables of every run the file holds; returns the results payload."""
@@ -119,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         lambda key: run_config(base, key),
         entropy,
         out,
-        keep=keep,
+        keep=common.keep_validations,
         checkpoint_every=resumable.CHECKPOINT_EVERY.value,
     )
     results.reload()
