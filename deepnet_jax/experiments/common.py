@@ -181,3 +181,27 @@ def keep_validations(result: dict[str, Any], workdir: str) -> None:
         for r in metrics.read(workdir)
         if r["split"] == "eval"
     ]
+
+
+def run_validated_grid(
+    results: results_file.Results,
+    keys: Sequence[dict[str, Any]],
+    make_config: Callable[[dict[str, Any]], ml_collections.ConfigDict],
+    entropy: float | None,
+    work_root: str,
+) -> dict[str, Any]:
+    """:func:`run_grid` of translation runs that keep each validation
+    (:func:`keep_validations`), checkpointing as ``--checkpoint_every`` says
+    (:mod:`resumable`); returns the results payload as the file holds it after (every shard's
+    runs so far)."""
+    run_grid(
+        results,
+        keys,
+        make_config,
+        entropy,
+        work_root,
+        keep=keep_validations,
+        checkpoint_every=resumable.CHECKPOINT_EVERY.value,
+    )
+    results.reload()
+    return results.payload

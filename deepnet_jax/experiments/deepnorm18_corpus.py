@@ -102,20 +102,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     entropy = None if args.setting == "smoke" else common.unigram_entropy(base)
     settings = {"runs": runs, "alpha_x": residual_norm(base), "unigram_entropy": entropy}
     results = results_file.Results(out, NAME, args.setting, settings, head=args.header)
-    common.run_grid(
-        results,
-        runs[index::count],
-        lambda key: run_config(base, key),
-        entropy,
-        out,
-        keep=common.keep_validations,
-        checkpoint_every=resumable.CHECKPOINT_EVERY.value,
+    payload = common.run_validated_grid(
+        results, runs[index::count], lambda key: run_config(base, key), entropy, out
     )
-    results.reload()
-    text = corpus_report.tables(results.payload)
+    text = corpus_report.tables(payload)
     print(text)
     print(f"wrote {results.path}, {report.write_table(out, NAME, text)}")
-    return results.payload
+    return payload
 
 
 if __name__ == "__main__":

@@ -147,20 +147,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     settings = {"rows": list(rows), "sentences": sentences, "unigram_entropy": entropy}
     results = results_file.Results(out, NAME, args.setting, settings, head=args.header)
     keys = [{"row": row} for row in rows]
-    common.run_grid(
-        results,
-        keys[index::count],
-        lambda key: run_config(base, key),
-        entropy,
-        out,
-        keep=common.keep_validations,
-        checkpoint_every=resumable.CHECKPOINT_EVERY.value,
+    payload = common.run_validated_grid(
+        results, keys[index::count], lambda key: run_config(base, key), entropy, out
     )
-    results.reload()
-    text = docs_table(results.payload)
+    text = docs_table(payload)
     print(text)
     print(f"wrote {results.path}, {report.write_table(out, NAME, text)}")
-    return results.payload
+    return payload
 
 
 if __name__ == "__main__":
