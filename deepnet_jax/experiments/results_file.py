@@ -111,8 +111,14 @@ class Results:
 
     def provenance(self) -> dict[str, Any]:
         """What a run this command trained records of its making: the ``commit`` its command
-        started from and the ``date`` now (UTC)."""
-        return {"commit": self.started.get("commit"), "date": records.now()}
+        started from, the ``date`` now (UTC) and the ``cpu`` model of the machine it ended on
+        (:func:`records.cpu_model`: two 2-core VMs train the same seed of a chaotic cell to
+        different ends, their rounding being different)."""
+        return {
+            "commit": self.started.get("commit"),
+            "date": records.now(),
+            "cpu": records.cpu_model(),
+        }
 
     def add(self, key: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
         """Add one run's result, compact (:func:`compact_results.compact_run`: the run returned

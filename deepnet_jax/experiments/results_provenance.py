@@ -1,6 +1,6 @@
 """What each committed results file of the experiments says of its own making: whether it has
 a header (:func:`deepnet_jax.common.records.header`: the command that created it, its commit
-and date), and how many of its runs record their own ``commit`` and ``device``.
+and date), and how many of its runs record their own ``commit``, ``device`` and ``cpu``.
 
 A results file made before the experiments kept these has none of them, and nothing is typed in
 after the fact (docs/reproduction.md, "Results files"); this table, generated into
@@ -20,26 +20,25 @@ RESULTS_GLOB = os.path.join("docs", "reproduction", "*.json")  # from the reposi
 
 def row(name: str, payload: dict[str, Any]) -> str:
     """One file's markdown row: its name, its header's commit and date (``none`` without a
-    header), its runs, and those with their own ``commit`` and with a non-null ``device``
-    (``–`` for a file with no ``runs``: one measurement's record)."""
+    header), its runs, and those with their own ``commit``, ``device`` and ``cpu`` (the
+    processor's model) (``–`` for a file with no ``runs``: one measurement's record)."""
     head = payload.get("header")
     made = "none"
     if head:
         made = f"{(head.get('commit') or '?')[:7]}, {(head.get('date') or '?')[:10]}"
     if "runs" not in payload:  # a record of one measurement, not of runs
-        return f"| `{name}` | {made} | – | – | – |"
+        return f"| `{name}` | {made} | – | – | – | – |"
     runs = payload["runs"]
-    with_commit = sum(1 for r in runs if r.get("commit"))
-    with_device = sum(1 for r in runs if r.get("device"))
-    return f"| `{name}` | {made} | {len(runs)} | {with_commit} | {with_device} |"
+    counts = [sum(1 for r in runs if r.get(k)) for k in ("commit", "device", "cpu")]
+    return f"| `{name}` | {made} | {len(runs)} | " + " | ".join(map(str, counts)) + " |"
 
 
 def docs_table(paths: Sequence[str], *payloads: dict[str, Any]) -> str:
     """The table over the results files ``paths`` (their payloads in that order), by name."""
     lines = [
         "| results file | header (commit, date) | runs | runs with their commit "
-        "| runs with their device |",
-        "|---|---|---:|---:|---:|",
+        "| … their device | … their processor |",
+        "|---|---|---:|---:|---:|---:|",
     ]
     named = sorted(zip((os.path.basename(p) for p in paths), payloads, strict=True))
     lines += [row(name, payload) for name, payload in named]
