@@ -79,11 +79,10 @@ def base_config(setting: str) -> ml_collections.ConfigDict:
     """The setting's base: the main job (smoke: common's smoke model) with its validation
     cadence and no final split; each row's changes come per run."""
     _, updates, eval_every, sentences = SETTINGS[setting]
-    c = (
-        experiment_base.base_config("smoke")
-        if setting == "smoke"
-        else (experiment_base.main_job_config())
-    )
+    if setting == "smoke":
+        c = experiment_base.base_config("smoke")
+    else:
+        c = experiment_base.main_job_config()
     c.total_steps, c.eval_every, c.decode.eval_sentences = updates, eval_every, sentences
     c.final_split = ""
     if setting == "smoke":  # 8 updates: constant at a rate that moves the tiny model

@@ -3,7 +3,7 @@ a header (:func:`deepnet_jax.common.records.header`: the command that created it
 and date), and how many of its runs record their own ``commit``, ``device`` and ``cpu``.
 
 A results file made before the experiments kept these has none of them, and nothing is typed in
-after the fact (docs/reproduction.md, "Results files"); this table, generated into
+after the fact (docs/reproduction.md, "How the table is run"); this table, generated into
 docs/reproduction.md by :mod:`~deepnet_jax.experiments.docs_tables`, says which files those are,
 so that the statement cannot go stale as runs are added.
 """
