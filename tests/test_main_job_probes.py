@@ -52,21 +52,22 @@ def test_a_probe_naming_no_config_field_is_refused(monkeypatch):
         probes.run_config(probes.base_config("probes"), {"row": "typo"})
 
 
-def test_the_table_follows_the_probes_order_and_gives_the_last_distinct_count():
+def test_the_table_follows_the_probes_order_and_gives_the_last_distinct_share():
     def run(row, sens):
         return {
             "row": row,
             "validation": [
                 {"update": 200, "source_sensitivity": sens, "bleu": 0.1, "loss": 6.0},
                 {"update": 400, "source_sensitivity": sens, "bleu": 1.5, "loss": 5.0,
-                 "distinct_hypotheses": 37},
+                 "distinct_hypotheses": 0.37},
             ],
         }  # fmt: skip
 
     payload = {"settings": {"sentences": 100}, "runs": [run("seed_1", 0.4), run("post_ln", 0.0)]}
     lines = probes.docs_table(payload).splitlines()
     assert (
-        lines[0] == "| run | update 200 | update 400 | distinct hypotheses at update 400 (of 100) |"
+        lines[0]
+        == "| run | update 200 | update 400 | distinct hypotheses at update 400 (100 sentences) |"
     )
-    assert lines[2] == "| 6L-6L d128, **Post-LN** | 0.00 / 0.10 / 6.00 | 0.00 / 1.50 / 5.00 | 37 |"
+    assert lines[2] == "| 6L-6L d128, **Post-LN** | 0.00 / 0.10 / 6.00 | 0.00 / 1.50 / 5.00 | 37% |"
     assert lines[3].startswith("| 6L-6L d128, seed 1 | 0.40 / 0.10 / 6.00 |")

@@ -116,19 +116,23 @@ def _cell(validation: dict[str, Any]) -> str:
 
 def docs_table(payload: dict[str, Any]) -> str:
     """A row per run in :data:`PROBES`' order: source sensitivity (nats) / greedy BLEU /
-    validation NLL at each validation, and the distinct greedy hypotheses at the last."""
+    validation NLL at each validation, and the share of distinct greedy hypotheses at the last."""
     runs = sorted(payload["runs"], key=lambda r: list(PROBES).index(r["row"]))
     updates = sorted({v["update"] for r in runs for v in r["validation"]})
     sentences = payload["settings"]["sentences"]
     head = ["run", *(f"update {u:,}" for u in updates)]
-    head += [f"distinct hypotheses at update {updates[-1]:,} (of {sentences})"] if sentences else []
+    head += (
+        [f"distinct hypotheses at update {updates[-1]:,} ({sentences} sentences)"]
+        if sentences
+        else []
+    )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for run in runs:
         at = {v["update"]: v for v in run["validation"]}
         cells = [PROBES[run["row"]].label, *(_cell(at.get(u, {})) for u in updates)]
         if sentences:
             distinct = at.get(updates[-1], {}).get("distinct_hypotheses")
-            cells.append("—" if distinct is None else f"{distinct:g}")
+            cells.append("—" if distinct is None else f"{distinct:.0%}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
