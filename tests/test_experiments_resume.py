@@ -70,3 +70,24 @@ def test_workdir_names_are_the_run_and_safe_as_paths():
         "task=reversal64,scheme=pre_ln+dyt,layers=500,seed=0,lr=0.002"
     )
     assert resumable.workdir_name({"init": "a/b c"}) == "init=a_b_c"
+
+
+def test_a_claimed_run_is_held_until_its_claim_ends(tmp_path):
+    workdir = str(tmp_path / "runs" / "task=reversal,seed=0")
+    # the second is another open of the lock file, as another process's would be
+    with resumable.claim(workdir) as first, resumable.claim(workdir) as second:
+        assert (first, second) == (True, False)
+    with resumable.claim(workdir) as again:
+        assert again
+
+
+def test_a_run_another_process_is_training_is_left_to_it(tmp_path, capsys):
+    # shard 0/3 of the smoke grid: its runs 0 and 3; run 0's workdir is held as if a process
+    # started with another --shard were training it into the same folder
+    out = tmp_path / "out"
+    first = dts.keys("smoke", table_recipe.base_config("smoke"))[0]
+    with resumable.claim(str(out / "runs" / resumable.workdir_name(first))):
+        runs = depth_table.main(["--setting=smoke", "--shard=0/3", f"--out={out}"])["runs"]
+    assert first not in [{k: r[k] for k in first} for r in runs]
+    assert len(runs) == 1  # run 3, trained
+    assert "another process is training it; left to it" in capsys.readouterr().out

@@ -14,6 +14,7 @@ frequencies); ``trained`` otherwise.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -127,30 +128,51 @@ def run_grid(
             summary = ", ".join(f"{k}={v}" for k, v in key.items())
             print(f"== run {i + 1}/{len(keys)}: {summary}", flush=True)
             config = make_config(key)
-            if checkpoint_every:
+            train = functools.partial(_train, results, key, config, entropy=entropy,
+                                      judged=judged, keep=keep)  # fmt: skip
+            if not checkpoint_every:
+                run = train(os.path.join(work_root, str(i)), resume=False)
+            else:  # a workdir named by the run, which any process may start or resume
                 workdir = os.path.join(work_root, resumable.workdir_name(key))
                 config.checkpoint_every, config.max_to_keep = checkpoint_every, 2
-            else:
-                workdir = os.path.join(work_root, str(i))
-            result = resumable.train_once(config, workdir, resume=bool(checkpoint_every))
-            result["device"] = jax.devices()[0].device_kind  # "cpu", "NVIDIA H100 80GB HBM3"
-            # None: the platform's default (fp32 on a CPU, TF32 passes on a GPU)
-            result["matmul_precision"] = jax.config.jax_default_matmul_precision
-            result.update(results.provenance())  # commit, date: a file gathers many sessions
-            if keep is not None:
-                result.update(key)  # keep sees the run's settings beside its result
-                keep(result, workdir)
-            if judged:
-                result["verdict"] = judge(result, entropy)
-            if "verdict" in result:
-                print(
-                    f"== {summary}: {result['verdict']}, validation NLL {result['eval_loss']:.3f}"
-                )
-            run = results.add(key, result)
-            if checkpoint_every:  # recorded: nothing will resume it (500L: 1 GB of state)
-                resumable.drop_checkpoints(workdir)
+                with resumable.claim(workdir) as mine:
+                    if mine:
+                        results.reload()  # another process may have recorded it meanwhile
+                        run = results.find(key) or train(workdir, resume=True)
+                        resumable.drop_checkpoints(workdir)  # recorded: nothing resumes it
+                if not mine:
+                    print(f"== {summary}: another process is training it; left to it")
+                    continue
         out.append(run)
     return out
+
+
+def _train(
+    results: results_file.Results,
+    key: dict[str, Any],
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    resume: bool,
+    entropy: float | None,
+    judged: bool,
+    keep: Callable[[dict[str, Any], str], None] | None,
+) -> dict[str, Any]:
+    """:func:`run_grid`'s one run: trained in ``workdir`` (from its newest checkpoint when
+    ``resume``), judged, added to ``results``; returns the run as written."""
+    result = resumable.train_once(config, workdir, resume=resume)
+    result["device"] = jax.devices()[0].device_kind  # "cpu", "NVIDIA H100 80GB HBM3"
+    # None: the platform's default (fp32 on a CPU, TF32 passes on a GPU)
+    result["matmul_precision"] = jax.config.jax_default_matmul_precision
+    result.update(results.provenance())  # commit, date, cpu: a file gathers many sessions
+    if keep is not None:
+        result.update(key)  # keep sees the run's settings beside its result
+        keep(result, workdir)
+    if judged:
+        result["verdict"] = judge(result, entropy)
+    if "verdict" in result:
+        print(f"== {', '.join(f'{k}={v}' for k, v in key.items())}: {result['verdict']}, "
+              f"validation NLL {result['eval_loss']:.3f}")  # fmt: skip
+    return results.add(key, result)
 
 
 def judge(result: dict[str, Any], entropy: float | None) -> str:

@@ -19,6 +19,8 @@ redone after a kill included: what the run cost, not what an uninterrupted run w
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
@@ -26,6 +28,7 @@ import re
 import shutil
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import ml_collections
@@ -71,6 +74,23 @@ def workdir_name(key: dict[str, Any]) -> str:
     "layers": 500, "seed": 0, …}`` → ``task=reversal64,scheme=deepnorm,layers=500,seed=0,…``),
     so that a run finds its checkpoints whichever process or shard starts it again."""
     return ",".join(_UNSAFE.sub("_", f"{k}={v}") for k, v in key.items())
+
+
+@contextlib.contextmanager
+def claim(workdir: str) -> Iterator[bool]:
+    """Whether this process may train the run of ``workdir``: True while it holds the run's
+    lock (``<workdir>.lock``, an exclusive ``flock`` released when the process ends, however it
+    ends), False at once if another process holds it. Two processes whose shards overlap (a
+    ``--shard=i/n`` started beside others of another n) would otherwise train one run into
+    one workdir together, each writing the other's checkpoints and metrics."""
+    os.makedirs(os.path.dirname(os.path.abspath(workdir)), exist_ok=True)
+    with open(workdir + ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
 
 
 def drop_checkpoints(workdir: str) -> None:
