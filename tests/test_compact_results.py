@@ -42,6 +42,8 @@ _RUN_BYTES = {
     # --setting=full run keeps 19 diagnostics: 23.2 KB (docs/reproduction/
     # deepnorm18_corpus_full.json)
     "deepnorm18_corpus": 24_000,
+    # a probe: 1.2-1.3 KB (4 validations, no curve; docs/reproduction/main_job_probes.json)
+    "main_job_probes": 1_500,
 }
 
 

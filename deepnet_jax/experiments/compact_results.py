@@ -18,7 +18,8 @@ experiment, the splits and fields that a reader takes; every other curve is drop
 * ``model_update``: each diagnostics record's update and ΔF (:mod:`model_update`'s tables and
   figure), not its per-layer LayerNorm inputs and gradient norms (29 KB a run).
 * ``lr_tolerance`` and ``lr_transfer``: no curve (their tables and figures read the final
-  validation NLL).
+  validation NLL); ``main_job_probes``: none either (each validation's figures are a run field
+  of their own, ``validation``).
 * ``deepnorm18_corpus``: each diagnostics record's update, the encoder's per-layer gradient
   norms and LayerNorm inputs (its report's attenuation, predicted and measured); each
   validation's figures are a run field of their own (``validation``).
@@ -58,6 +59,7 @@ CURVES: dict[str, dict[str, dict[str, tuple[str, ...] | None]]] = {
     "model_update": {"diagnostics": {"diagnostics": ("step", "model_update")}},
     "lr_tolerance": {},
     "lr_transfer": {},
+    "main_job_probes": {},
     "deepnorm18_corpus": {
         "diagnostics": {
             "diagnostics": (

@@ -37,6 +37,7 @@ from deepnet_jax.experiments import (
     dropout_gap,
     loss_spike,
     lr_tolerance,
+    main_job_probes,
     model_update,
     results_provenance,
 )
@@ -75,6 +76,7 @@ DROPOUT_GAP_DN18 = f"{_RESULTS}/dropout_gap_deepnorm18.json"
 POSTLN_MAIN_JOB = f"{_RESULTS}/postln_main_job_quick.json"
 DN18_PROBES = f"{_RESULTS}/deepnorm18_corpus_probes.json"
 DN18_FULL = f"{_RESULTS}/deepnorm18_corpus_full.json"
+MAIN_JOB_PROBES = f"{_RESULTS}/main_job_probes.json"
 _ALL_RESULTS = results_provenance.results_files(ROOT)  # every results file, for its provenance
 
 
@@ -151,6 +153,7 @@ TABLES: tuple[Table, ...] = (
     Table(_REPRODUCTION, "deepnorm18-full", (DN18_FULL,), dn18.final_table),
     Table(_REPRODUCTION, "deepnorm18-full-ln-inputs", (DN18_FULL,), dn18.ln_input_table),
     Table(_REPRODUCTION, "depth-table-init", (INIT, QUICK), views.init_cells),
+    Table("docs/main_job.md", "main-job-probes", (MAIN_JOB_PROBES,), main_job_probes.docs_table),
     Table(
         "docs/schemes.md",
         "depth-table-since-deepnet",
