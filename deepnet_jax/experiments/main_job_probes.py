@@ -41,33 +41,36 @@ FLAGS_FROM = ("resumable",)  # --shard, --checkpoint_every (opening.own_flags)
 
 @dataclasses.dataclass(frozen=True)
 class Probe:
-    """One row: the main job with ``fields`` (dotted config paths) set, under ``scheme`` with
+    """One row: the main job with ``fields`` (dotted config paths) set, as the experiments' row
+    ``row`` (a scheme's name: :func:`deepnet_jax.configs.experiment_rows.with_run`) with
     ``layers`` per side (None: the base's)."""
 
     label: str
-    scheme: str = "deepnorm"
+    row: str = "deepnorm"
     layers: int | None = None
     fields: tuple[tuple[str, Any], ...] = ()
 
 
 _NARROW = (("model.d_model", 64), ("model.ffn_dim", 256))  # the previous default's width
-PROBES: dict[str, Probe] = {
-    "narrow_18l": Probe("18L-18L d64, 4 heads (the previous default's model)", layers=18,
-                        fields=_NARROW),
-    "narrow_18l_2heads": Probe("18L-18L d64, 2 heads (head width 32)", layers=18,
-                               fields=(*_NARROW, ("model.num_heads", 2))),
-    "main_job": Probe("6L-6L d128, FFN 512 (the main job's model)"),
-    "shared_embeddings": Probe("6L-6L d128, shared source/target embeddings",
-                               fields=(("model.share_embeddings", True),)),
-    "lr_4e-3": Probe("6L-6L d128, lr 4e-3 over 200 warm-up updates",
-                     fields=(("optimizer.learning_rate", 4e-3),
-                             ("schedule.warmup_steps", 200))),
-    "post_ln": Probe("6L-6L d128, **Post-LN**", scheme="post_ln"),
-    "label_smoothing_0": Probe("6L-6L d128, label smoothing 0",
-                               fields=(("label_smoothing", 0.0),)),
-    "dropout_0": Probe("6L-6L d128, dropout 0", fields=(("model.dropout", 0.0),)),
-    "seed_1": Probe("6L-6L d128, seed 1", fields=(("seed", 1),)),
-}  # fmt: skip
+# probe name → probe (a name is the run's key in the results file, not a scheme's: the Post-LN
+# probe is named for the scheme it trains)
+PROBES: dict[str, Probe] = dict([
+    ("narrow_18l", Probe("18L-18L d64, 4 heads (the previous default's model)", layers=18,
+                         fields=_NARROW)),
+    ("narrow_18l_2heads", Probe("18L-18L d64, 2 heads (head width 32)", layers=18,
+                                fields=(*_NARROW, ("model.num_heads", 2)))),
+    ("main_job", Probe("6L-6L d128, FFN 512 (the main job's model)")),
+    ("shared_embeddings", Probe("6L-6L d128, shared source/target embeddings",
+                                fields=(("model.share_embeddings", True),))),
+    ("lr_4e-3", Probe("6L-6L d128, lr 4e-3 over 200 warm-up updates",
+                      fields=(("optimizer.learning_rate", 4e-3),
+                              ("schedule.warmup_steps", 200)))),
+    ("post_ln", Probe("6L-6L d128, **Post-LN**", row="post_ln")),
+    ("label_smoothing_0", Probe("6L-6L d128, label smoothing 0",
+                                fields=(("label_smoothing", 0.0),))),
+    ("dropout_0", Probe("6L-6L d128, dropout 0", fields=(("model.dropout", 0.0),))),
+    ("seed_1", Probe("6L-6L d128, seed 1", fields=(("seed", 1),))),
+])  # fmt: skip
 # setting → (rows, updates, validation every, greedy-BLEU sentences)
 SETTINGS: dict[str, tuple[tuple[str, ...], int, int, int]] = {
     "smoke": (("main_job", "dropout_0"), 8, 4, 0),
@@ -95,7 +98,7 @@ def run_config(base: ml_collections.ConfigDict, key: dict[str, Any]) -> ml_colle
     probe = PROBES[key["row"]]
     layers = probe.layers or base.model.num_encoder_layers
     lr, warmup = base.optimizer.learning_rate, base.schedule.warmup_steps
-    c = experiment_rows.with_run(base, probe.scheme, layers, lr, warmup, base.total_steps)
+    c = experiment_rows.with_run(base, probe.row, layers, lr, warmup, base.total_steps)
     for path, value in probe.fields:
         *parents, leaf = path.split(".")
         node = c
