@@ -45,6 +45,7 @@ from deepnet_jax.runs.workdir import RunDir
 # eval.json's fields the record keeps (the README's columns and what the prose cites)
 KEPT = (
     "test_bleu",
+    "test_bleu_report",  # sacrebleu's line: n-gram precisions, brevity penalty
     "test_chrf",
     "test_sentences",
     "test_unseen_bleu",
