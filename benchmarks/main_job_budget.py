@@ -5,9 +5,10 @@ docs/main_job.md ("How the budget was chosen") generated from them.
     python -m benchmarks.main_job_budget --run --docs=docs/main_job.md
 
 Each arm of :data:`ARMS` runs as ``python -m benchmarks.main_job --arm=<arm> --seeds=0 --jobs=1
---out=docs/records/main_job_<arm>.json <overrides>`` (its own record, whose command says so), one
-after the other; then the ``main-job-budget`` block of each ``--docs`` file is written from the
-records. Without ``--run`` only the block is rewritten, from the committed records.
+--out=docs/records/main_job_<arm>.json <overrides>`` (its own record, whose command says so; the
+``default`` arm, the shipped job itself, without ``--arm``), one after the other; then the
+``main-job-budget`` block of each ``--docs`` file is written from the records. Without
+``--run`` only the block is rewritten, from the committed records.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from deepnet_jax.common import records
 # the arms: the config fields each changes from the shipped job (deepnet_jax/configs/default.py:
 # 1,800 updates, validation every 600 on 300 sentences, buckets 16/32/64, max_len 64)
 ARMS: dict[str, list[str]] = {
+    "default": [],  # the shipped job itself, alone, beside the others
     "budget-2000": [
         "--config.total_steps=2000",
         "--config.eval_every=500",
@@ -67,6 +69,7 @@ def table(arms: dict[str, dict[str, Any]]) -> str:
     for arm, record in arms.items():
         (run,) = record["runs"]
         fields = ", ".join(f"`{o.removeprefix('--config.')}`" for o in record["overrides"])
+        fields = fields or "none (the shipped job)"
         rows.append(
             f"| {arm} | {fields} | {run['test_bleu']:.2f} | {run['test_chrf']:.2f} "
             f"| {brevity_penalty(run['test_bleu_report']):.3f} "
@@ -77,8 +80,10 @@ def table(arms: dict[str, dict[str, Any]]) -> str:
 
 
 def run_arm(arm: str, workdir_root: str) -> None:
-    """One arm through benchmarks.main_job, alone (seed 0, one job), into its record."""
-    cmd = [sys.executable, "-m", "benchmarks.main_job", f"--arm={arm}", "--seeds=0", "--jobs=1"]
+    """One arm through benchmarks.main_job, alone (seed 0, one job), into its record; the
+    ``default`` arm changes nothing and runs as the plain job (no ``--arm``)."""
+    cmd = [sys.executable, "-m", "benchmarks.main_job", "--seeds=0", "--jobs=1"]
+    cmd += [f"--arm={arm}"] if ARMS[arm] else []
     cmd += [f"--out={record_path(arm)}", f"--workdir_root={workdir_root}/{arm}", *ARMS[arm]]
     subprocess.run(cmd, check=True)
 

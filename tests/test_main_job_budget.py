@@ -3,11 +3,13 @@ table of docs/main_job.md generated from them."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 
 from benchmarks import main_job_budget as budget
+from deepnet_jax.common import records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPORT = (
@@ -53,3 +55,29 @@ def test_each_arm_is_a_change_of_the_shipped_job():
             for part in path.split("."):
                 node = node[part]
             assert str(node).replace(" ", "") != value, (arm, override)
+
+
+def _committed() -> dict[str, dict]:
+    out = {}
+    for arm in budget.ARMS:
+        path = os.path.join(ROOT, budget.record_path(arm))
+        if os.path.exists(path):
+            with open(path) as f:
+                out[arm] = json.load(f)
+    return out
+
+
+def test_the_committed_records_are_their_arms_and_the_docs_table_is_them():
+    arms = _committed()
+    assert list(arms) == list(budget.ARMS)  # every arm has its record
+    for arm, record in arms.items():
+        overrides = budget.ARMS[arm]
+        assert record["arm"] == (arm if overrides else None) and record["overrides"] == overrides
+        assert record["commit"] and not record["commit"].endswith("+dirty")
+        assert record["concurrent_runs"] == 1  # alone: the wall-clock is the job's own
+        (run,) = record["runs"]
+        steps = int(overrides[0].partition("=")[2]) if overrides else 1800  # total_steps
+        assert run["seed"] == 0 and run["steps"] == steps and run["test_sentences"] == 1763
+        assert run["test_bleu"] > 10 and run["test_source_sensitivity"] > 1  # it translates
+    doc = os.path.join(ROOT, "docs", "main_job.md")
+    assert records.block(doc, budget.BLOCK) == budget.table(arms)
