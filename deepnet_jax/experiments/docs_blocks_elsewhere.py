@@ -71,6 +71,22 @@ _MODERN_SINUSOIDAL = (
     "--out=docs/records/main_job_modern_sinusoidal.json --docs=docs/main_job.md "
     "--config.model.activation=swiglu --config.model.ffn_dim=344 --config.model.norm=rmsnorm"
 )
+_BUDGET = (  # checked by tests/test_main_job_budget.py
+    "python -m benchmarks.main_job_budget --run --docs=docs/main_job.md"
+)
+_DING = (  # the arms on Ding's sentences, checked by tests/test_main_job_record.py
+    "python -m benchmarks.main_job --arm=ding --seeds=0 --jobs=1 "
+    "--out=docs/records/main_job_ding.json --docs=docs/main_job.md "
+    "--config.data.dataset=ding_de_en"
+)
+_PREVIOUS_DEFAULT = (
+    "python -m benchmarks.main_job --arm=previous-default --seeds=0 --jobs=1 "
+    "--out=docs/records/main_job_previous_default.json --docs=docs/main_job.md "
+    "--config.data.dataset=ding_de_en --config.model.num_encoder_layers=18 "
+    "--config.model.num_decoder_layers=18 --config.model.d_model=64 --config.model.ffn_dim=256 "
+    "--config.total_steps=2600 --config.eval_every=650 "
+    "'--config.data.bucket_boundaries=(8,16,32,64)'"
+)
 _SOURCE_AT_INIT = (  # checked by tests/test_source_at_init.py
     "python -m benchmarks.source_at_init --out=docs/records/source_at_init.json "
     "--docs=docs/main_job.md"
@@ -102,6 +118,9 @@ ELSEWHERE = {
     ("docs/main_job.md", "main-job-arm-modern"): _MODERN,
     ("docs/main_job.md", "main-job-arm-modern-sinusoidal"): _MODERN_SINUSOIDAL,
     ("docs/main_job.md", "source-at-init"): _SOURCE_AT_INIT,
+    ("docs/main_job.md", "main-job-budget"): _BUDGET,
+    ("docs/main_job.md", "main-job-arm-ding"): _DING,
+    ("docs/main_job.md", "main-job-arm-previous-default"): _PREVIOUS_DEFAULT,
     ("docs/benchmarks.md", "sharding-state"): _SHARDING,
     ("docs/benchmarks.md", "compile-vs-depth"): _COMPILE_VS_DEPTH,
     ("docs/scaling.md", "grouped-vs-flat"): _GROUPED_VS_FLAT,
@@ -132,4 +151,8 @@ RECORD_FILES = {
         "docs/records/main_job_modern_sinusoidal.json"
     ),
     ("docs/main_job.md", "source-at-init"): "docs/records/source_at_init.json",
+    ("docs/main_job.md", "main-job-arm-ding"): "docs/records/main_job_ding.json",
+    ("docs/main_job.md", "main-job-arm-previous-default"): (
+        "docs/records/main_job_previous_default.json"
+    ),
 }
