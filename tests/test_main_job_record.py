@@ -135,6 +135,22 @@ ARMS = {
     for name, fields in source_at_init.ARMS.items()
     if fields
 }
+# the arms on Ding's sentences (docs/main_job.md, "Why the previous default ignored its source"):
+# the shipped ding_de_en config, and the previous default's model, budget and buckets on it
+DING = ["--config.data.dataset=ding_de_en"]
+ARMS["ding"] = DING
+ARMS["previous-default"] = [
+    *DING,
+    "--config.model.num_encoder_layers=18",
+    "--config.model.num_decoder_layers=18",
+    "--config.model.d_model=64",
+    "--config.model.ffn_dim=256",
+    "--config.total_steps=2600",
+    "--config.eval_every=650",
+    "--config.data.bucket_boundaries=(8,16,32,64)",
+]
+# each arm's updates and validations (the default's budget where the arm keeps it)
+STEPS = {"previous-default": (2600, [650, 1300, 1950, 2600])}
 
 
 @pytest.mark.parametrize("arm", sorted(ARMS))
@@ -144,8 +160,9 @@ def test_each_arms_table_is_its_record(arm):
         record = json.load(f)
     assert record["arm"] == arm and record["overrides"] == ARMS[arm]
     assert record["commit"] and not record["commit"].endswith("+dirty")
+    steps, validations = STEPS.get(arm, (1800, [600, 1200, 1800]))
     for run in record["runs"]:
-        assert run["steps"] == 1800 and run["test_sentences"] == 1763
-        assert [v["step"] for v in run["validations"]] == [600, 1200, 1800]
+        assert run["steps"] == steps and [v["step"] for v in run["validations"]] == validations
+        assert run["test_sentences"] == (1000 if DING[0] in ARMS[arm] else 1763)
     doc = os.path.join(ROOT, "docs", "main_job.md")
     assert records.block(doc, f"main-job-arm-{arm}") == main_job.arm_table(record)
