@@ -87,6 +87,11 @@ _PREVIOUS_DEFAULT = (
     "--config.total_steps=2600 --config.eval_every=650 "
     "'--config.data.bucket_boundaries=(8,16,32,64)'"
 )
+_BF16 = (  # checked by tests/test_main_job_record.py
+    "python -m benchmarks.main_job --arm=bf16 --seeds=0 --jobs=1 "
+    "--out=docs/records/main_job_bf16.json --docs=docs/benchmarks.md "
+    "--config.model.dtype=bfloat16"
+)
 _SOURCE_AT_INIT = (  # checked by tests/test_source_at_init.py
     "python -m benchmarks.source_at_init --out=docs/records/source_at_init.json "
     "--docs=docs/main_job.md"
@@ -121,6 +126,7 @@ ELSEWHERE = {
     ("docs/main_job.md", "main-job-budget"): _BUDGET,
     ("docs/main_job.md", "main-job-arm-ding"): _DING,
     ("docs/main_job.md", "main-job-arm-previous-default"): _PREVIOUS_DEFAULT,
+    ("docs/benchmarks.md", "main-job-arm-bf16"): _BF16,
     ("docs/benchmarks.md", "sharding-state"): _SHARDING,
     ("docs/benchmarks.md", "compile-vs-depth"): _COMPILE_VS_DEPTH,
     ("docs/scaling.md", "grouped-vs-flat"): _GROUPED_VS_FLAT,
