@@ -26,7 +26,7 @@ from deepnet_jax.common import records
 # the arms: the config fields each changes from the shipped job (deepnet_jax/configs/default.py:
 # 1,800 updates, validation every 600 on 300 sentences, buckets 16/32/64, max_len 64)
 ARMS: dict[str, list[str]] = {
-    "default": [],  # the shipped job itself, alone, beside the others
+    "default": [],  # the shipped job itself, run alone as the others are
     "budget-2000": [
         "--config.total_steps=2000",
         "--config.eval_every=500",

@@ -135,7 +135,7 @@ ARMS = {
     for name, fields in source_at_init.ARMS.items()
     if fields
 }
-# the arms on Ding's sentences (docs/main_job.md, "Why the previous default ignored its source"):
+# the arms on Ding's sentences (docs/main_job.md, "Why the default changed"):
 # the shipped ding_de_en config, and the previous default's model, budget and buckets on it
 DING = ["--config.data.dataset=ding_de_en"]
 ARMS["ding"] = DING
