@@ -5,7 +5,9 @@ float32 logits [B, T, V] either in one variadic reduction with a written-out bac
 (``one_pass``, what GPUs and TPUs lower) or as separate reductions that JAX differentiates
 (``separate``, what the CPU lowers). For each shape this measures, on this machine's CPU, the
 time of the label-smoothed loss, its sums and its gradient along each path (jitted; the median
-over ``--rounds`` rounds in which both run in turn, reported as the ratio one_pass ÷ separate),
+over ``--rounds`` rounds in which all run in turn, reported as the ratio one_pass ÷ separate),
+and beside them ``separate_argmax``, the CPU path as it was before its accuracy was read
+without an argmax (``cpu_ratio_first_max``: separate ÷ separate_argmax),
 and, compiled deviceless for ``--gpu`` (needs the ``gpu-plan`` extra), each path's kernels that
 read the logits and the kernel model's seconds for the program (deterministic).
 
@@ -34,20 +36,29 @@ from deepnet_jax.scale import kernels, targets
 from deepnet_jax.training import logit_stats
 
 PATHS = {"one_pass": "_one_pass_differentiable", "separate": "_separate"}
+BEFORE = "separate_argmax"  # the CPU path with the accuracy read by jnp.argmax (until 2026-12-01)
 SHAPES = ((16, 64, 8000), (8, 256, 32000))
 SMOKE_SHAPES = ((2, 8, 512),)
 SMOOTHING = 0.1
 
 
+def _separate_argmax(logits_BTV: jax.Array, targets_BT: jax.Array) -> logit_stats.LogitStats:
+    """The CPU path's statistics with the hit read as ``jnp.argmax(z) == y`` (XLA:CPU: a
+    variadic (value, index) reduction), as it was before ``logit_stats._label_is_first_max``."""
+    stats = logit_stats._separate(logits_BTV, targets_BT)
+    argmax = jnp.argmax(logits_BTV.astype(jnp.float32), axis=-1)
+    return stats._replace(hit=argmax == targets_BT)
+
+
 def loss_fn(path: str) -> Callable:
     """``(logits, targets, weights) -> (loss_sum, (nll_sum, correct))`` along one path."""
-    stats_fn = getattr(logit_stats, PATHS[path])
+    stats_fn = _separate_argmax if path == BEFORE else getattr(logit_stats, PATHS[path])
 
     def loss(z, y, w):
         s = stats_fn(z, y)
         nll = s.lse - s.label
         smoothed = (1 - SMOOTHING) * nll + SMOOTHING * (s.lse - s.mean)
-        correct = jnp.sum((s.argmax == y) * w)
+        correct = jnp.sum(s.hit * w)
         return jnp.sum(smoothed * w), (jnp.sum(nll * w), correct)
 
     return jax.value_and_grad(loss, has_aux=True)
@@ -62,10 +73,10 @@ def cpu_times(shape: tuple[int, int, int], rounds: int) -> dict[str, float]:
         jax.random.randint(k2, (b, t), 0, v),
         jnp.ones((b, t), jnp.float32),
     )
-    fns = {p: jax.jit(loss_fn(p)) for p in PATHS}
+    fns = {p: jax.jit(loss_fn(p)) for p in (*PATHS, BEFORE)}
     for fn in fns.values():
         jax.block_until_ready(fn(*args))
-    seconds: dict[str, list[float]] = {p: [] for p in PATHS}
+    seconds: dict[str, list[float]] = {p: [] for p in fns}
     for _ in range(rounds):
         for p, fn in fns.items():
             start = time.perf_counter()
@@ -110,6 +121,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         times = cpu_times(shape, rounds)
         row = {"shape": list(shape), "cpu_s": times}
         row["cpu_ratio"] = times["one_pass"] / times["separate"]
+        row["cpu_ratio_first_max"] = times["separate"] / times[BEFORE]
         if gpu:
             row["gpu"] = {"target": gpu, **gpu_kernels(shape, gpu)}
         rows.append(row)

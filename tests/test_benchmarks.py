@@ -87,7 +87,8 @@ def test_loss_passes_benchmark_smoke(tmp_path):
     record = loss_passes.main(["--smoke", f"--out={out}"])
     assert json.loads(out.read_text()) == record
     (row,) = record["rows"]
-    assert set(row["cpu_s"]) == set(loss_passes.PATHS) and row["cpu_ratio"] > 0
+    assert set(row["cpu_s"]) == {*loss_passes.PATHS, loss_passes.BEFORE} and row["cpu_ratio"] > 0
+    assert row["cpu_ratio_first_max"] > 0
     if importlib.util.find_spec("jax_plugins.xla_cuda12"):
         gpu = row["gpu"]
         assert gpu["one_pass"]["logit_readers"] == 2 < gpu["separate"]["logit_readers"]

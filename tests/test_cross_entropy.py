@@ -49,11 +49,14 @@ def test_both_paths_give_the_separate_reductions_values(path):
     logits, targets, _ = _batch(1000)
     top = logits[0, 0].max() + 1.0
     logits = logits.at[0, 0, 7].set(top).at[0, 0, 3].set(top)  # a tie at the max: the lower wins
+    logits = logits.at[0, 1].set(logits[0, 0])  # the same tie, its target the higher index
     logits = logits.at[1, 2].set(-jnp.inf).at[1, 2, 5].set(1.0)  # one finite logit in a row
+    targets = targets.at[0, 0].set(3).at[0, 1].set(7).at[1, 2].set(5)
     stats = jax.jit(getattr(logit_stats, f"_{path}"))(logits, targets)
     lse = jax.nn.logsumexp(logits, axis=-1)
     assert np.all(np.abs(stats.lse - lse) <= _lse_bound(1000, lse))
-    assert np.array_equal(stats.argmax, jnp.argmax(logits, axis=-1)) and stats.argmax[0, 0] == 3
+    assert np.array_equal(stats.hit, jnp.argmax(logits, axis=-1) == targets)
+    assert stats.hit[0, 0] and not stats.hit[0, 1] and stats.hit[1, 2]
     assert np.array_equal(stats.label, jnp.take_along_axis(logits, targets[..., None], -1)[..., 0])
     finite = np.isfinite(logits).all(-1)  # the row of −inf means −inf either way
     scale = np.abs(np.where(np.isfinite(logits), logits, 0)).max(-1)
@@ -93,11 +96,42 @@ def test_token_sums_count_the_argmax_hits_and_the_plain_nll():
         losses.token_sums(logits, targets, weights, 1.0)
 
 
+@pytest.mark.parametrize("path", ["one_pass", "separate"])
+def test_the_hit_is_argmax_equal_to_the_target_where_logits_tie(path):
+    """Rows of equal logits (the lowest index is argmax's), all −inf, and a row where the
+    maximum sits before, at and after the target: ``hit`` is ``argmax == y`` in each."""
+    vocab = 6
+    rows = jnp.stack(
+        [
+            jnp.zeros(vocab),
+            jnp.full(vocab, -jnp.inf),
+            jnp.array([0.0, 2.0, 1.0, 2.0, -1.0, 2.0]),
+            jnp.array([jnp.finfo(jnp.float32).max, 0.0, 0.0, 0.0, 0.0, 0.0]),
+        ]
+    )
+    logits = jnp.repeat(rows[:, None], vocab, axis=1)  # [4 rows, every target, V]
+    targets = jnp.broadcast_to(jnp.arange(vocab), (4, vocab))
+    hit = jax.jit(getattr(logit_stats, f"_{path}"))(logits, targets).hit
+    assert np.array_equal(hit, jnp.argmax(logits, axis=-1) == targets)
+    assert hit[:, 0].tolist() == [True, True, False, True] and hit[2].sum() == 1
+
+
 def test_the_backward_pass_has_no_scatter():
     logits, targets, weights = _batch()
     grad = jax.jit(jax.grad(lambda z: losses.cross_entropy(z, targets, weights, 0.1)[0]))
     text = grad.lower(logits).compile().as_text()
     assert not re.search(r"\bscatter\(", text)  # the opcode (the test's name is in the metadata)
+
+
+def test_the_cpus_accuracy_has_no_value_index_reduction():
+    """On the CPU the hit is read with plain max reductions, not argmax's (value, index) pair,
+    which XLA:CPU runs element by element (docs/benchmarks.md, "The accuracy without an
+    argmax")."""
+    logits, targets, weights = _batch()
+    sums = jax.jit(losses.token_sums, static_argnums=3)
+    text = sums.lower(logits, targets, weights, 0.1).compile().as_text()
+    assert "s32[3,7]" in jax.jit(jnp.argmax, static_argnums=1).lower(logits, -1).compile().as_text()
+    assert not re.search(r"\(f32\[3,7\][^)]*, s32\[3,7\]", text)
 
 
 @pytest.mark.skipif(

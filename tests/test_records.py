@@ -24,6 +24,9 @@ def test_cpu_model_is_cpuinfos_model_name(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n")
     assert records.cpu_model(str(info)) == "AMD EPYC 7B13"
+    block = "processor\t: {}\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n\n"
+    info.write_text(block.format(0) + block.format(1).replace("26", "25"))
+    assert records.cpu_model(str(info)) == "AMD EPYC (family 26, model 2)"
     assert records.cpu_model(str(tmp_path / "absent")) == (platform.processor() or None)
 
 

@@ -45,18 +45,25 @@ def header(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str | None:
-    """The processor's model name (Linux's ``/proc/cpuinfo``, e.g. ``AMD EPYC 7B13`` or
-    ``Intel(R) Xeon(R) Processor``; else ``platform.processor()``), None where neither says:
-    two VMs with the same ``machine`` line can time the same step 25% apart."""
+    """The processor's model name and, where Linux's ``/proc/cpuinfo`` gives them, its family
+    and model numbers (e.g. ``AMD EPYC (family 26, model 2)``; else ``platform.processor()``),
+    None where neither says: two VMs with the same ``machine`` line can time the same step 25%
+    apart, and a VM's generic model name (``AMD EPYC``) does not tell a Zen 3 from a Zen 5."""
+    fields: dict[str, str] = {}
     try:
         with open(cpuinfo) as f:
             for line in f:
                 key, _, value = line.partition(":")
-                if key.strip() == "model name" and value.strip():
-                    return value.strip()
+                if not key.strip() and fields:
+                    break  # the first processor's block ends
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor() or None
+    name = fields.get("model name")
+    if not name:
+        return platform.processor() or None
+    numbers = [f"{k} {fields[k]}" for k in ("cpu family", "model") if fields.get(k)]
+    return f"{name} ({', '.join(numbers).replace('cpu family', 'family')})" if numbers else name
 
 
 def now() -> str:

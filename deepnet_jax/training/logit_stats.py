@@ -1,8 +1,9 @@
 """What the loss and the accuracy need from the logits, read in one pass over them.
 
 The token loss needs, per position, lse = log Σ_v exp z_v, the mean logit (label smoothing),
-the target's logit z_y; the accuracy needs argmax_v z_v. Written as separate reductions
-(``jax.nn.logsumexp``'s max and then its sum of exponentials, a mean, a pick, an argmax),
+the target's logit z_y; the accuracy needs whether argmax_v z_v = y. Written as separate
+reductions (``jax.nn.logsumexp``'s max and then its sum of exponentials, a mean, a pick, an
+argmax),
 each one reads the whole float32 [B, T, V] logits from memory: on `wmt17_ende` (32,768 target
 positions × 32,000 words) 4.2 GB a pass, four passes before the backward pass
 (docs/scaling.md, "The loss in one pass"). Here one variadic ``lax.reduce`` carries all of it:
@@ -24,12 +25,12 @@ import numpy as np
 
 class LogitStats(NamedTuple):
     """Per position [B, T]: ``lse`` log Σ_v exp z_v, ``mean`` mean_v z_v, ``label`` z_y (all
-    float32) and ``argmax`` the first v with z_v = max_v z_v (int32)."""
+    float32) and ``hit`` whether the first v with z_v = max_v z_v is y (bool: argmax = y)."""
 
     lse: jax.Array
     mean: jax.Array
     label: jax.Array
-    argmax: jax.Array
+    hit: jax.Array
 
 
 def _merge(a: tuple, b: tuple) -> tuple:
@@ -52,7 +53,7 @@ def _one_pass(logits_BTV: jax.Array, targets_BT: jax.Array) -> LogitStats:
     f32 = np.float32
     init = (f32(-np.inf), f32(0), f32(0), f32(0), np.int32(np.iinfo(np.int32).max))
     m, s, total, label, argmax = jax.lax.reduce(operands, init, _merge, (z.ndim - 1,))
-    return LogitStats(m + jnp.log(s), total / z.shape[-1], label, argmax)
+    return LogitStats(m + jnp.log(s), total / z.shape[-1], label, argmax == targets_BT)
 
 
 def _separate(logits_BTV: jax.Array, targets_BT: jax.Array) -> LogitStats:
@@ -60,10 +61,24 @@ def _separate(logits_BTV: jax.Array, targets_BT: jax.Array) -> LogitStats:
     by its arithmetic here rather than by memory, runs the one pass and its written-out
     backward pass slower than these; ``benchmarks/loss_passes.py``, docs/scaling.md, "The loss
     in one pass")."""
-    z, hit, _ = _read(logits_BTV, targets_BT)
+    z, hit, vocab = _read(logits_BTV, targets_BT)
     label = jnp.sum(jnp.where(hit, z, 0.0), axis=-1)
-    argmax = jnp.argmax(z, axis=-1).astype(jnp.int32)
-    return LogitStats(jax.nn.logsumexp(z, axis=-1), jnp.mean(z, axis=-1), label, argmax)
+    first_max = _label_is_first_max(z, label, vocab, targets_BT)
+    return LogitStats(jax.nn.logsumexp(z, axis=-1), jnp.mean(z, axis=-1), label, first_max)
+
+
+def _label_is_first_max(
+    z_BTV: jax.Array, label_BT: jax.Array, vocab_BTV: jax.Array, targets_BT: jax.Array
+) -> jax.Array:
+    """argmax_v z_v = y without an argmax: z_y is the maximum and every earlier logit is below
+    it, z_y = max_v z_v and (y = 0 or max_{v<y} z_v < z_y). Two plain max reductions, which
+    XLA:CPU vectorizes and fuses with logsumexp's; its argmax is a variadic (value, index)
+    reduction it runs element by element (docs/benchmarks.md, "The accuracy without an
+    argmax"). Equal to ``argmax == y`` for any logits without NaN."""
+    z, label = jax.lax.stop_gradient(z_BTV), jax.lax.stop_gradient(label_BT)
+    targets = targets_BT.astype(jnp.int32)
+    before = jnp.max(jnp.where(vocab_BTV < targets[..., None], z, -jnp.inf), axis=-1)
+    return (label == jnp.max(z, axis=-1)) & ((targets == 0) | (before < label))
 
 
 def _read(logits_BTV: jax.Array, targets_BT: jax.Array) -> tuple[jax.Array, ...]:

@@ -51,7 +51,7 @@ def token_sums(
     loss_BT = nll_BT
     if label_smoothing:
         loss_BT = (1.0 - label_smoothing) * nll_BT + label_smoothing * (stats.lse - stats.mean)
-    hits = (stats.argmax == targets_BT).astype(jnp.float32)
+    hits = stats.hit.astype(jnp.float32)
     return {
         "loss_sum": jnp.sum(loss_BT * weights),
         "nll_sum": jnp.sum(nll_BT * weights),
