@@ -41,7 +41,12 @@ from typing import Any
 import numpy as np
 
 from benchmarks.host_memory import malloc_env
-from benchmarks.vs_torchscale_ours import OursTrainer, jax_versions, sinusoidal_positions
+from benchmarks.vs_torchscale_ours import (
+    OursTrainer,
+    jax_matmul_gflops,
+    jax_versions,
+    sinusoidal_positions,
+)
 from benchmarks.vs_torchscale_setup import TORCH_ADAM, Row, Setup, make_batches
 from benchmarks.vs_torchscale_worker import LocalTheirs, RemoteTheirs
 from deepnet_jax.common import records
@@ -264,13 +269,20 @@ def main(argv: list[str] | None = None) -> None:
     rows = [Row(name, *table[name]) for name in args.rows.split(",") if name]
     theirs = LocalTheirs() if args.in_process else RemoteTheirs()
     head, results = records.header(), []
+    matmul = (setup.batch_size * setup.seq_len, setup.d_model, setup.ffn_dim)  # fc1's shape
     try:
         for row in rows:
             results.append(measure_row(setup, row, theirs))
             print(json.dumps(results[-1]), flush=True)
+        gflops = {"ours": jax_matmul_gflops(*matmul), "theirs": theirs.matmul_gflops(*matmul)}
     finally:
         theirs.close()
     environment = {
+        # each side's float32 matmul alone, the FFN's first [B·T, d] @ [d, ffn], one after the
+        # other with nothing else running: how the two libraries' GEMMs compare on this CPU
+        "matmul_shape": list(matmul),
+        "ours_matmul_gflops_per_s": gflops["ours"],
+        "theirs_matmul_gflops_per_s": gflops["theirs"],
         "row": "environment",
         **jax_versions(),
         **{k: v for k, v in theirs.info.items() if k != "param_count"},

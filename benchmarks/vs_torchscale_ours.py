@@ -115,6 +115,23 @@ class OursTrainer:
         return seconds, float(metrics["loss"]), (minor_page_faults() - faults) / steps
 
 
+def jax_matmul_gflops(m: int, k: int, n: int, calls: int = 30) -> float:
+    """XLA's float32 [m, k] @ [k, n] (jitted) in GFLOP/s on this process's CPUs: 2·m·k·n over
+    the median of ``calls`` timed calls (after two untimed), as ``torch_matmul_gflops``."""
+    import jax
+
+    a = jax.random.normal(jax.random.key(0), (m, k))
+    b = jax.random.normal(jax.random.key(1), (k, n))
+    mm = jax.jit(lambda x, y: x @ y)
+    seconds = []
+    for i in range(calls + 2):
+        start = time.perf_counter()
+        jax.block_until_ready(mm(a, b))
+        if i >= 2:
+            seconds.append(time.perf_counter() - start)
+    return 2 * m * k * n / float(np.median(seconds)) / 1e9
+
+
 def sinusoidal_positions(setup: Setup) -> np.ndarray:
     """Our fixed position table [seq_len, d_model] (``initializers.sinusoidal_table``)."""
     from deepnet_jax.model.initializers import sinusoidal_table

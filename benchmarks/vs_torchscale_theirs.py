@@ -46,6 +46,21 @@ def install_timm_shim() -> None:
     sys.modules.update(modules)
 
 
+def torch_matmul_gflops(m: int, k: int, n: int, calls: int = 30) -> float:
+    """torch's float32 [m, k] @ [k, n] in GFLOP/s on this process's threads: 2·m·k·n over the
+    median of ``calls`` timed calls (after two untimed)."""
+    import torch
+
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    seconds = []
+    for i in range(calls + 2):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        if i >= 2:
+            seconds.append(time.perf_counter() - start)
+    return 2 * m * k * n / float(np.median(seconds)) / 1e9
+
+
 def torch_versions() -> dict[str, str]:
     return {p: importlib.metadata.version(p) for p in ("torch", "torchscale", "fairscale")}
 

@@ -1,7 +1,7 @@
 """How ``benchmarks.vs_torchscale`` runs torchscale's side: in a spawned child process
 (:class:`RemoteTheirs`, over a pipe to :func:`torch_worker`), or in this one
 (:class:`LocalTheirs`, ``--in_process``); both answer ``build``, ``logits_with``,
-``start``/``result`` and ``run``.
+``start``/``result``, ``run`` and ``matmul_gflops``.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.vs_torchscale_theirs import TheirsTrainer, torch_versions
+from benchmarks.vs_torchscale_theirs import TheirsTrainer, torch_matmul_gflops, torch_versions
 
 
 def torch_worker(conn: Any) -> None:
     """The child process: builds a ``TheirsTrainer`` per ("build", …) message and answers
-    ("logits", state dict, batch) with ``logits_with``'s and ("run", steps) with ``run``'s
-    result, until ("close",)."""
+    ("logits", state dict, batch) with ``logits_with``'s, ("run", steps) with ``run``'s and
+    ("matmul", m, k, n) with ``torch_matmul_gflops``'s result, until ("close",)."""
     trainer = None
     while True:
         message = conn.recv()
@@ -31,6 +31,8 @@ def torch_worker(conn: Any) -> None:
                 conn.send(("ok", {"param_count": trainer.param_count, **torch_versions()}))
             elif message[0] == "logits":
                 conn.send(("ok", trainer.logits_with(*message[1:])))
+            elif message[0] == "matmul":
+                conn.send(("ok", torch_matmul_gflops(*message[1:])))
             else:
                 conn.send(("ok", trainer.run(message[1])))
         except Exception as error:  # report it in the parent rather than hang it
@@ -72,6 +74,11 @@ class RemoteTheirs:
         self._conn.send(("logits", state_dict, batch))
         return self._reply()
 
+    def matmul_gflops(self, m: int, k: int, n: int) -> float:
+        """torch's float32 [m, k] @ [k, n] GFLOP/s in the child (``torch_matmul_gflops``)."""
+        self._conn.send(("matmul", m, k, n))
+        return self._reply()
+
     def start(self, steps: int) -> None:
         self._conn.send(("run", steps))
 
@@ -110,6 +117,9 @@ class LocalTheirs:
         """``TheirsTrainer.logits_with``: [B, T, vocab] logits of ``batch`` by a copy of the
         model holding ``state_dict``."""
         return self.trainer.logits_with(state_dict, batch)
+
+    def matmul_gflops(self, m: int, k: int, n: int) -> float:
+        return torch_matmul_gflops(m, k, n)
 
     def start(self, steps: int) -> None:
         self._pending = steps

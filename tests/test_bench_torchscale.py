@@ -47,3 +47,5 @@ def test_vs_torchscale_smoke():
     env = rows["environment"]
     assert env["torchscale"] == "0.3.0" and env["jax"] and env["torch"]
     assert isinstance(env["malloc_env"], dict)
+    assert env["matmul_shape"] == [2 * 16, 32, 64]  # the smoke setting's B·T, d, ffn
+    assert env["ours_matmul_gflops_per_s"] > 0 and env["theirs_matmul_gflops_per_s"] > 0
