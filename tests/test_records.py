@@ -92,10 +92,14 @@ def test_vs_torchscale_out(tmp_path, monkeypatch):
         def __init__(self):
             self.info = {"torch": "x", "param_count": 1}
 
+        def matmul_gflops(self, m, k, n):
+            return 2.0
+
         def close(self):
             pass
 
     monkeypatch.setattr(bench, "RemoteTheirs", Theirs)
+    monkeypatch.setattr(bench, "jax_matmul_gflops", lambda m, k, n: 1.0)
     monkeypatch.setattr(bench, "pin_cpus", lambda threads: [0])
     monkeypatch.setattr(bench, "measure_row", lambda setup, row, theirs: {"row": row.name})
     monkeypatch.setattr("sys.argv", ["benchmarks/vs_torchscale.py"])
@@ -104,6 +108,8 @@ def test_vs_torchscale_out(tmp_path, monkeypatch):
     record = _load(out)
     assert [r["row"] for r in record["rows"]] == ["decoder", "environment"]
     assert record["setup"]["rounds"] == 3 and record["rows"][1]["torch"] == "x"
+    assert record["rows"][1]["ours_matmul_gflops_per_s"] == 1.0
+    assert record["rows"][1]["theirs_matmul_gflops_per_s"] == 2.0
 
 
 def test_plan_targets_out(tmp_path, monkeypatch):
