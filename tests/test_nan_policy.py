@@ -1,5 +1,6 @@
 """Non-finite losses: nan_policy="halt" stops with a diagnostic save, "skip" drops updates."""
 
+import importlib.util
 import json
 import os
 
@@ -16,7 +17,7 @@ from deepnet_jax.configs import base as base_config
 from deepnet_jax.data import synthetic
 from deepnet_jax.model import architectures
 from deepnet_jax.scale import hlo_module
-from deepnet_jax.training import actions, optimizers, train
+from deepnet_jax.training import actions, memory_plan, optimizers, train
 from deepnet_jax.training import config as train_config
 from deepnet_jax.training import steps as train_steps
 from deepnet_jax.training.run_config import RunConfig
@@ -124,7 +125,6 @@ def test_bad_nan_fields(field, value, message):
 
 def _compiled_step(config):
     from deepnet_jax.scale import targets
-    from deepnet_jax.training import memory_plan
 
     config = train_config.resolve(config)
     return memory_plan.compile_step(config, jax.devices()[:1], targets.parse("cpu:1"))
@@ -159,15 +159,21 @@ def test_the_gate_branches_around_the_optimizer_only():
     assert len(branches) == 2 and sum(_whiles_under(module, b) for b in branches) == 0
 
 
-def _gate_plan(layers: int):
-    """The planned step of a decoder-only model, float32, full remat: d 64, 2 heads, FFN 128,
-    16 rows of 64 tokens, vocabulary 4096, ``layers`` layers."""
+def _gate_config(layers: int):
+    """A decoder-only model, float32, full remat: d 64, 2 heads, FFN 128, 16 rows of 64
+    tokens, vocabulary 4096, ``layers`` layers; nan_policy "halt" (gated)."""
     c = base_config.get_config()
     c.data.batch_size, c.data.max_len, c.data.vocab_size = 16, 64, 4096
     m = c.model
     m.arch, m.num_encoder_layers, m.num_decoder_layers = "decoder", 0, layers
     m.d_model, m.num_heads, m.ffn_dim, m.dropout, m.remat_policy = 64, 2, 128, 0.0, "full"
-    return _compiled_step(c).plan
+    c.nan_policy = "halt"
+    return c
+
+
+def _gate_plan(layers: int):
+    """The planned step of :func:`_gate_config`'s model."""
+    return _compiled_step(_gate_config(layers)).plan
 
 
 def test_the_gate_adds_no_per_layer_temporaries():
@@ -257,3 +263,49 @@ def test_skip_leaves_the_state_unchanged_with_and_without_accumulation(k):
     params, opt_state, metrics = step(params, opt_state, clean, 2, lr, metrics[BAD])
     assert int(metrics[BAD]) == 0
     assert int(optax.tree.get(opt_state, "ScaleByAdamState").count) == 2 // k
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("jax_plugins.xla_cuda12") is None,
+    reason='jax-cuda12-plugin is not installed (pip install -e ".[gpu-plan]")',
+)
+def test_on_a_gpu_the_gate_copies_no_state():
+    """Compiled for an H100 (deviceless), the gated step's plain copies move less than a
+    tenth of the parameters' bytes: the gate is a select fused into the update, where a
+    conditional's output made XLA:GPU copy the whole updated state into it (docs/scaling.md,
+    "The optimizer's gate")."""
+    from deepnet_jax.scale import kernels, targets
+
+    target = targets.parse("h100-1")
+    config = train_config.resolve(_gate_config(2))
+    step = memory_plan.compile_step(config, targets.compile_devices(target), target)
+    found = kernels.kernels(step.executable.as_text(), target.chip)
+    copied = sum(k.bytes for k in found if k.opcode == "copy")
+    assert step.plan.params > 0 and copied < step.plan.params / 10, (copied, step.plan.params)
+
+
+@pytest.mark.parametrize("proceed", [True, False])
+def test_the_accelerators_select_equals_the_cpus_branch(proceed):
+    """The two gates give the same state and norms, bit for bit, also when the gradient is
+    NaN (the select's discarded update must not leak into the kept state)."""
+    params = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}
+    optimizer = optax.adamw(1e-2)
+    opt_state = optimizer.init(params)
+
+    def apply(params, opt_state, grads, learning_rate):
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return params, opt_state, optax.tree.norm(updates), optax.tree.norm(params)
+
+    for fill in (0.5, jnp.nan):
+        grads = jax.tree.map(lambda p, f=fill: jnp.full_like(p, f), params)
+        args = (params, opt_state, grads, 1e-2)
+        held = train_steps._hold(jax.eval_shape(apply, *args))
+        gate = jnp.asarray(proceed)
+        branch = jax.jit(train_steps._branch, static_argnums=(0, 1))(apply, held, gate, *args)
+        select = jax.jit(train_steps._select, static_argnums=(0, 1))(apply, held, gate, *args)
+        assert jax.tree.structure(branch) == jax.tree.structure(select)
+        for a, b in zip(jax.tree.leaves(branch), jax.tree.leaves(select), strict=True):
+            np.testing.assert_array_equal(a, b)
+        if not proceed:
+            np.testing.assert_array_equal(select[0]["w"], params["w"])

@@ -144,9 +144,7 @@ def _update_fn(
         if proceed is None:
             params, opt_state, update_norm, param_norm = apply(*args)
         else:
-            params, opt_state, update_norm, param_norm = jax.lax.cond(
-                proceed, apply, _hold(jax.eval_shape(apply, *args)), *args
-            )
+            params, opt_state, update_norm, param_norm = _apply_if(proceed, apply, args)
         metrics = {
             **sums,
             "loss": loss,
@@ -161,6 +159,33 @@ def _update_fn(
         return params, opt_state, metrics
 
     return update
+
+
+def _apply_if(proceed: jax.Array, apply: Callable, args: tuple) -> tuple:
+    """``apply(*args)`` if ``proceed`` (a bool scalar), else ``args``' state unchanged with zero
+    norms (:func:`_hold`). On the CPU a ``lax.cond`` branches around the update; on GPUs and
+    TPUs the update always runs and a select per leaf keeps the old state
+    (``jnp.where(proceed, new, old)``, fused into the update's own kernels). The conditional's
+    output buffer is not the donated state's, so XLA:GPU and XLA:TPU copy the whole updated
+    state into it; the select on XLA:CPU instead copied the optimizer's moments at the step's
+    start, live through the forward and backward passes (docs/scaling.md, "The optimizer's
+    gate"). The platform is the compile target's, chosen when the step is lowered."""
+    held = _hold(jax.eval_shape(apply, *args))
+    branch = functools.partial(_branch, apply, held)
+    select = functools.partial(_select, apply, held)
+    return jax.lax.platform_dependent(proceed, *args, cpu=branch, default=select)
+
+
+def _branch(apply: Callable, held: Callable, proceed: jax.Array, *args) -> tuple:
+    """The CPU's gate: ``apply(*args)`` or ``held(*args)`` in a ``lax.cond``."""
+    return jax.lax.cond(proceed, apply, held, *args)
+
+
+def _select(apply: Callable, held: Callable, proceed: jax.Array, *args) -> tuple:
+    """The accelerators' gate: both computed, one kept per leaf (a non-finite update in the
+    discarded side does not reach the kept one)."""
+    new, old = apply(*args), held(*args)
+    return jax.tree.map(lambda a, b: jnp.where(proceed, a, b), new, old)
 
 
 def _hold(shapes: tuple) -> Callable:
@@ -179,14 +204,10 @@ def _gated(update: Callable, halt_after: int) -> Callable:
     steps before this one) at ``halt_after`` it changes nothing (zero metrics); the returned
     metrics carry the count updated under :data:`BAD_IN_A_ROW`.
 
-    The forward and backward passes always run; a ``lax.cond`` holds only the optimizer's
-    elementwise update (``update``'s ``proceed``). Around the whole update, the conditional's
-    branch held the scans, and XLA copied every stacked buffer the loops carry
-    (docs/scaling.md, "The kernel model"). A select after an always-applied update
-    (``jnp.where(proceed, new, old)`` per leaf) costs memory instead: the optimizer's kernels and
-    the selects both read the old moments in no fixed order, so XLA:CPU copied every moment
-    (two float32 copies of the parameters) at the step's start, live through the forward and
-    backward passes (docs/scaling.md, "Nested (√L) scan")."""
+    The forward and backward passes always run; the gate holds only the optimizer's elementwise
+    update (``update``'s ``proceed``, :func:`_apply_if`). Around the whole update, the
+    conditional's branch held the scans, and XLA copied every stacked buffer the loops carry
+    (docs/scaling.md, "The kernel model")."""
 
     def gated(params, opt_state, batch, step, learning_rate, bad_in_a_row):
         proceed = bad_in_a_row < halt_after
