@@ -265,6 +265,15 @@ def test_skip_leaves_the_state_unchanged_with_and_without_accumulation(k):
     assert int(optax.tree.get(opt_state, "ScaleByAdamState").count) == 2 // k
 
 
+def _compiled_for(name: str):
+    """:func:`_gate_config`'s 2-layer step compiled deviceless for target ``name``."""
+    from deepnet_jax.scale import targets
+
+    target = targets.parse(name)
+    config = train_config.resolve(_gate_config(2))
+    return memory_plan.compile_step(config, targets.compile_devices(target), target), target
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("jax_plugins.xla_cuda12") is None,
     reason='jax-cuda12-plugin is not installed (pip install -e ".[gpu-plan]")',
@@ -274,14 +283,23 @@ def test_on_a_gpu_the_gate_copies_no_state():
     tenth of the parameters' bytes: the gate is a select fused into the update, where a
     conditional's output made XLA:GPU copy the whole updated state into it (docs/scaling.md,
     "The optimizer's gate")."""
-    from deepnet_jax.scale import kernels, targets
+    from deepnet_jax.scale import kernels
 
-    target = targets.parse("h100-1")
-    config = train_config.resolve(_gate_config(2))
-    step = memory_plan.compile_step(config, targets.compile_devices(target), target)
+    step, target = _compiled_for("h100-1")
     found = kernels.kernels(step.executable.as_text(), target.chip)
     copied = sum(k.bytes for k in found if k.opcode == "copy")
     assert step.plan.params > 0 and copied < step.plan.params / 10, (copied, step.plan.params)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None, reason="libtpu not installed")
+def test_on_a_tpu_the_gate_is_a_conditional():
+    """Compiled for a v5p-8 (deviceless) the gate stays a ``conditional``: with the select
+    XLA:TPU planned the 1,000-layer model 5 GiB higher (docs/scaling.md, "The optimizer's
+    gate")."""
+    step, _ = _compiled_for("v5p-8")
+    module = hlo_module.parse(step.executable.as_text())
+    entry = module.computations[module.entry]
+    assert sum(ins.opcode == "conditional" for ins in entry) == 1
 
 
 @pytest.mark.parametrize("proceed", [True, False])

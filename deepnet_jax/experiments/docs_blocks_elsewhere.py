@@ -53,6 +53,7 @@ _STEP_EFFICIENCY = (
 _ALLOCATOR = (  # after the plain and hugetlb runs' --out (benchmarks.step_efficiency_tables)
     "python -m benchmarks.step_efficiency_tables --docs=docs/benchmarks.md"
 )
+_GATE = "python -m benchmarks.gate_tables --docs=docs/scaling.md"  # after its plan records
 _PROFILE = (  # after the three profile_step runs' --out (benchmarks.profile_step_tables)
     "python -m benchmarks.profile_step_tables --docs=docs/benchmarks.md"
 )
@@ -138,6 +139,7 @@ ELSEWHERE = {
     ("docs/benchmarks.md", "step-efficiency"): _STEP_EFFICIENCY,
     ("docs/benchmarks.md", "step-efficiency-allocator"): _ALLOCATOR,
     ("docs/benchmarks.md", "profile-step"): _PROFILE,
+    ("docs/scaling.md", "optimizer-gate"): _GATE,
 }
 # ELSEWHERE entries registered before their record is committed (tests/test_input_pipeline_record
 # .py, test_decode_record.py, test_step_efficiency_record.py): while the file is absent an entry

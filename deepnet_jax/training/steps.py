@@ -163,27 +163,28 @@ def _update_fn(
 
 def _apply_if(proceed: jax.Array, apply: Callable, args: tuple) -> tuple:
     """``apply(*args)`` if ``proceed`` (a bool scalar), else ``args``' state unchanged with zero
-    norms (:func:`_hold`). On the CPU a ``lax.cond`` branches around the update; on GPUs and
-    TPUs the update always runs and a select per leaf keeps the old state
-    (``jnp.where(proceed, new, old)``, fused into the update's own kernels). The conditional's
-    output buffer is not the donated state's, so XLA:GPU and XLA:TPU copy the whole updated
-    state into it; the select on XLA:CPU instead copied the optimizer's moments at the step's
-    start, live through the forward and backward passes (docs/scaling.md, "The optimizer's
-    gate"). The platform is the compile target's, chosen when the step is lowered."""
+    norms (:func:`_hold`). On GPUs the update always runs and a select per leaf keeps the old
+    state (``jnp.where(proceed, new, old)``, fused into the update's own kernels): a
+    ``lax.cond``'s output buffer is not the donated state's, and XLA:GPU copies the whole
+    updated state into it. On CPUs and TPUs a ``lax.cond`` branches around the update: with the
+    select XLA:CPU copied the optimizer's moments at the step's start, live through the forward
+    and backward passes, and XLA:TPU planned the 1,000-layer model 5 GiB higher on a v5p-8
+    (docs/scaling.md, "The optimizer's gate"). The platform is the compile target's, chosen
+    when the step is lowered."""
     held = _hold(jax.eval_shape(apply, *args))
     branch = functools.partial(_branch, apply, held)
     select = functools.partial(_select, apply, held)
-    return jax.lax.platform_dependent(proceed, *args, cpu=branch, default=select)
+    return jax.lax.platform_dependent(proceed, *args, cuda=select, rocm=select, default=branch)
 
 
 def _branch(apply: Callable, held: Callable, proceed: jax.Array, *args) -> tuple:
-    """The CPU's gate: ``apply(*args)`` or ``held(*args)`` in a ``lax.cond``."""
+    """The CPUs' and TPUs' gate: ``apply(*args)`` or ``held(*args)`` in a ``lax.cond``."""
     return jax.lax.cond(proceed, apply, held, *args)
 
 
 def _select(apply: Callable, held: Callable, proceed: jax.Array, *args) -> tuple:
-    """The accelerators' gate: both computed, one kept per leaf (a non-finite update in the
-    discarded side does not reach the kept one)."""
+    """The GPUs' gate: both computed, one kept per leaf (a non-finite update in the discarded
+    side does not reach the kept one)."""
     new, old = apply(*args), held(*args)
     return jax.tree.map(lambda a, b: jnp.where(proceed, a, b), new, old)
 
