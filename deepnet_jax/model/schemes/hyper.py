@@ -174,7 +174,16 @@ def sinkhorn(logits: jax.Array, iters: int, eps: float = 0.0) -> jax.Array:
 
     The iterations are unrolled (``iters`` is static): XLA fuses each normalization of the
     per-position [n, n] matrices into one small kernel, where a ``fori_loop``'s backward pass
-    stacks every iterate into [iters − 1, .., n, n] buffers and copies them (docs/schemes.md)."""
+    stacks every iterate into [iters − 1, .., n, n] buffers and copies them (docs/schemes.md).
+    Rematerialized (``jax.checkpoint``): the backward pass recomputes the iterates from the
+    logits rather than keeping 2·iters − 1 of them per sublayer, which a scan over layers
+    stacks, writes and reads back; the paper's fused kernels recompute them too (docs/schemes.md,
+    "Speed")."""
+    return _sinkhorn_iterates(logits, iters, eps)
+
+
+@functools.partial(jax.checkpoint, static_argnums=(1, 2))
+def _sinkhorn_iterates(logits: jax.Array, iters: int, eps: float) -> jax.Array:
     m = jax.nn.softmax(logits, axis=-2) + eps
     m = m / (jnp.sum(m, axis=-1, keepdims=True) + eps)
 
