@@ -1,0 +1,34 @@
+"""mHC's Sinkhorn-Knopp (deepnet_jax.model.schemes.hyper.sinkhorn) is rematerialized: what its
+backward pass keeps, and that its gradient is the plain iteration's (docs/schemes.md, "Speed")."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from deepnet_jax.model.schemes import hyper
+
+
+def test_sinkhorn_keeps_only_its_logits_for_the_backward_pass(capsys):
+    """Rematerialized: differentiating Sinkhorn-Knopp saves its input alone, not its
+    2·iters − 1 iterates (which a scan over layers would stack), and its gradient is the
+    plain unrolled iteration's, bit for bit."""
+    from jax.ad_checkpoint import print_saved_residuals
+
+    logits = jax.random.normal(jax.random.key(0), (2, 3, 4, 4))
+    weights = jax.random.normal(jax.random.key(1), (2, 3, 4, 4))
+
+    def loss(z, fn):
+        return jnp.sum(fn(z, 20, 0.0) * weights)
+
+    def saved(fn) -> list[str]:  # a line per residual of the iteration's shape (not weights)
+        capsys.readouterr()
+        print_saved_residuals(lambda z: loss(z, fn), logits)
+        lines = capsys.readouterr().out.splitlines()
+        return [ln for ln in lines if "[2,3,4,4]" in ln and "from a constant" not in ln]
+
+    plain = hyper._sinkhorn_iterates.__wrapped__
+    assert len(saved(hyper.sinkhorn)) == 1 and len(saved(plain)) > 20
+    np.testing.assert_array_equal(
+        jax.jit(jax.grad(lambda z: loss(z, hyper.sinkhorn)))(logits),
+        jax.jit(jax.grad(lambda z: loss(z, plain)))(logits),
+    )
