@@ -303,9 +303,10 @@ def test_on_a_tpu_the_gate_is_a_conditional():
 
 
 @pytest.mark.parametrize("proceed", [True, False])
-def test_the_accelerators_select_equals_the_cpus_branch(proceed):
-    """The two gates give the same state and norms, bit for bit, also when the gradient is
-    NaN (the select's discarded update must not leak into the kept state)."""
+def test_the_gpus_select_equals_the_branch(proceed):
+    """The GPUs' select and the CPUs' and TPUs' branch give the same state and norms, bit for
+    bit, also when the gradient is NaN (the select's discarded update must not leak into the
+    kept state)."""
     params = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}
     optimizer = optax.adamw(1e-2)
     opt_state = optimizer.init(params)
