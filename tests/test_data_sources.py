@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import threading
 import zipfile
 
 import pytest
@@ -603,3 +604,26 @@ def test_cli_end_to_end_and_one_line_error(tmp_path):
     assert error_lines == [
         "error: data.dataset='nope' is not one of: " + ", ".join(sources.DATASETS)
     ]
+
+
+def test_a_dataset_another_process_is_preparing_is_waited_for_then_reused(tmp_path, monkeypatch):
+    """Two processes sharing a data_dir (an experiment's shards) find a dataset missing: the
+    second waits on the first's lock (saying so) and then reuses what the first prepared,
+    instead of generating it too and failing on the first's rename."""
+    kwargs = {"source_dir": _parallel_dir(tmp_path), "src_ext": "de", "tgt_ext": "en"}
+    request = DatasetRequest("local_parallel", str(tmp_path / "data"), **kwargs)
+    prepare_once = sources._download_and_prepare
+    generated, said, waiting = [], [], threading.Event()
+    monkeypatch.setattr(sources, "_download_and_prepare", lambda *a: generated.append(a))
+    monkeypatch.setattr(sources.console, "say", lambda line: (said.append(line), waiting.set()))
+    second: list = []
+    with sources.one_preparer(request):  # the first process, preparing it
+        thread = threading.Thread(target=lambda: second.append(sources.prepare(request)))
+        thread.start()
+        assert waiting.wait(timeout=120)
+        prepare_once(sources._builder(request), request)
+    thread.join(timeout=120)
+    waited = f"local_parallel: another process is preparing it in {request.data_dir}; waiting"
+    assert said[0] == waited + " for it"  # then the first's own lines (its counts)
+    assert generated == [] and second[0].is_prepared()
+    assert second[0].info.splits["train"].num_examples == 2

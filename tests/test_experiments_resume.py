@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import signal
 
+import ml_collections
 import pytest
 
 from deepnet_jax.configs import depth_table_recipe as table_recipe
-from deepnet_jax.experiments import depth_table, resumable
+from deepnet_jax.experiments import common, depth_table, results_file, resumable
 from deepnet_jax.experiments import depth_table_settings as dts
 from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.training import trainer
@@ -91,3 +92,26 @@ def test_a_run_another_process_is_training_is_left_to_it(tmp_path, capsys):
     assert first not in [{k: r[k] for k in first} for r in runs]
     assert len(runs) == 1  # run 3, trained
     assert "another process is training it; left to it" in capsys.readouterr().out
+
+
+def test_runs_without_checkpoints_have_workdirs_of_their_own_across_shards(tmp_path, monkeypatch):
+    """``checkpoint_every=0``: two shards sharing one ``work_root`` train their first runs in
+    different workdirs (named by the run, not by its index in the shard), each claimed."""
+    trained = []
+
+    def fake_train_once(config, workdir, resume=False):
+        trained.append((workdir, resume))
+        return {"eval_loss": 1.0, "eval_accuracy": 0.5, "cpu_seconds": 0.0}
+
+    monkeypatch.setattr(resumable, "train_once", fake_train_once)
+    keys = [{"scheme": "deepnorm", "seed": 0}, {"scheme": "subln", "seed": 0}]
+    root, blank = str(tmp_path / "runs"), lambda key: ml_collections.ConfigDict()
+    for shard in ([keys[0]], [keys[1]]):  # the first run of shard 0/2, then of shard 1/2
+        results = results_file.Results(str(tmp_path), "grid", "smoke", {"steps": 4})
+        common.run_grid(results, shard, blank, None, root, judged=False)
+    assert trained == [(f"{root}/{resumable.workdir_name(k)}", False) for k in keys]
+    held = f"{root}/{resumable.workdir_name({'scheme': 'pre_ln', 'seed': 0})}"
+    with resumable.claim(held):  # another process trains it: left to it
+        results = results_file.Results(str(tmp_path), "grid", "smoke", {"steps": 4})
+        assert common.run_grid(results, [{"scheme": "pre_ln", "seed": 0}], blank, None, root) == []
+    assert len(trained) == 2

@@ -13,11 +13,14 @@ preparing them downloads the WMT corpora (network) and is only done when they ar
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import importlib.util
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import tensorflow_datasets as tfds
@@ -29,7 +32,15 @@ from deepnet_jax.data.corpora.base import SPLITS, DatasetRequest
 from deepnet_jax.data.fetch import DataPreparationError
 from deepnet_jax.data.records import NormalizedSource
 
-__all__ = ["DATASETS", "FILE_FORMAT", "SPLITS", "dataset_kind", "open_split", "prepare"]
+__all__ = [
+    "DATASETS",
+    "FILE_FORMAT",
+    "SPLITS",
+    "dataset_kind",
+    "one_preparer",
+    "open_split",
+    "prepare",
+]
 
 DATASETS = registry.CORPORA  # the names this module prepares and opens
 FILE_FORMAT = "array_record"
@@ -94,15 +105,43 @@ def prepare(request: DatasetRequest) -> tfds.core.DatasetBuilder:
       DataPreparationError: a corpus could not be fetched, or a WMT dataset could not be
         prepared (the message is one line).
     """
-    builder = _builder(request)
-    if not builder.is_prepared():
-        _download_and_prepare(builder, request)
-    elif _inputs_changed(builder, request):
-        _rebuild(request, builder.data_path)
-    else:
-        return builder
+    with one_preparer(request):  # another process may be preparing it: wait, then reuse it
+        builder = _builder(request)
+        if not builder.is_prepared():
+            _download_and_prepare(builder, request)
+        elif _inputs_changed(builder, request):
+            _rebuild(request, builder.data_path)
+        else:
+            return builder
     # A fresh builder reads back the info (splits, metadata) that was just written.
     return _builder(request)
+
+
+@contextlib.contextmanager
+def one_preparer(request: DatasetRequest) -> Iterator[None]:
+    """Hold this machine's lock on preparing ``request``'s dataset (an exclusive ``flock`` on
+    ``<tmp>/deepnet_jax-prepare-<hash of dataset and data_dir>.lock``, released when the
+    process ends, however it ends), waiting (with a line saying so) while another process
+    holds it. Without it, two processes sharing a ``data_dir`` (an experiment's shards) that
+    both find a dataset missing both generate it, and the second one's rename into
+    ``<version>/`` fails on the first one's. The lock file is local, so processes on other
+    hosts sharing a ``data_dir`` (e.g. a bucket) are not serialized: prepare once first
+    (``python -m deepnet_jax.cli.prepare``)."""
+    data_dir = request.data_dir  # "" is tfds' default folder; "gs://…" is not a local path
+    if data_dir and "://" not in data_dir:
+        data_dir = os.path.abspath(os.path.expanduser(data_dir))
+    where = f"{request.dataset}\0{data_dir}"
+    name = f"deepnet_jax-prepare-{hashlib.sha256(where.encode()).hexdigest()[:16]}.lock"
+    with open(os.path.join(tempfile.gettempdir(), name), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            console.say(
+                f"{request.dataset}: another process is preparing it in {request.data_dir}; "
+                "waiting for it"
+            )
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _inputs_changed(builder: tfds.core.DatasetBuilder, request: DatasetRequest) -> bool:

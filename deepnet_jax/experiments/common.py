@@ -107,7 +107,9 @@ def run_grid(
     cache_dir: str | None = None,
 ) -> list[dict[str, Any]]:
     """Train every ``key`` (a dict of the run's settings) not in ``results`` yet, with
-    ``make_config(key)``, in ``<work_root>/<i>``; add its result, its CPU seconds, the kind of
+    ``make_config(key)``, in a workdir named by its key
+    (``<work_root>/<resumable.workdir_name(key)>``, claimed by one process at a time:
+    :func:`resumable.claim`); add its result, its CPU seconds, the kind of
     device it ran on, the default matmul precision it ran under, the commit its command started
     from and the date (:meth:`results_file.Results.provenance`) and, when ``judged``, its
     :func:`verdict` (with ``entropy``; None for the synthetic smoke data: then only
@@ -115,9 +117,9 @@ def run_grid(
     its result (e.g. its curves, its own verdict) before the result is saved; the result it
     gets holds the key's fields too.
 
-    ``checkpoint_every`` > 0: each run checkpoints that often, in a workdir named by its key
-    (``<work_root>/<resumable.workdir_name(key)>``), and a run stopped before its end resumes
-    from its newest checkpoint when the grid is started again (:mod:`resumable`). XLA's
+    ``checkpoint_every`` > 0: each run checkpoints that often, and a run stopped before its end
+    resumes from its newest checkpoint when the grid is started again (:mod:`resumable`); 0: a
+    run stopped starts over. XLA's
     compilations are kept in ``cache_dir`` (default ``<work_root>/xla_cache``; one per
     process)."""
     share_compilations(cache_dir or os.path.join(work_root, "xla_cache"))
@@ -130,19 +132,18 @@ def run_grid(
             config = make_config(key)
             train = functools.partial(_train, results, key, config, entropy=entropy,
                                       judged=judged, keep=keep)  # fmt: skip
-            if not checkpoint_every:
-                run = train(os.path.join(work_root, str(i)), resume=False)
-            else:  # a workdir named by the run, which any process may start or resume
-                workdir = os.path.join(work_root, resumable.workdir_name(key))
+            # a workdir named by the run, which any process (shard) may start or resume
+            workdir = os.path.join(work_root, resumable.workdir_name(key))
+            if checkpoint_every:
                 config.checkpoint_every, config.max_to_keep = checkpoint_every, 2
-                with resumable.claim(workdir) as mine:
-                    if mine:
-                        results.reload()  # another process may have recorded it meanwhile
-                        run = results.find(key) or train(workdir, resume=True)
-                        resumable.drop_checkpoints(workdir)  # recorded: nothing resumes it
-                if not mine:
-                    print(f"== {summary}: another process is training it; left to it")
-                    continue
+            with resumable.claim(workdir) as mine:
+                if mine:
+                    results.reload()  # another process may have recorded it meanwhile
+                    run = results.find(key) or train(workdir, resume=checkpoint_every > 0)
+                    resumable.drop_checkpoints(workdir)  # recorded: nothing resumes it
+            if not mine:
+                print(f"== {summary}: another process is training it; left to it")
+                continue
         out.append(run)
     return out
 
