@@ -179,21 +179,22 @@ def sinkhorn(logits: jax.Array, iters: int, eps: float = 0.0) -> jax.Array:
     logits rather than keeping 2·iters − 1 of them per sublayer, which a scan over layers
     stacks, writes and reads back; the paper's fused kernels recompute them too (docs/schemes.md,
     "Speed"). The iterations run on the matrices with their [n, n] axes first and the positions
-    minor ([n, n, ..]): each row or column sum then adds n contiguous vectors of positions,
-    where over the two minor axes of [.., n, n] it adds n scalars per position and a TPU tile
-    would hold a 4 × 4 matrix in a padded 8 × 128 one."""
+    flattened and minor ([n, n, B·T]): each row or column sum then adds n contiguous vectors
+    of positions, where over the two minor axes of [.., n, n] it adds n scalars per position
+    and a TPU tile would hold a 4 × 4 matrix in a padded 8 × 128 one."""
     return _sinkhorn_iterates(logits, iters, eps)
 
 
 @functools.partial(jax.checkpoint, static_argnums=(1, 2))
 def _sinkhorn_iterates(logits: jax.Array, iters: int, eps: float) -> jax.Array:
-    m = jnp.moveaxis(logits, (-2, -1), (0, 1))  # [n, n, ..]: the positions minor
+    n = logits.shape[-1]  # [n, n, P]: the positions, flattened, minor
+    m = jnp.moveaxis(logits.reshape(-1, n, n), 0, -1)
     m = jax.nn.softmax(m, axis=0) + eps
     m = m / (jnp.sum(m, axis=1, keepdims=True) + eps)
     for _ in range(iters - 1):
         m = m / (jnp.sum(m, axis=0, keepdims=True) + eps)
         m = m / (jnp.sum(m, axis=1, keepdims=True) + eps)
-    return jnp.moveaxis(m, (0, 1), (-2, -1))
+    return jnp.moveaxis(m, -1, 0).reshape(logits.shape)
 
 
 def combine(weights: jax.Array, x: jax.Array) -> jax.Array:
