@@ -243,3 +243,22 @@ def test_on_device_benchmark_runs_the_planned_step(tmp_path):
     assert compiled[0]["date"] == compiled[1]["date"] and "--header" not in ran["command"]
     assert compiled[0]["command"] == compiled[1]["command"]
     assert compiled[1]["command"].endswith("--compile_only --set=model.num_decoder_layers=2")
+
+
+@pytest.mark.slow  # a benchmark's smoke run (two encoder-decoder steps compiled)
+def test_sinkhorn_layout_benchmark_smoke(tmp_path):
+    """Both layouts' steps from the same parameters: the same first loss and Sinkhorn-Knopp
+    gradients equal to float rounding (the sums add in another order: a few ulps of the
+    gradients' O(1) entries over the 20 iterations, far under the bounds below)."""
+    from benchmarks import sinkhorn_layout
+
+    out = tmp_path / "record.json"
+    record = sinkhorn_layout.main(["--smoke", f"--out={out}"])
+    assert json.loads(out.read_text()) == record
+    (row,) = record["rows"]
+    assert row["task"] == "reversal64" and row["arch"] == "encdec" and row["layers"] == 2
+    assert set(row["step_s"]) == set(sinkhorn_layout.LAYOUTS) and row["ratio"] > 0
+    first = row["first_loss"]
+    assert first["positions_minor"] == pytest.approx(first["matrices_minor"], rel=1e-5)
+    alone = row["sinkhorn_alone"]
+    assert alone["shape"] == [32, 25, 4, 4] and 0 <= alone["grad_max_abs_diff"] < 1e-5
