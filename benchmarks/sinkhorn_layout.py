@@ -1,9 +1,9 @@
 """Sinkhorn-Knopp's layout on the CPU: mHC's train step with the iterates' positions minor
 against the layout they had before, the [n, n] matrices minor.
 
-``deepnet_jax.model.schemes.hyper._sinkhorn_iterates`` runs mHC's iterations on
-[n, n, B·T] (since 731be5d); before, it ran them on [B, T, n, n] (:func:`matrices_minor`,
-kept here as it was). For each of ``lr_transfer``'s tasks this builds the experiment's mHC
+``deepnet_jax.model.schemes.hyper._sinkhorn_iterates`` runs mHC's iterations on the CPU on
+[n, n, B·T] (since 731be5d); before, it ran them on [B, T, n, n] as GPUs and TPUs still do
+(:func:`matrices_minor`). For each of ``lr_transfer``'s tasks this builds the experiment's mHC
 run at ``--layers`` (its config: :func:`deepnet_jax.experiments.lr_transfer.make_config`,
 the recipe's rate) on a batch of the task's own data, and compiles the trainer's train step
 twice, once with each function in the library's place while the step is traced. Both steps
@@ -50,13 +50,8 @@ TASKS = ("reversal64", "shakespeare")
 
 @functools.partial(jax.checkpoint, static_argnums=(1, 2))
 def matrices_minor(logits: jax.Array, iters: int, eps: float) -> jax.Array:
-    """``hyper._sinkhorn_iterates`` before 731be5d: the same iterations on [.., n, n]."""
-    m = jax.nn.softmax(logits, axis=-2) + eps
-    m = m / (jnp.sum(m, axis=-1, keepdims=True) + eps)
-    for _ in range(iters - 1):
-        m = m / (jnp.sum(m, axis=-2, keepdims=True) + eps)
-        m = m / (jnp.sum(m, axis=-1, keepdims=True) + eps)
-    return m
+    """The iterations on [.., n, n]: the CPU's before 731be5d, the GPUs' and TPUs' still."""
+    return hyper._iterations(logits, iters, eps, columns=-2, rows=-1)
 
 
 LAYOUTS: dict[str, Callable[..., jax.Array]] = {

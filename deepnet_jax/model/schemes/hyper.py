@@ -178,22 +178,42 @@ def sinkhorn(logits: jax.Array, iters: int, eps: float = 0.0) -> jax.Array:
     Rematerialized (``jax.checkpoint``): the backward pass recomputes the iterates from the
     logits rather than keeping 2·iters − 1 of them per sublayer, which a scan over layers
     stacks, writes and reads back; the paper's fused kernels recompute them too (docs/schemes.md,
-    "Speed"). The iterations run on the matrices with their [n, n] axes first and the positions
-    flattened and minor ([n, n, B·T]): each row or column sum then adds n contiguous vectors
-    of positions, where over the two minor axes of [.., n, n] it adds n scalars per position
-    and a TPU tile would hold a 4 × 4 matrix in a padded 8 × 128 one."""
+    "Speed"). On the CPU the iterations run with the positions minor (:func:`_positions_minor`).
+    """
     return _sinkhorn_iterates(logits, iters, eps)
 
 
 @functools.partial(jax.checkpoint, static_argnums=(1, 2))
 def _sinkhorn_iterates(logits: jax.Array, iters: int, eps: float) -> jax.Array:
-    n = logits.shape[-1]  # [n, n, P]: the positions, flattened, minor
-    m = jnp.moveaxis(logits.reshape(-1, n, n), 0, -1)
-    m = jax.nn.softmax(m, axis=0) + eps
-    m = m / (jnp.sum(m, axis=1, keepdims=True) + eps)
+    """The iterations on [.., n, n] (GPUs, TPUs) or, on the CPU, on [n, n, B·T]
+    (:func:`_positions_minor`); the platform is the compile target's, chosen when the step is
+    lowered."""
+    return jax.lax.platform_dependent(
+        logits,
+        cpu=lambda z: _positions_minor(z, iters, eps),
+        default=lambda z: _iterations(z, iters, eps, columns=-2, rows=-1),
+    )
+
+
+def _iterations(m: jax.Array, iters: int, eps: float, columns: int, rows: int) -> jax.Array:
+    """Sinkhorn-Knopp on the matrices of ``m`` whose column index is axis ``columns`` and row
+    index axis ``rows``."""
+    m = jax.nn.softmax(m, axis=columns) + eps
+    m = m / (jnp.sum(m, axis=rows, keepdims=True) + eps)
     for _ in range(iters - 1):
-        m = m / (jnp.sum(m, axis=0, keepdims=True) + eps)
-        m = m / (jnp.sum(m, axis=1, keepdims=True) + eps)
+        m = m / (jnp.sum(m, axis=columns, keepdims=True) + eps)
+        m = m / (jnp.sum(m, axis=rows, keepdims=True) + eps)
+    return m
+
+
+def _positions_minor(logits: jax.Array, iters: int, eps: float) -> jax.Array:
+    """The iterations on [n, n, B·T]: XLA:CPU adds each row or column sum as n contiguous
+    vectors of positions, where on [.., n, n] it adds n scalars per position. Faster on the
+    CPU; on a TPU the transposes cost more than they save, on a GPU nothing changes (the
+    measurements: docs/schemes.md, "Speed")."""
+    n = logits.shape[-1]
+    m = jnp.moveaxis(logits.reshape(-1, n, n), 0, -1)
+    m = _iterations(m, iters, eps, columns=0, rows=1)
     return jnp.moveaxis(m, -1, 0).reshape(logits.shape)
 
 
