@@ -2,17 +2,19 @@
 against the layout they had before, the [n, n] matrices minor.
 
 ``deepnet_jax.model.schemes.hyper._sinkhorn_iterates`` runs mHC's iterations on the CPU on
-[n, n, B·T] (since 731be5d); before, it ran them on [B, T, n, n] as GPUs and TPUs still do
-(:func:`matrices_minor`). For each of ``lr_transfer``'s tasks this builds the experiment's mHC
-run at ``--layers`` (its config: :func:`deepnet_jax.experiments.lr_transfer.make_config`,
-the recipe's rate) on a batch of the task's own data, and compiles the trainer's train step
-twice, once with each function in the library's place while the step is traced. Both steps
-start from the same parameters and optimizer state; they are timed in alternating rounds
-(``--steps`` steps a round, the median of ``--rounds``), and ``ratio`` is positions_minor ÷
-matrices_minor. Beside the step: Sinkhorn-Knopp alone with its gradient at one sublayer's
-[B, T, n, n] (the model's iterations), timed the same way, with the largest difference
-between the two layouts' gradients (they sum in another order: equal to float rounding, not
-bit for bit), and the first step's loss of each.
+[n, n, B·T] (since 00bb81f, the positions flattened since 731be5d); before, it ran them on
+[B, T, n, n] as GPUs and TPUs still do (:func:`matrices_minor`). For each of ``lr_transfer``'s
+tasks this builds the experiment's mHC run at ``--layers`` (its config:
+:func:`deepnet_jax.experiments.lr_transfer.make_config`, the recipe's rate) on a batch of the
+task's own data, and compiles the trainer's train step twice, once with each function in the
+library's place while the step is traced. Both steps start from the same parameters and
+optimizer state; they are timed in alternating rounds (``--steps`` steps a round, the median of
+``--rounds``), and ``ratio`` is positions_minor ÷ matrices_minor. Beside the step:
+Sinkhorn-Knopp alone with its gradient at one sublayer's [B, T, n, n] (the model's iterations),
+timed the same way, with the largest difference between the two layouts' gradients (they sum in
+another order: equal to float rounding, not bit for bit), the first step's loss of each and the
+transposes in each compiled step (the positions-minor layout adds its own: the mark that each
+step has its layout).
 
 Run from the repository root::
 
@@ -50,7 +52,7 @@ TASKS = ("reversal64", "shakespeare")
 
 @functools.partial(jax.checkpoint, static_argnums=(1, 2))
 def matrices_minor(logits: jax.Array, iters: int, eps: float) -> jax.Array:
-    """The iterations on [.., n, n]: the CPU's before 731be5d, the GPUs' and TPUs' still."""
+    """The iterations on [.., n, n]: the CPU's before 00bb81f, the GPUs' and TPUs' still."""
     return hyper._iterations(logits, iters, eps, columns=-2, rows=-1)
 
 
@@ -95,6 +97,7 @@ class Step:
         try:
             args = (self.params, self.opt_state, self.batch, 0, self.lr, self.bad)
             self.compiled = step.lower(*args).compile()
+            self.transposes = self.compiled.as_text().count(" transpose(")  # the layout's mark
         finally:
             hyper._sinkhorn_iterates = library
         self.step = 0
@@ -157,6 +160,7 @@ def task_row(task: str, layers: int, rounds: int, steps: int) -> dict[str, Any]:
         "batch": [rows, length], "remat_policy": config.model.remat_policy,
         "step_s": seconds, "ratio": seconds["positions_minor"] / seconds["matrices_minor"],
         "first_loss": {name: s.first_loss for name, s in built.items()},
+        "hlo_transposes": {name: s.transposes for name, s in built.items()},
         "sinkhorn_alone": sinkhorn_alone(
             (rows, length, n, n), config.model.mhc_sinkhorn_iters, rounds
         ),

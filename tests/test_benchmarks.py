@@ -258,6 +258,8 @@ def test_sinkhorn_layout_benchmark_smoke(tmp_path):
     (row,) = record["rows"]
     assert row["task"] == "reversal64" and row["arch"] == "encdec" and row["layers"] == 2
     assert set(row["step_s"]) == set(sinkhorn_layout.LAYOUTS) and row["ratio"] > 0
+    transposes = row["hlo_transposes"]  # each step compiled its own layout
+    assert transposes["positions_minor"] > transposes["matrices_minor"]
     first = row["first_loss"]
     assert first["positions_minor"] == pytest.approx(first["matrices_minor"], rel=1e-5)
     alone = row["sinkhorn_alone"]

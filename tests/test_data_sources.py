@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import zipfile
 
@@ -627,3 +628,19 @@ def test_a_dataset_another_process_is_preparing_is_waited_for_then_reused(tmp_pa
     assert said[0] == waited + " for it"  # then the first's own lines (its counts)
     assert generated == [] and second[0].is_prepared()
     assert second[0].info.splits["train"].num_examples == 2
+
+
+def test_one_preparing_lock_per_dataset_folder_however_it_is_spelled(tmp_path):
+    """A local data_dir's lock lies beside its datasets under its real path; tfds' default
+    folder ("") and remote ones have a lock of this user's in the temporary folder."""
+    real = tmp_path / "data"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    spellings = (str(real), str(tmp_path / "link") + "/", str(real / ".." / "data"))
+    paths = {sources._lock_path(DatasetRequest("ding_de_en", d)) for d in spellings}
+    assert paths == {str(real / ".ding_de_en.prepare.lock")}
+    default = sources._lock_path(DatasetRequest("ding_de_en", ""))
+    bucket = sources._lock_path(DatasetRequest("ding_de_en", "gs://bucket/data"))
+    for path in (default, bucket):
+        assert os.path.dirname(path) == tempfile.gettempdir() and f"-{os.getuid()}-" in path
+    assert default != bucket

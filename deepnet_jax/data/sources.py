@@ -119,20 +119,15 @@ def prepare(request: DatasetRequest) -> tfds.core.DatasetBuilder:
 
 @contextlib.contextmanager
 def one_preparer(request: DatasetRequest) -> Iterator[None]:
-    """Hold this machine's lock on preparing ``request``'s dataset (an exclusive ``flock`` on
-    ``<tmp>/deepnet_jax-prepare-<hash of dataset and data_dir>.lock``, released when the
-    process ends, however it ends), waiting (with a line saying so) while another process
-    holds it. Without it, two processes sharing a ``data_dir`` (an experiment's shards) that
-    both find a dataset missing both generate it, and the second one's rename into
-    ``<version>/`` fails on the first one's. The lock file is local, so processes on other
-    hosts sharing a ``data_dir`` (e.g. a bucket) are not serialized: prepare once first
-    (``python -m deepnet_jax.cli.prepare``)."""
-    data_dir = request.data_dir  # "" is tfds' default folder; "gs://…" is not a local path
-    if data_dir and "://" not in data_dir:
-        data_dir = os.path.abspath(os.path.expanduser(data_dir))
-    where = f"{request.dataset}\0{data_dir}"
-    name = f"deepnet_jax-prepare-{hashlib.sha256(where.encode()).hexdigest()[:16]}.lock"
-    with open(os.path.join(tempfile.gettempdir(), name), "w") as lock:
+    """Hold this machine's lock on preparing ``request``'s dataset (an exclusive ``flock``,
+    released when the process ends, however it ends), waiting (with a line saying so) while
+    another process holds it. Without it, two processes sharing a ``data_dir`` (an
+    experiment's shards) that both find a dataset missing both generate it, and the second
+    one's rename into ``<version>/`` fails on the first one's. Not re-entrant: a process
+    holding it must not ask for it again. Processes on other hosts sharing a ``data_dir``
+    (e.g. a bucket) are not serialized: prepare once first (``python -m
+    deepnet_jax.cli.prepare``)."""
+    with open(_lock_path(request), "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -142,6 +137,21 @@ def one_preparer(request: DatasetRequest) -> Iterator[None]:
             )
             fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+
+
+def _lock_path(request: DatasetRequest) -> str:
+    """``<data_dir>/.<dataset>.prepare.lock`` for a local ``data_dir`` (the real path: every
+    spelling of the folder gets the one lock); for tfds' default folder (``""``) and a remote
+    one (``gs://…``) a file of this user's in the temporary folder, named by the dataset and
+    the folder's hash."""
+    data_dir, dataset = request.data_dir, request.dataset.replace("/", "_")  # wmt14_translate/de-en
+    if data_dir and "://" not in data_dir:
+        data_dir = os.path.realpath(os.path.expanduser(data_dir))
+        os.makedirs(data_dir, exist_ok=True)
+        return os.path.join(data_dir, f".{dataset}.prepare.lock")
+    digest = hashlib.sha256(data_dir.encode()).hexdigest()[:16]
+    name = f"deepnet_jax-{os.getuid()}-prepare-{dataset}-{digest}.lock"
+    return os.path.join(tempfile.gettempdir(), name)
 
 
 def _inputs_changed(builder: tfds.core.DatasetBuilder, request: DatasetRequest) -> bool:

@@ -196,8 +196,8 @@ def _sinkhorn_iterates(logits: jax.Array, iters: int, eps: float) -> jax.Array:
 
 
 def _iterations(m: jax.Array, iters: int, eps: float, columns: int, rows: int) -> jax.Array:
-    """Sinkhorn-Knopp on the matrices of ``m`` whose column index is axis ``columns`` and row
-    index axis ``rows``."""
+    """Sinkhorn-Knopp on the matrices of ``m``: T_c divides by the sums over axis ``columns``
+    (a column's entries: the row index, −2 of [.., n, n]), T_r by those over axis ``rows``."""
     m = jax.nn.softmax(m, axis=columns) + eps
     m = m / (jnp.sum(m, axis=rows, keepdims=True) + eps)
     for _ in range(iters - 1):
