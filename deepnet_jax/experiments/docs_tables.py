@@ -50,6 +50,7 @@ from deepnet_jax.runs import workdir
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _RESULTS = "docs/reproduction"
 QUICK = f"{_RESULTS}/depth_table_quick.json"
+LONG500 = f"{_RESULTS}/depth_table_long500.json"  # the 500L-500L row at 1,600 updates
 INIT = f"{_RESULTS}/depth_table_init.json"
 CORPUS = f"{_RESULTS}/depth_table_corpus.json"
 MODERN_LM = f"{_RESULTS}/depth_table_modern_lm.json"
@@ -109,6 +110,12 @@ TABLES: tuple[Table, ...] = (
         )
     ),
     Table(_REPRODUCTION, "depth-table-quick-costs", (QUICK,), views.cpu_costs),
+    *(
+        Table(
+            _REPRODUCTION, f"depth-table-long500{suffix}", (LONG500,), _task(render, "reversal64")
+        )
+        for suffix, render in (("", views.verdicts), ("-onsets", views.onsets))
+    ),
     Table(
         _REPRODUCTION,
         "results-provenance",
