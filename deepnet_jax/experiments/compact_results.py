@@ -20,6 +20,8 @@ experiment, the splits and fields that a reader takes; every other curve is drop
 * ``lr_tolerance`` and ``lr_transfer``: no curve (their tables and figures read the final
   validation NLL); ``main_job_probes``: none either (each validation's figures are a run field
   of their own, ``validation``).
+* ``late_collapse``: the training records' step, accuracy, NLL and gradient norm (its table
+  reads the accuracy; the NLL and gradient norm show what the run did before a fall).
 * ``deepnorm18_corpus``: each diagnostics record's update, the encoder's per-layer gradient
   norms and LayerNorm inputs (its report's attenuation, predicted and measured); each
   validation's figures are a run field of their own (``validation``).
@@ -59,6 +61,7 @@ CURVES: dict[str, dict[str, dict[str, tuple[str, ...] | None]]] = {
     "model_update": {"diagnostics": {"diagnostics": ("step", "model_update")}},
     "lr_tolerance": {},
     "lr_transfer": {},
+    "late_collapse": {"records": {"train": ("split", "step", "accuracy", "nll", "grad_norm")}},
     "main_job_probes": {},
     "deepnorm18_corpus": {
         "diagnostics": {

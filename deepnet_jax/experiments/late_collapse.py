@@ -1,0 +1,198 @@
+"""Why Pre-LN under CompleteP falls back after it has fitted the task: ``lr_transfer``'s and the
+depth table's CompleteP row reaches training accuracy 1.0 on ``reversal64`` and then, on some
+seeds, falls to near chance within a few dozen updates (docs/schemes.md, "Measurements").
+
+Each arm trains the row's 6L-6L ``reversal64`` cell at the recipe's peak rate 2e-3 (the depth
+table's recipe, :data:`~deepnet_jax.configs.depth_table_recipe.RECIPE`: 800 updates, warm-up
+400, inverse square root decay; the cell as ``lr_transfer`` trains it,
+:func:`lr_transfer.make_config`) over the same seeds, with one change per arm (:data:`ARMS`):
+
+* ``recipe``: none (AdamW ε = 1e-8, CompleteP's σ_base = 0.02; at 6 layers and d 64, its base,
+  every CompleteP multiplier is 1);
+* ``eps_1e-6``, ``eps_1e-4``: AdamW's ε (a floor under √v: Bai et al. 2025, arXiv 2506.04805,
+  trace Adam's loss spikes to squared gradients falling far below the second-moment estimate
+  they lag, as they do once a run has fitted);
+* ``init_std_0.125``: σ_base 0.125 (about Xavier's √(2/(64 + 64)) at d 64, the Pre-LN row's init
+  scale) instead of 0.02.
+
+Per run it keeps the training records (every 25 updates: accuracy, NLL, gradient norm) and, by
+:func:`collapse`, when the run first reached training accuracy :data:`FIT`, the largest fall of
+its accuracy after that and the update it fell to, and whether that fall is at least
+:data:`FALL`.
+
+=========  =============================================  ===================  ==========
+setting    cell                                            arms                 seeds
+=========  =============================================  ===================  ==========
+smoke      the smoke reversal model, 1L-1L, 4 updates      recipe, eps_1e-4     0, 1
+quick      reversal64 6L-6L at 2e-3, 800 updates           :data:`ARMS`         0 … 5
+=========  =============================================  ===================  ==========
+
+Run: ``python -m deepnet_jax.experiments.late_collapse --setting=quick --out=DIR``; writes
+``late_collapse.json`` and ``late_collapse.md`` (a row per arm: runs that fitted, runs that
+fell, the validation NLL; then a row per run). ``--shard=i/n`` splits the runs among processes
+sharing one ``--out``; a run stopped mid-way resumes from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import statistics
+import sys
+from typing import Any
+
+import ml_collections
+
+from deepnet_jax.common import console
+from deepnet_jax.configs import depth_table_recipe as table_recipe
+from deepnet_jax.configs import experiment_rows
+from deepnet_jax.experiments import common, lr_transfer, opening, report, results_file, resumable
+from deepnet_jax.runs import metrics
+
+NAME = "late_collapse"
+FLAGS_FROM = ("resumable",)  # --shard, --checkpoint_every (opening.own_flags)
+SETTINGS = ("smoke", "quick")
+ROW = experiment_rows.COMPLETEP_ROW
+FIT = 0.99  # training accuracy at which a run has fitted reversal64
+FALL = 0.5  # a fall of training accuracy by at least this much after fitting is a collapse
+# an arm: the dotted config fields it changes from the cell
+ARMS: dict[str, dict[str, Any]] = {
+    "recipe": {},
+    "eps_1e-6": {"optimizer.eps": 1e-6},
+    "eps_1e-4": {"optimizer.eps": 1e-4},
+    "init_std_0.125": {"model.completep_init_std": 0.125},
+}
+GRIDS: dict[str, dict[str, Any]] = {
+    "smoke": {
+        "task": "reversal",
+        "layers": 1,
+        "lr": table_recipe.SMOKE_RECIPE.lr,
+        "arms": ["recipe", "eps_1e-4"],
+        "seeds": [0, 1],
+    },
+    "quick": {
+        "task": "reversal64",
+        "layers": 6,
+        "lr": table_recipe.RECIPE.lr,
+        "arms": list(ARMS),
+        "seeds": list(range(6)),
+    },
+}
+
+
+def base_config(setting: str) -> ml_collections.ConfigDict:
+    """``lr_transfer``'s base for the setting (the depth table's recipe)."""
+    return lr_transfer.base_config(setting)
+
+
+def cell_key(grid: dict[str, Any], seed: int) -> dict[str, Any]:
+    """The ``lr_transfer`` key of the setting's cell at ``seed``."""
+    return {"task": grid["task"], "row": ROW, "layers": grid["layers"], "seed": seed,
+            "lr": grid["lr"]}  # fmt: skip
+
+
+def run_config(
+    base: ml_collections.ConfigDict, grid: dict[str, Any], key: dict[str, Any]
+) -> ml_collections.ConfigDict:
+    """Run ``key`` (its ``arm`` and ``seed``): the cell as ``lr_transfer`` trains it, with the
+    arm's fields (:data:`ARMS`)."""
+    bases = lr_transfer.task_bases(base, {"tasks": {grid["task"]: grid["lr"]}}, "")
+    c = lr_transfer.make_config(bases, cell_key(grid, key["seed"]))
+    for path, value in ARMS[key["arm"]].items():
+        section, name = path.split(".")
+        c[section][name] = value
+    return c
+
+
+def collapse(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """From a run's training records (``step``, ``accuracy``): ``fitted_at``, the first update
+    with accuracy ≥ :data:`FIT` (None if never); ``fall``, the largest drop of the accuracy
+    below its highest value so far, after ``fitted_at``; ``fell_to`` and ``fell_at``, the
+    accuracy and update at the bottom of that drop; ``collapsed``, fall ≥ :data:`FALL`."""
+    fitted = next((r["step"] for r in records if r["accuracy"] >= FIT), None)
+    out = {"fitted_at": fitted, "fall": 0.0, "fell_to": None, "fell_at": None}
+    if fitted is not None:
+        peak = 0.0
+        for r in (r for r in records if r["step"] >= fitted):
+            peak = max(peak, r["accuracy"])
+            if peak - r["accuracy"] > out["fall"]:
+                out.update(fall=peak - r["accuracy"], fell_to=r["accuracy"], fell_at=r["step"])
+    return out | {"collapsed": out["fall"] >= FALL}
+
+
+def keep(result: dict[str, Any], workdir: str) -> None:
+    """``run_grid``'s ``keep``: the training records and :func:`collapse` of them."""
+    train = [r for r in metrics.read(workdir) if r["split"] == "train"]
+    result["records"] = train
+    result.update(collapse(train))
+    result.pop("diagnostics", None)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Train this shard's runs not yet in ``<out>/late_collapse.json``, then write the table of
+    every run the file holds; returns the results payload."""
+    args, base, out = opening.start(argv, NAME, base_config, SETTINGS)
+    grid = GRIDS[args.setting]
+    try:
+        index, count = resumable.parse_shard(resumable.SHARD.value)
+    except ValueError as e:
+        sys.exit(console.error_line(e))
+    settings = {"grid": grid, "arms": {a: ARMS[a] for a in grid["arms"]}}
+    results = results_file.Results(out, NAME, args.setting, settings, head=args.header)
+    keys = [{"arm": a, "seed": s} for s in grid["seeds"] for a in grid["arms"]]
+    common.run_grid(
+        results,
+        keys[index::count],
+        functools.partial(run_config, base, grid),
+        None,
+        os.path.join(out, "runs"),
+        judged=False,  # what is measured is the fall (:func:`collapse`), not a verdict
+        keep=keep,
+        checkpoint_every=resumable.CHECKPOINT_EVERY.value,
+        cache_dir=os.path.join(out, "runs", "xla_cache", str(index)),
+    )
+    results.reload()
+    table = docs_table(results.payload)
+    print(table)
+    print("wrote " + ", ".join([results.path, report.write_table(out, NAME, table)]))
+    return results.payload
+
+
+def docs_table(payload: dict[str, Any]) -> str:
+    """A row per arm (in the setting's order): its runs, those that fitted and those that
+    collapsed (with their seeds), and the median and range of the final validation NLL; then a
+    row per run."""
+    arms = payload["settings"]["grid"]["arms"]
+    header = ["arm", "runs", "fitted", "collapsed (seeds)", "validation NLL: median (range)"]
+    rows = []
+    for arm in arms:
+        mine = sorted((r for r in payload["runs"] if r["arm"] == arm), key=lambda r: r["seed"])
+        if not mine:
+            continue
+        fell = [str(r["seed"]) for r in mine if r["collapsed"]]
+        nll = [r["eval_loss"] for r in mine]
+        spread = f"{statistics.median(nll):.3f} ({min(nll):.3f}–{max(nll):.3f})"
+        fitted = sum(r["fitted_at"] is not None for r in mine)
+        rows.append([arm, len(mine), fitted, f"{len(fell)} ({', '.join(fell) or '–'})", spread])
+    return (report.markdown_table(header, rows).strip() + "\n\n" + run_table(payload, arms)).strip()
+
+
+def run_table(payload: dict[str, Any], arms: list[str]) -> str:
+    """A row per run: arm, seed, the update it fitted at, its largest fall after that (from the
+    peak to the accuracy and update it fell to), its final training accuracy and validation
+    NLL."""
+    header = ["arm", "seed", "fitted at", "largest fall (to, at update)", "final training "
+              "accuracy", "validation NLL"]  # fmt: skip
+    rows = []
+    for r in sorted(payload["runs"], key=lambda r: (arms.index(r["arm"]), r["seed"])):
+        fall = "–" if r["fell_at"] is None else (
+            f"{r['fall']:.2f} ({r['fell_to']:.2f}, {r['fell_at']})"
+        )  # fmt: skip
+        fitted = "–" if r["fitted_at"] is None else r["fitted_at"]
+        last = r["records"][-1]["accuracy"]
+        rows.append([r["arm"], r["seed"], fitted, fall, f"{last:.3f}", f"{r['eval_loss']:.3f}"])
+    return report.markdown_table(header, rows).strip()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,65 @@
+"""The late-collapse experiment: CompleteP's reversal64 cell over seeds, with one change per arm,
+and the fall of each run's training accuracy after it fitted (deepnet_jax.experiments
+.late_collapse)."""
+
+import json
+
+import pytest
+
+from deepnet_jax.experiments import late_collapse, lr_transfer
+
+
+def _records(*accuracies):
+    return [{"step": 25 * (i + 1), "accuracy": a} for i, a in enumerate(accuracies)]
+
+
+def test_collapse_is_the_largest_fall_after_fitting():
+    # fitted at 75; fell from 1.0 to 0.06 at 125, then recovered: the deepest drop counts
+    run = late_collapse.collapse(_records(0.3, 0.8, 0.99, 1.0, 0.06, 0.9, 1.0))
+    assert run["fitted_at"] == 75 and run["collapsed"]
+    assert run["fall"] == pytest.approx(0.94) and (run["fell_to"], run["fell_at"]) == (0.06, 125)
+
+
+def test_a_drop_before_fitting_and_a_small_one_after_are_not_collapses():
+    run = late_collapse.collapse(_records(0.9, 0.1, 0.995, 0.7, 1.0))
+    assert run["fitted_at"] == 75 and not run["collapsed"]
+    assert run["fall"] == pytest.approx(0.295) and run["fell_at"] == 100
+    never = late_collapse.collapse(_records(0.5, 0.98, 0.2))
+    assert never == {"fitted_at": None, "fall": 0.0, "fell_to": None, "fell_at": None,
+                     "collapsed": False}  # fmt: skip
+
+
+def test_each_arm_is_lr_transfers_completep_cell_with_its_fields():
+    grid = late_collapse.GRIDS["quick"]
+    base = late_collapse.base_config("quick")
+    bases = lr_transfer.task_bases(lr_transfer.base_config("quick"), lr_transfer.GRIDS["quick"], "")
+    for seed in (0, 5):
+        key = {"task": "reversal64", "row": "pre_ln+completep", "layers": 6, "seed": seed,
+               "lr": 2e-3}  # fmt: skip
+        cell = lr_transfer.make_config(bases, key)
+        assert cell.optimizer.eps == 1e-8 and cell.model.completep_init_std == 0.02
+        for arm, fields in late_collapse.ARMS.items():
+            mine = late_collapse.run_config(base, grid, {"arm": arm, "seed": seed})
+            expected = cell.copy_and_resolve_references()
+            for path, value in fields.items():
+                section, name = path.split(".")
+                expected[section][name] = value
+            assert mine.to_dict() == expected.to_dict(), arm
+    assert late_collapse.ARMS["eps_1e-4"] == {"optimizer.eps": 1e-4}
+    assert late_collapse.ARMS["init_std_0.125"] == {"model.completep_init_std": 0.125}
+
+
+def test_smoke_records_each_runs_curve_and_fall(tmp_path):
+    payload = late_collapse.main(["--setting=smoke", f"--out={tmp_path}"])
+    grid = late_collapse.GRIDS["smoke"]
+    keys = {(r["arm"], r["seed"]) for r in payload["runs"]}
+    assert keys == {(a, s) for a in grid["arms"] for s in grid["seeds"]}
+    for run in payload["runs"]:
+        assert [r["step"] for r in run["records"]] == [2, 4]
+        assert set(run["records"][0]) == {"split", "step", "accuracy", "nll", "grad_norm"}
+        assert run["collapsed"] is False and run["commit"] and run["cpu_seconds"] > 0
+    saved = json.loads((tmp_path / "late_collapse.json").read_text())
+    assert saved["runs"] == payload["runs"]
+    table = (tmp_path / "late_collapse.md").read_text()
+    assert table.strip() == late_collapse.docs_table(saved)
+    assert "| recipe | 2 | 0 | 0 (–) |" in table and table.count("| eps_1e-4 | ") == 3
