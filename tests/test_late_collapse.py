@@ -15,18 +15,26 @@ def _records(*accuracies):
 
 def test_collapse_is_the_largest_fall_after_fitting():
     # fitted at 75; fell from 1.0 to 0.06 at 125, then recovered: the deepest drop counts
-    run = late_collapse.collapse(_records(0.3, 0.8, 0.99, 1.0, 0.06, 0.9, 1.0))
+    run = late_collapse.collapse(_records(0.3, 0.8, 0.99, 1.0, 0.06, 0.9, 1.0), final=1.0)
     assert run["fitted_at"] == 75 and run["collapsed"]
     assert run["fall"] == pytest.approx(0.94) and (run["fell_to"], run["fell_at"]) == (0.06, 125)
 
 
 def test_a_drop_before_fitting_and_a_small_one_after_are_not_collapses():
-    run = late_collapse.collapse(_records(0.9, 0.1, 0.995, 0.7, 1.0))
+    run = late_collapse.collapse(_records(0.9, 0.1, 0.995, 0.7, 1.0), final=0.99)
     assert run["fitted_at"] == 75 and not run["collapsed"]
     assert run["fall"] == pytest.approx(0.295) and run["fell_at"] == 100
-    never = late_collapse.collapse(_records(0.5, 0.98, 0.2))
+    never = late_collapse.collapse(_records(0.5, 0.98, 0.2), final=0.1)
     assert never == {"fitted_at": None, "fall": 0.0, "fell_to": None, "fell_at": None,
                      "collapsed": False}  # fmt: skip
+
+
+def test_a_fall_in_the_last_interval_shows_in_the_validation_after_it():
+    """The records average their interval: a run that falls at its last updates is caught by
+    its validation accuracy, the last point, at the last record's update."""
+    run = late_collapse.collapse(_records(0.5, 1.0, 1.0, 0.98), final=0.39)
+    assert run["collapsed"] and (run["fell_to"], run["fell_at"]) == (0.39, 100)
+    assert run["fall"] == pytest.approx(0.61)
 
 
 def test_each_arm_is_lr_transfers_completep_cell_with_its_fields():
@@ -57,7 +65,8 @@ def test_smoke_records_each_runs_curve_and_fall(tmp_path):
     for run in payload["runs"]:
         assert [r["step"] for r in run["records"]] == [2, 4]
         assert set(run["records"][0]) == {"split", "step", "accuracy", "nll", "grad_norm"}
-        assert run["collapsed"] is False and run["commit"] and run["cpu_seconds"] > 0
+        assert not late_collapse.collapse(run["records"], run["eval_accuracy"])["collapsed"]
+        assert run["commit"] and run["cpu_seconds"] > 0 and "diagnostics" not in run
     saved = json.loads((tmp_path / "late_collapse.json").read_text())
     assert saved["runs"] == payload["runs"]
     table = (tmp_path / "late_collapse.md").read_text()

@@ -15,10 +15,11 @@ table's recipe, :data:`~deepnet_jax.configs.depth_table_recipe.RECIPE`: 800 upda
 * ``init_std_0.125``: σ_base 0.125 (about Xavier's √(2/(64 + 64)) at d 64, the Pre-LN row's init
   scale) instead of 0.02.
 
-Per run it keeps the training records (every 25 updates: accuracy, NLL, gradient norm) and, by
-:func:`collapse`, when the run first reached training accuracy :data:`FIT`, the largest fall of
-its accuracy after that and the update it fell to, and whether that fall is at least
-:data:`FALL`.
+Per run it keeps the training records (every 25 updates: accuracy, NLL, gradient norm) and its
+validation after the last update; the table reads from them (:func:`collapse`) when the run
+first reached training accuracy :data:`FIT`, the largest fall of its accuracy after that (the
+validation accuracy the last point) and the update it fell to, and whether that fall is at
+least :data:`FALL`.
 
 =========  =============================================  ===================  ==========
 setting    cell                                            arms                 seeds
@@ -104,16 +105,20 @@ def run_config(
     return c
 
 
-def collapse(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """From a run's training records (``step``, ``accuracy``): ``fitted_at``, the first update
-    with accuracy ≥ :data:`FIT` (None if never); ``fall``, the largest drop of the accuracy
-    below its highest value so far, after ``fitted_at``; ``fell_to`` and ``fell_at``, the
-    accuracy and update at the bottom of that drop; ``collapsed``, fall ≥ :data:`FALL`."""
+def collapse(records: list[dict[str, Any]], final: float) -> dict[str, Any]:
+    """From a run's training records (``step``, ``accuracy``: each the mean over the updates
+    since the previous record) and ``final``, its validation accuracy after the last update (a
+    fall within the last interval shows there first): ``fitted_at``, the first update with
+    training accuracy ≥ :data:`FIT` (None if never); ``fall``, the largest drop of the accuracy
+    below its highest value so far, after ``fitted_at`` (``final`` the last point); ``fell_to``
+    and ``fell_at``, the accuracy and update at the bottom of that drop; ``collapsed``, fall ≥
+    :data:`FALL`."""
     fitted = next((r["step"] for r in records if r["accuracy"] >= FIT), None)
     out = {"fitted_at": fitted, "fall": 0.0, "fell_to": None, "fell_at": None}
     if fitted is not None:
+        end = {"step": records[-1]["step"], "accuracy": final}
         peak = 0.0
-        for r in (r for r in records if r["step"] >= fitted):
+        for r in [*(r for r in records if r["step"] >= fitted), end]:
             peak = max(peak, r["accuracy"])
             if peak - r["accuracy"] > out["fall"]:
                 out.update(fall=peak - r["accuracy"], fell_to=r["accuracy"], fell_at=r["step"])
@@ -121,10 +126,8 @@ def collapse(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def keep(result: dict[str, Any], workdir: str) -> None:
-    """``run_grid``'s ``keep``: the training records and :func:`collapse` of them."""
-    train = [r for r in metrics.read(workdir) if r["split"] == "train"]
-    result["records"] = train
-    result.update(collapse(train))
+    """``run_grid``'s ``keep``: the training records (the table reads :func:`collapse` of them)."""
+    result["records"] = [r for r in metrics.read(workdir) if r["split"] == "train"]
     result.pop("diagnostics", None)
 
 
@@ -169,29 +172,36 @@ def docs_table(payload: dict[str, Any]) -> str:
         mine = sorted((r for r in payload["runs"] if r["arm"] == arm), key=lambda r: r["seed"])
         if not mine:
             continue
-        fell = [str(r["seed"]) for r in mine if r["collapsed"]]
+        falls = [_collapse(r) for r in mine]
+        fell = [str(r["seed"]) for r, f in zip(mine, falls, strict=True) if f["collapsed"]]
         nll = [r["eval_loss"] for r in mine]
         spread = f"{statistics.median(nll):.3f} ({min(nll):.3f}–{max(nll):.3f})"
-        fitted = sum(r["fitted_at"] is not None for r in mine)
+        fitted = sum(f["fitted_at"] is not None for f in falls)
         rows.append([arm, len(mine), fitted, f"{len(fell)} ({', '.join(fell) or '–'})", spread])
     return (report.markdown_table(header, rows).strip() + "\n\n" + run_table(payload, arms)).strip()
 
 
 def run_table(payload: dict[str, Any], arms: list[str]) -> str:
     """A row per run: arm, seed, the update it fitted at, its largest fall after that (from the
-    peak to the accuracy and update it fell to), its final training accuracy and validation
-    NLL."""
-    header = ["arm", "seed", "fitted at", "largest fall (to, at update)", "final training "
-              "accuracy", "validation NLL"]  # fmt: skip
+    peak to the accuracy and update it fell to: :func:`collapse`), its last training record's
+    accuracy, and its validation accuracy and NLL after the last update."""
+    header = ["arm", "seed", "fitted at", "largest fall (to, at update)", "last training "
+              "accuracy", "validation accuracy", "validation NLL"]  # fmt: skip
     rows = []
     for r in sorted(payload["runs"], key=lambda r: (arms.index(r["arm"]), r["seed"])):
-        fall = "–" if r["fell_at"] is None else (
-            f"{r['fall']:.2f} ({r['fell_to']:.2f}, {r['fell_at']})"
-        )  # fmt: skip
-        fitted = "–" if r["fitted_at"] is None else r["fitted_at"]
+        c = _collapse(r)
+        fall = (
+            "–" if c["fell_at"] is None else f"{c['fall']:.2f} ({c['fell_to']:.2f}, {c['fell_at']})"
+        )
+        fitted = "–" if c["fitted_at"] is None else c["fitted_at"]
         last = r["records"][-1]["accuracy"]
-        rows.append([r["arm"], r["seed"], fitted, fall, f"{last:.3f}", f"{r['eval_loss']:.3f}"])
+        rows.append([r["arm"], r["seed"], fitted, fall, f"{last:.3f}",
+                     f"{r['eval_accuracy']:.3f}", f"{r['eval_loss']:.3f}"])  # fmt: skip
     return report.markdown_table(header, rows).strip()
+
+
+def _collapse(run: dict[str, Any]) -> dict[str, Any]:
+    return collapse(run["records"], run["eval_accuracy"])
 
 
 if __name__ == "__main__":
