@@ -55,6 +55,7 @@ def test_each_arm_is_lr_transfers_completep_cell_with_its_fields():
             assert mine.to_dict() == expected.to_dict(), arm
     assert late_collapse.ARMS["eps_1e-4"] == {"optimizer.eps": 1e-4}
     assert late_collapse.ARMS["init_std_0.125"] == {"model.completep_init_std": 0.125}
+    assert late_collapse.ARMS["grad_clip_1"] == {"optimizer.grad_clip": 1.0}
 
 
 def test_smoke_records_each_runs_curve_and_fall(tmp_path):

@@ -13,7 +13,9 @@ table's recipe, :data:`~deepnet_jax.configs.depth_table_recipe.RECIPE`: 800 upda
   trace Adam's loss spikes to squared gradients falling far below the second-moment estimate
   they lag, as they do once a run has fitted);
 * ``init_std_0.125``: σ_base 0.125 (about Xavier's √(2/(64 + 64)) at d 64, the Pre-LN row's init
-  scale) instead of 0.02.
+  scale) instead of 0.02;
+* ``grad_clip_1``: the global gradient norm clipped at 1 (the recipe clips none; the main job's
+  config clips at 1).
 
 Per run it keeps the training records (every 25 updates: accuracy, NLL, gradient norm) and its
 validation after the last update; the table reads from them (:func:`collapse`) when the run
@@ -62,6 +64,7 @@ ARMS: dict[str, dict[str, Any]] = {
     "eps_1e-6": {"optimizer.eps": 1e-6},
     "eps_1e-4": {"optimizer.eps": 1e-4},
     "init_std_0.125": {"model.completep_init_std": 0.125},
+    "grad_clip_1": {"optimizer.grad_clip": 1.0},
 }
 GRIDS: dict[str, dict[str, Any]] = {
     "smoke": {
@@ -141,7 +144,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     except ValueError as e:
         sys.exit(console.error_line(e))
     settings = {"grid": grid, "arms": {a: ARMS[a] for a in grid["arms"]}}
-    results = results_file.Results(out, NAME, args.setting, settings, head=args.header)
+    # an arm added to the setting trains only its own runs beside the file's
+    results = results_file.Results(
+        out, NAME, args.setting, settings, grid=["grid", "arms"], head=args.header
+    )
     keys = [{"arm": a, "seed": s} for s in grid["seeds"] for a in grid["arms"]]
     common.run_grid(
         results,
