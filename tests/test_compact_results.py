@@ -38,6 +38,7 @@ _RUN_BYTES = {
     "model_update": 1_600,  # 1.4 KB once a run records its device, commit and date
     "lr_tolerance": 700,  # 0.6 KB once a run records its device, commit and date
     "lr_transfer": 1_000,
+    "late_collapse": 4_500,  # 32 training records of 5 fields: 3.6-3.7 KB
     # a 500-update probe: 7.5-7.7 KB (6 diagnostics of 18 layers' vectors, 5 validations); a
     # --setting=full run keeps 19 diagnostics: 23.2 KB (docs/reproduction/
     # deepnorm18_corpus_full.json)
@@ -68,7 +69,10 @@ def _inflated(run: dict, experiment: str) -> dict:
     }
     if "records" in run:
         extra = {"loss": 4.57, "lr": 1.2e-4, "grad_norm": 2.9, "step_time_s": 0.5, "mfu": 0.005}
-        out["records"] = [noisy(r) | extra for r in run["records"]]
+        # a field the experiment keeps (late_collapse: the gradient norm) keeps its own value
+        out["records"] = [
+            noisy(r) | {k: v for k, v in extra.items() if k not in r} for r in run["records"]
+        ]
         out["records"].append({"split": "eval", "step": 800, "loss": 0.45, "chrf": 4.1})
     if experiment == "model_update":  # depth_table's are slimmed as they are recorded
         out["diagnostics"] = [

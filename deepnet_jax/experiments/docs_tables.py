@@ -35,6 +35,7 @@ from deepnet_jax.experiments import depth_table_recipe_grid as recipe_grid
 from deepnet_jax.experiments import depth_table_views as views
 from deepnet_jax.experiments import (
     dropout_gap,
+    late_collapse,
     loss_spike,
     lr_tolerance,
     main_job_probes,
@@ -73,6 +74,7 @@ ONSET_LR5 = f"{_RESULTS}/thousand_layers_onset_lr5e-3.json"
 DROPOUT_GAP = f"{_RESULTS}/dropout_gap_quick.json"
 LOSS_SPIKE = f"{_RESULTS}/loss_spike_quick.json"
 LOSS_SPIKE_SINKHORN = f"{_RESULTS}/loss_spike_sinkhorn.json"
+LATE_COLLAPSE = f"{_RESULTS}/late_collapse_quick.json"
 DROPOUT_GAP_DN18 = f"{_RESULTS}/dropout_gap_deepnorm18.json"
 POSTLN_MAIN_JOB = f"{_RESULTS}/postln_main_job_quick.json"
 DN18_PROBES = f"{_RESULTS}/deepnorm18_corpus_probes.json"
@@ -148,6 +150,7 @@ TABLES: tuple[Table, ...] = (
     Table(_REPRODUCTION, "dropout-gap-deepnorm18", (DROPOUT_GAP_DN18,), dropout_gap.docs_table),
     Table("docs/schemes.md", "loss-spike", (LOSS_SPIKE,), loss_spike.docs_table),
     Table("docs/schemes.md", "loss-spike-mhc", (LOSS_SPIKE_SINKHORN,), loss_spike.docs_table),
+    Table(_REPRODUCTION, "late-collapse", (LATE_COLLAPSE,), late_collapse.docs_table),
     Table(_REPRODUCTION, "postln-main-job-gradients", (POSTLN_MAIN_JOB,), postln.docs_table),
     Table(
         _REPRODUCTION,

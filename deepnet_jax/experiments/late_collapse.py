@@ -189,25 +189,29 @@ def docs_table(payload: dict[str, Any]) -> str:
 
 def run_table(payload: dict[str, Any], arms: list[str]) -> str:
     """A row per run: arm, seed, the update it fitted at, its largest fall after that (from the
-    peak to the accuracy and update it fell to: :func:`collapse`), its last training record's
-    accuracy, and its validation accuracy and NLL after the last update."""
+    peak to the accuracy and update it fell to: :func:`collapse`; – below 0.005), its last
+    training record's accuracy, and its validation accuracy and NLL after the last update."""
     header = ["arm", "seed", "fitted at", "largest fall (to, at update)", "last training "
               "accuracy", "validation accuracy", "validation NLL"]  # fmt: skip
     rows = []
     for r in sorted(payload["runs"], key=lambda r: (arms.index(r["arm"]), r["seed"])):
         c = _collapse(r)
-        fall = (
-            "–" if c["fell_at"] is None else f"{c['fall']:.2f} ({c['fell_to']:.2f}, {c['fell_at']})"
-        )
+        shown = c["fall"] >= 0.005  # a fall that rounds to 0.00 is none
+        fall = f"{c['fall']:.2f} ({c['fell_to']:.2f}, {c['fell_at']})" if shown else "–"
         fitted = "–" if c["fitted_at"] is None else c["fitted_at"]
-        last = r["records"][-1]["accuracy"]
+        last = _train(r)[-1]["accuracy"]
         rows.append([r["arm"], r["seed"], fitted, fall, f"{last:.3f}",
                      f"{r['eval_accuracy']:.3f}", f"{r['eval_loss']:.3f}"])  # fmt: skip
     return report.markdown_table(header, rows).strip()
 
 
+def _train(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """A run's training records (a file not yet compacted may hold others)."""
+    return [r for r in run["records"] if r["split"] == "train"]
+
+
 def _collapse(run: dict[str, Any]) -> dict[str, Any]:
-    return collapse(run["records"], run["eval_accuracy"])
+    return collapse(_train(run), run["eval_accuracy"])
 
 
 if __name__ == "__main__":
