@@ -1,6 +1,7 @@
 """Why Pre-LN under CompleteP falls back after it has fitted the task: ``lr_transfer``'s and the
 depth table's CompleteP row reaches training accuracy 1.0 on ``reversal64`` and then, on some
-seeds, falls to near chance within a few dozen updates (docs/schemes.md, "Measurements").
+seeds, falls to near chance within a few dozen updates (docs/schemes.md, "Measurements"; the
+result: docs/reproduction.md, section 5).
 
 Each arm trains the row's 6L-6L ``reversal64`` cell at the recipe's peak rate 2e-3 (the depth
 table's recipe, :data:`~deepnet_jax.configs.depth_table_recipe.RECIPE`: 800 updates, warm-up
