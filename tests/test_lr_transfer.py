@@ -7,6 +7,7 @@ import functools
 import json
 import os
 import pathlib
+import types
 
 import jax
 import jax.numpy as jnp
@@ -67,13 +68,68 @@ def test_followup_extends_an_edge_optimum_at_most_extend_rates():
     assert lr_transfer.followup(GRID, CELL, _runs(dict.fromkeys(rates))) is None  # all diverged
 
 
-def test_shards_split_every_key_once_whatever_their_lists_hold():
-    keys = lr_transfer.sweep_keys(GRID, 6) + lr_transfer.sweep_keys(GRID, 18)
-    shares = [lr_transfer.mine(keys, i, 2) for i in range(2)]
-    assert sorted(map(json.dumps, shares[0] + shares[1])) == sorted(map(json.dumps, keys))
-    assert all(shares) and lr_transfer.mine(keys[:3], 0, 2) == [
-        k for k in shares[0] if k in keys[:3]
-    ]
+def _interior(key: dict) -> dict:
+    """A finished run of ``key`` whose NLL is least at its task's centre rate."""
+    centre = GRID["tasks"][key["task"]]
+    return {**key, "eval_loss": 1.0 + np.log2(key["lr"] / centre) ** 2, "verdict": "trained"}
+
+
+def _process(results, held: list[dict], trained: list[dict], after=None):
+    """A fake ``train`` with ``lr_transfer._train``'s contract: the first key not finished and
+    not ``held`` by another process is trained (recorded in ``results`` and ``trained``);
+    ``after(trained)`` then plays the other processes."""
+
+    def train(keys):
+        finished = [{k: r[k] for k in keys[0]} for r in results.runs] if keys else []
+        free = [k for k in keys if k not in finished and k not in held]
+        if not free:
+            return 0
+        trained.append(free[0])
+        results.runs.append(_interior(free[0]))
+        if after is not None:
+            after(trained)
+        return 1
+
+    return train
+
+
+def test_pending_puts_a_shallower_depths_follow_ups_before_the_deeper_sweep():
+    runs = [_interior(k) for k in lr_transfer.sweep_keys(GRID, 6)]
+    keys = lr_transfer.pending(GRID, runs, [6, 18])
+    seconds = [i for i, k in enumerate(keys) if k["seed"] == 1]
+    assert len(seconds) == len(GRID["tasks"]) * len(GRID["rows"])  # one per 6L cell
+    assert all(keys[i]["layers"] == 6 and keys[i]["lr"] == GRID["tasks"][keys[i]["task"]]
+               for i in seconds)  # fmt: skip
+    assert max(seconds) < min(i for i, k in enumerate(keys) if k["layers"] == 18)
+
+
+def test_processes_share_the_runs_and_take_a_follow_up_as_soon_as_another_allows_it():
+    grid = {**GRID, "rows": ["pre_ln"], "depths": [6, 18]}
+    results, trained = types.SimpleNamespace(runs=[]), []
+    held = [lr_transfer.sweep_keys(grid, 6)[0]]  # another process trains it meanwhile
+
+    def other(trained):  # it records its run once this one has trained three at 18L
+        if sum(k["layers"] == 18 for k in trained) == 3 and held:
+            results.runs.append(_interior(held.pop()))
+
+    lr_transfer.train_all(grid, results, _process(results, held, trained, other))
+    cell = {"task": "reversal64", "row": "pre_ln", "layers": 6, "seed": 1}
+    late = trained.index({**cell, "lr": GRID["tasks"]["reversal64"]})
+    assert [k["layers"] for k in trained[:late]].count(18) == 3  # at once, not after 18L
+    assert len(results.runs) == 2 * 5 * 2 + 2 * 2  # both depths' sweeps and second seeds
+    assert len(trained) == len({json.dumps(k, sort_keys=True) for k in trained}) == 24 - 1
+    assert lr_transfer.followups(grid, results.runs, grid["depths"]) == []
+
+
+def test_a_process_stops_when_every_run_left_is_held_by_another():
+    grid = {**GRID, "rows": ["pre_ln"], "depths": [6]}
+    results, trained = types.SimpleNamespace(runs=[]), []
+    held = lr_transfer.sweep_keys(grid, 6)[:1]
+    lr_transfer.train_all(grid, results, _process(results, held, trained))
+    seconds = [k for k in trained if k["seed"] == 1]
+    assert len(trained) == len(lr_transfer.sweep_keys(grid, 6)) - 1 + len(seconds)
+    assert [k["task"] for k in seconds] == ["shakespeare"]  # reversal64's waits for its sweep
+    assert held[0] not in trained
 
 
 def test_a_plain_rows_config_is_the_depth_tables_so_its_runs_can_be_reused():

@@ -17,7 +17,7 @@ A cell's **optimum** is the rate of its lowest final validation NLL (a diverged 
 last). While the optimum lies on the sweep's edge and the edge's neighbour did not diverge,
 the sweep extends by one rate past it (at most :data:`EXTEND` on each side); then a second seed
 trains at the optimum, whose two NLLs give the optimum's seed spread. The runs go depth by
-depth, shallowest first, so a stopped experiment has whole depths.
+depth, shallowest first, so a stopped experiment has whole depths: :func:`pending`.
 
 =========  ==============================  =========================  ========  =====
 setting    rows × depths (N in NL-NL)      tasks                      rates     seeds
@@ -34,8 +34,10 @@ marked with the file it came from; they are not trained again.
 Run: ``python -m deepnet_jax.experiments.lr_transfer --setting=quick --out=DIR``; writes
 ``lr_transfer.json``, ``lr_transfer.md`` (the optimum per row and depth with its seed spread,
 and the NLL at every rate) and ``lr_transfer.png`` (NLL against rate, a line per depth, a
-panel per row and task; and the optimum against depth). ``--shard=i/n`` splits the runs among
-processes sharing one ``--out``; a run stopped mid-way resumes from its checkpoint.
+panel per row and task; and the optimum against depth). Processes started on one ``--out``
+with ``--shard=0/n`` … ``--shard=n-1/n`` share the runs: each walks the same list and takes the
+next run no other process holds (:func:`train_all`); a run stopped mid-way resumes from its
+checkpoint, in whichever process takes it next.
 """
 
 from __future__ import annotations
@@ -44,7 +46,6 @@ import functools
 import json
 import os
 import sys
-import zlib
 from typing import Any
 
 import ml_collections
@@ -155,12 +156,6 @@ def followups(grid: dict[str, Any], runs: list[dict[str, Any]], depths: list[int
     return [k for k in (followup(grid, cell, runs) for cell in cells) if k is not None]
 
 
-def mine(keys: list[dict[str, Any]], index: int, count: int) -> list[dict[str, Any]]:
-    """This shard's share of ``keys``, by a hash of each key: every shard computes the same
-    share of a run whatever else its list holds (the follow-ups depend on what is finished)."""
-    return [k for k in keys if zlib.crc32(json.dumps(k, sort_keys=True).encode()) % count == index]
-
-
 def base_config(setting: str) -> ml_collections.ConfigDict:
     """The depth table's synthetic base (its recipe; smoke: its smoke model and recipe)."""
     return table_recipe.base_config("smoke" if setting == "smoke" else "quick")
@@ -226,13 +221,13 @@ def _their_recipe(payload: dict[str, Any], run: dict[str, Any]) -> dict[str, Any
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Train this shard's runs of the setting not yet in ``<out>/lr_transfer.json`` (depth by
-    depth: the sweep, then its follow-ups), then write the table and figure of every run the
+    """Train the setting's runs not yet in ``<out>/lr_transfer.json`` that no other process
+    holds (:func:`train_all`), then write the table and figure of every run the
     file holds; returns the results payload."""
     args, base, out = opening.start(argv, NAME, base_config, SETTINGS)
     grid = dict(GRIDS[args.setting])
     try:
-        index, count = resumable.parse_shard(resumable.SHARD.value)
+        index, _ = resumable.parse_shard(resumable.SHARD.value)
         grid["rows"] = _chosen_rows(grid["rows"], _ROWS.value)
     except ValueError as e:
         sys.exit(console.error_line(e))
@@ -247,7 +242,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"reused {reuse(results, path, bases, grid)} runs from {path}")
     if not _REPORT.value:
         train = functools.partial(_train, results, bases, levels, out, index)
-        train_all(grid, results, train, index, count)
+        train_all(grid, results, train)
     results.reload()
     table = transfer_report.table(results.runs, settings)
     paths = [results.path, report.write_table(out, NAME, table)]
@@ -257,16 +252,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return results.payload
 
 
-def train_all(grid: dict[str, Any], results: results_file.Results, train, index: int, count: int):
-    """This shard's runs, depth by depth: the sweep, then its follow-ups until none is left;
-    then the follow-ups of cells whose sweeps other shards finished meanwhile.
-    ``train(keys)`` trains those not yet in ``results`` and returns how many it trained."""
-    for depth in grid["depths"]:
-        train(sweep_keys(grid, depth)[index::count])
-        while train(mine(followups(grid, results.runs, [depth]), index, count)):
+def pending(grid: dict[str, Any], runs: list[dict[str, Any]], depths: list[int]):
+    """The runs that can start now at ``depths``, shallowest depth first: each depth's sweep,
+    then the follow-ups its finished sweeps allow (those of ``runs``); finished ones included."""
+    return [k for d in depths for k in sweep_keys(grid, d) + followups(grid, runs, [d])]
+
+
+def train_all(grid: dict[str, Any], results: results_file.Results, train) -> None:
+    """The grid's runs, depth by depth: at each depth, :func:`pending` up to it until no run is
+    left that this process can take. ``train(keys)`` trains those of ``keys`` not yet in
+    ``results`` and not held by another process (:func:`resumable.claim`: left to it) and
+    returns how many it found finished (trained here, or recorded by another meanwhile).
+
+    Every process walks the same list, so none idles on a fixed share while another has a
+    backlog, and a shallower depth's follow-ups that another process's runs made possible
+    come before the deeper depth's sweep."""
+    depths = grid["depths"]
+    for i in range(len(depths)):
+        while train(pending(grid, results.runs, depths[: i + 1])):
             pass
-    while train(mine(followups(grid, results.runs, grid["depths"]), index, count)):
-        pass
 
 
 def _chosen_rows(rows: list[str], chosen: list[str]) -> list[str]:
@@ -277,14 +281,14 @@ def _chosen_rows(rows: list[str], chosen: list[str]) -> list[str]:
 
 
 def _train(results, bases, levels, out: str, index: int, keys: list[dict[str, Any]]) -> int:
-    """Train ``keys`` not yet in ``results`` (checkpointed, resumable); returns how many were
-    new."""
+    """Train the first of ``keys`` that is not in ``results`` yet and that no other process
+    holds (checkpointed, resumable); returns 1 when one finished (trained here, or recorded
+    by another process meanwhile), 0 when every one left is held by another process."""
     results.reload()
-    new = [k for k in keys if results.find(k) is None]
-    if new:
-        common.run_grid(
+    for key in [k for k in keys if results.find(k) is None]:
+        finished = common.run_grid(
             results,
-            new,
+            [key],
             functools.partial(make_config, bases),
             None,
             os.path.join(out, "runs"),
@@ -294,7 +298,9 @@ def _train(results, bases, levels, out: str, index: int, keys: list[dict[str, An
             cache_dir=os.path.join(out, "runs", "xla_cache", str(index)),
         )
         results.reload()
-    return len(new)
+        if finished:
+            return 1
+    return 0
 
 
 def _keep(levels: dict[str, Any], result: dict[str, Any], workdir: str) -> None:
