@@ -190,6 +190,23 @@ def test_the_report_marks_unresolved_and_edge_optima_and_the_shift():
     assert ltr.shift_text([2e-3, None, 5e-4]) == "×1/4"
     assert ltr.shift_text([1e-3, 2e-3]) == "×2" and ltr.shift_text([1e-3, 1e-3]) == "none"
     assert ltr.shift_text([1e-3]) == report.NO_RUN
+    # the figure draws the table's optima: none for 6L, whose sweep is not finished
+    assert ltr.optimum_points(shallow + runs, GRID, "reversal64", "pre_ln") == [(18, 2e-3)]
+
+
+def test_the_figure_writes_its_rate_ticks_as_the_docs_write_rates(tmp_path, monkeypatch):
+    rates = ltr.rates(GRID, "reversal64")
+    runs = _runs(dict(zip(rates, [0.9, 0.51, 0.5, 0.6, None], strict=True)))
+    settings = {"grid": {**GRID, "tasks": {"reversal64": 2e-3}, "rows": ["pre_ln"]}}
+    figures = []
+    monkeypatch.setattr(report, "save_figure", lambda fig, out, name: figures.append(fig))
+    ltr.plot(runs, settings, str(tmp_path), "figure")
+    sweep, optimum = figures[0].axes
+    ticks = [t.get_text() for t in sweep.get_xticklabels()]
+    assert ticks == ["5e-4", "1e-3", "2e-3", "4e-3", "8e-3"]
+    assert [t.get_text() for t in optimum.get_yticklabels()] == ["2e-3"]
+    assert [t.get_text() for t in optimum.get_xticklabels()] == ["6", "18", "50", "100"]
+    report.pyplot().close(figures[0])
 
 
 @pytest.mark.slow  # 35 s; the logic above runs in the default suite

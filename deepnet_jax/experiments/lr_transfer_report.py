@@ -135,7 +135,9 @@ def table(runs: list[dict[str, Any]], settings: dict[str, Any]) -> str:
 
 def plot(runs: list[dict[str, Any]], settings: dict[str, Any], out: str, name: str) -> str:
     """A panel per task and row: the first seed's NLL against the rate, a line per depth (×
-    diverged, at the top); and per task a panel of each row's optimum against depth."""
+    diverged, at the top); and per task a panel of each row's optimum against depth, at the
+    depths whose sweeps are finished (:func:`optimum_points`; rows offset a little so that
+    rows at one rate stay apart). Rates are ticked at the runs' rates only."""
     plt = report.pyplot()
     grid = settings["grid"]
     tasks, rows = list(grid["tasks"]), grid["rows"]
@@ -147,6 +149,18 @@ def plot(runs: list[dict[str, Any]], settings: dict[str, Any], out: str, name: s
             _sweep_panel(axes[t][c], runs, grid, task, row)
         _optimum_panel(axes[t][-1], runs, grid, task)
     return report.save_figure(fig, out, name)
+
+
+def optimum_points(runs: list[dict], grid: dict[str, Any], task: str, row: str) -> list[tuple]:
+    """(depth, optimum rate) of each depth whose first-seed sweep is finished: the points the
+    figure draws, the table's optima (a depth still sweeping has none yet)."""
+    points = []
+    for n in grid["depths"]:
+        mine = cell_runs(runs, task, row, n)
+        best = optimum_of(mine, grid["seeds"][0]) if swept(mine, grid, task) else None
+        if best is not None:
+            points.append((n, best["lr"]))
+    return points
 
 
 def _sweep_panel(ax: Any, runs: list[dict], grid: dict[str, Any], task: str, row: str) -> None:
@@ -162,7 +176,7 @@ def _sweep_panel(ax: Any, runs: list[dict], grid: dict[str, Any], task: str, row
         for r in mine:
             if r.get("verdict") == "diverged":
                 ax.plot([r["lr"]], [top], marker="x", color=line.get_color())
-    ax.set_xscale("log")
+    _rate_ticks(ax.xaxis, ax, sorted({r["lr"] for r in first} or rates(grid, task)))
     ax.set_title(f"{task}: {row}", fontsize=8)
     ax.set_xlabel("peak learning rate", fontsize=7)
     ax.set_ylabel("validation NLL", fontsize=7)
@@ -172,18 +186,28 @@ def _sweep_panel(ax: Any, runs: list[dict], grid: dict[str, Any], task: str, row
 
 
 def _optimum_panel(ax: Any, runs: list[dict], grid: dict[str, Any], task: str) -> None:
-    for row in grid["rows"]:
-        points = []
-        for n in grid["depths"]:
-            best = optimum_of(cell_runs(runs, task, row, n), grid["seeds"][0])
-            if best is not None:
-                points.append((n, best["lr"]))
+    shown, rows = set(), grid["rows"]
+    for k, row in enumerate(rows):
+        points = optimum_points(runs, grid, task, row)
+        dodge = 2.0 ** (0.05 * (k - (len(rows) - 1) / 2))  # rows at one rate stay apart
         if points:
-            ax.plot(*zip(*points, strict=True), marker="o", markersize=3, label=row)
+            xs, ys = zip(*points, strict=True)
+            ax.plot(xs, [lr * dodge for lr in ys], marker="o", markersize=3, label=row)
+            shown |= set(ys)
     ax.set_xscale("log")
-    ax.set_yscale("log", base=2)
-    ax.set_title(f"{task}: optimum rate", fontsize=8)
+    ax.set_xticks(grid["depths"], labels=[str(n) for n in grid["depths"]])
+    ax.set_xticks([], minor=True)
+    _rate_ticks(ax.yaxis, ax, sorted(shown or rates(grid, task)))
+    ax.set_title(f"{task}: optimum rate, finished sweeps", fontsize=8)
     ax.set_xlabel("layers per side", fontsize=7)
+    ax.set_ylabel("peak rate (rows offset)", fontsize=7)
     ax.tick_params(labelsize=6)
     if ax.lines:
         ax.legend(fontsize=6)
+
+
+def _rate_ticks(axis: Any, ax: Any, lrs: list[float]) -> None:
+    """A log-2 rate axis ticked at ``lrs`` only, each written as the docs write a rate."""
+    (ax.set_xscale if axis is ax.xaxis else ax.set_yscale)("log", base=2)
+    axis.set_ticks(lrs, labels=[lr_text(lr) for lr in lrs])
+    axis.set_ticks([], minor=True)
