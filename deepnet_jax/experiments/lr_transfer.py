@@ -260,9 +260,9 @@ def pending(grid: dict[str, Any], runs: list[dict[str, Any]], depths: list[int])
 
 def train_all(grid: dict[str, Any], results: results_file.Results, train) -> None:
     """The grid's runs, depth by depth: at each depth, :func:`pending` up to it until no run is
-    left that this process can take. ``train(keys)`` trains those of ``keys`` not yet in
+    left that this process can take. ``train(keys)`` trains the first of ``keys`` not yet in
     ``results`` and not held by another process (:func:`resumable.claim`: left to it) and
-    returns how many it found finished (trained here, or recorded by another meanwhile).
+    returns 1 when one finished (trained here, or recorded by another meanwhile), else 0.
 
     Every process walks the same list, so none idles on a fixed share while another has a
     backlog, and a shallower depth's follow-ups that another process's runs made possible
