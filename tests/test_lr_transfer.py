@@ -181,17 +181,45 @@ def test_the_report_marks_unresolved_and_edge_optima_and_the_shift():
     cell = functools.partial(ltr.optimum_cell, grid=GRID, task="reversal64")
     assert cell(runs) == "2e-3 (0.500, 0.520) ≈"  # 1e-3's 0.51 within the seeds' spread
     edge = _runs(dict(zip(rates, [0.4, 0.5, 0.6, 0.7, 0.8], strict=True)))
-    assert cell(edge) == "5e-4 (0.400) edge"
+    assert cell(edge) == "5e-4 (0.400) edge, 2.5e-4 next"
     assert cell(_runs(dict.fromkeys(rates))) == "all diverged"
     assert cell(edge[:2]) == "2 of 5 rates" and cell([]) == report.NO_RUN
     shallow = [{**r, "layers": 6} for r in edge[:2]]  # a sweep under way at 6L
     table = ltr.optimum_table(shallow + runs, GRID, "reversal64")
     assert "| pre_ln | 2 of 5 rates | 2e-3 (0.500, 0.520) ≈ | — | — | — |" in table
-    assert ltr.shift_text([2e-3, None, 5e-4]) == "×1/4"
-    assert ltr.shift_text([1e-3, 2e-3]) == "×2" and ltr.shift_text([1e-3, 1e-3]) == "none"
-    assert ltr.shift_text([1e-3]) == report.NO_RUN
+    assert ltr.shift_text([(2e-3, 0), None, (5e-4, 0)], [6, 18, 50]) == "×1/4 (6L→50L)"
+    assert ltr.shift_text([(1e-3, 0), (2e-3, 0)], [6, 18]) == "×2 (6L→18L)"
+    assert ltr.shift_text([(1e-3, 0), (1e-3, 0), None], [6, 18, 50]) == "none (6L→18L)"
+    assert ltr.shift_text([(1e-3, 0), None], [6, 18]) == report.NO_RUN
     # the figure draws the table's optima: none for 6L, whose sweep is not finished
     assert ltr.optimum_points(shallow + runs, GRID, "reversal64", "pre_ln") == [(18, 2e-3)]
+
+
+def test_an_edge_optimum_counts_as_an_optimum_only_once_the_sweep_may_extend_no_further():
+    rates = ltr.rates(GRID, "reversal64")
+    up = _runs(dict(zip(rates, [0.9, 0.8, 0.7, 0.6, 0.5], strict=True)))
+    cell = functools.partial(ltr.optimum_cell, grid=GRID, task="reversal64")
+    assert cell(up) == "8e-3 (0.500) edge, 1.6e-2 next"
+    assert ltr.resolved(up, GRID, "reversal64") is None
+    final = up + _runs({1.6e-2: 0.4, 3.2e-2: 0.3})  # EXTEND rates past the grid
+    assert cell(final) == "3.2e-2 (0.300) edge"
+    assert ltr.resolved(final, GRID, "reversal64") == (3.2e-2, 1)
+    bounded = up + _runs({1.6e-2: 0.4, 3.2e-2: None})  # diverged past it: inside the sweep
+    assert ltr.resolved(bounded, GRID, "reversal64") == (1.6e-2, 0)
+    low = _runs(dict(zip(rates, [0.4, 0.5, 0.6, 0.7, 0.8], strict=True)))
+    low += _runs({2.5e-4: 0.3, 1.25e-4: 0.2})
+    assert ltr.resolved(low, GRID, "reversal64") == (1.25e-4, -1)
+    # a final edge bounds the move; an edge still to extend is not compared at all
+    assert ltr.shift_text([(2e-3, 0), (3.2e-2, 1)], [6, 50]) == "×16 or more (6L→50L)"
+    assert ltr.shift_text([(2e-3, 1), (1e-3, 0)], [6, 50]) == "×1/2 or less (6L→50L)"
+    assert ltr.shift_text([(2e-3, 1), (3.2e-2, 1)], [6, 50]) == "unresolved (6L→50L)"
+    interior = _runs(dict(zip(rates, [0.9, 0.7, 0.5, 0.6, 0.8], strict=True)))
+    shallow = [{**r, "layers": 6} for r in interior]
+    table = ltr.optimum_table(shallow + up, GRID, "reversal64")
+    assert "| pre_ln | 2e-3 (0.500) | 8e-3 (0.500) edge, 1.6e-2 next | — | — | — |" in table
+    assert ltr.optimum_points(shallow + up, GRID, "reversal64", "pre_ln") == [(6, 2e-3)]
+    table = ltr.optimum_table(shallow + final, GRID, "reversal64")
+    assert table.splitlines()[2].endswith("| ×16 or more (6L→18L) |")
 
 
 def test_the_figure_writes_its_rate_ticks_as_the_docs_write_rates(tmp_path, monkeypatch):

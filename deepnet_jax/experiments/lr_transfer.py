@@ -123,24 +123,18 @@ def sweep_keys(grid: dict[str, Any], depth: int) -> list[dict[str, Any]]:
 
 def followup(grid: dict[str, Any], cell: dict[str, Any], runs: list[dict[str, Any]]):
     """The next run of one cell (``cell``: task, row, layers) once its first-seed sweep is in
-    ``runs``: a rate past the edge its optimum sits on (while that edge has not been
-    extended :data:`EXTEND` times and its run did not diverge at the previous rate), else the
-    second seed at the optimum; None when the cell is done or its sweep is not finished."""
+    ``runs``: a rate past the edge its optimum sits on while the sweep may extend there
+    (:func:`~deepnet_jax.experiments.lr_transfer_report.extension`: at most :data:`EXTEND`
+    rates past each edge of the grid), else the second seed at the optimum; None when the
+    cell is done or its sweep is not finished."""
     seed0, seed1 = grid["seeds"][0], grid["seeds"][1]
     mine = [r for r in runs if all(r[k] == v for k, v in cell.items()) and r["seed"] == seed0]
-    done = {r["lr"] for r in mine}
-    if not set(transfer_report.rates(grid, cell["task"])) <= done:
-        return None
     best = transfer_report.optimum_of(mine, seed0)
-    if best is None:
+    if not transfer_report.swept(mine, grid, cell["task"]) or best is None:
         return None
-    centre, reach = grid["tasks"][cell["task"]], grid["extend"]
-    low = centre * 2.0 ** (min(grid["exponents"]) - reach)
-    high = centre * 2.0 ** (max(grid["exponents"]) + reach)
-    if best["lr"] == max(done) and best["lr"] < high:
-        return {**cell, "seed": seed0, "lr": best["lr"] * 2}
-    if best["lr"] == min(done) and best["lr"] > low:
-        return {**cell, "seed": seed0, "lr": best["lr"] / 2}
+    after = transfer_report.extension(mine, grid, cell["task"])
+    if after is not None:
+        return {**cell, "seed": seed0, "lr": after}
     key = {**cell, "seed": seed1, "lr": best["lr"]}
     return None if any(all(r[k] == v for k, v in key.items()) for r in runs) else key
 

@@ -3,9 +3,11 @@
 Per task, a row per scheme row and a column per depth: the optimum rate (lowest final
 validation NLL of the first seed's sweep), the NLL of both seeds at it (their spread), and a
 mark where the optimum is not resolved — a neighbouring rate's NLL within the optimum's seed
-spread (``≈``), or the optimum on an edge of the sweep that could not extend further
-(``edge``). Then, per task, the first seed's NLL at every rate and depth (``×`` diverged,
-``stuck`` at the unigram entropy).
+spread (``≈``), or the optimum on an edge of the sweep that may extend no further (``edge``)
+or is still to extend (``edge, 8e-3 next``). The "optimum moved" column compares the
+shallowest and deepest resolved optima (:func:`resolved`: not one still to extend). Then, per
+task, the first seed's NLL at every rate and depth (``×`` diverged, ``stuck`` at the unigram
+entropy).
 """
 
 from __future__ import annotations
@@ -42,11 +44,45 @@ def optimum_of(mine: list[dict[str, Any]], seed: int) -> dict[str, Any] | None:
     return min(kept, key=lambda r: (r["eval_loss"], r["lr"])) if kept else None
 
 
+def extension(mine: list[dict[str, Any]], grid: dict[str, Any], task: str) -> float | None:
+    """The next rate past the edge of ``mine``'s first-seed sweep (one cell's runs) that its
+    optimum sits on, while the sweep may still extend there (at most ``grid["extend"]`` rates
+    past either end of the grid); None when the sweep is not finished, every run diverged,
+    the optimum is interior, or its edge is final."""
+    seed = grid["seeds"][0]
+    first = [r for r in mine if r["seed"] == seed]
+    best = optimum_of(first, seed) if swept(first, grid, task) else None
+    if best is None:
+        return None
+    done = {r["lr"] for r in first}
+    centre, reach, exponents = grid["tasks"][task], grid["extend"], grid["exponents"]
+    if best["lr"] == max(done) and best["lr"] < centre * 2.0 ** (max(exponents) + reach):
+        return best["lr"] * 2
+    if best["lr"] == min(done) and best["lr"] > centre * 2.0 ** (min(exponents) - reach):
+        return best["lr"] / 2
+    return None
+
+
+def resolved(mine: list[dict[str, Any]], grid: dict[str, Any], task: str) -> tuple | None:
+    """``(rate, side)`` of a cell's optimum once its sweep can tell no more: finished, and not
+    on an edge it may still extend past (:func:`extension`). ``side`` is 0 inside the sweep,
+    +1 on its final upper edge (the optimum may lie higher), -1 on its final lower edge."""
+    seed = grid["seeds"][0]
+    if not swept(mine, grid, task) or extension(mine, grid, task) is not None:
+        return None
+    best = optimum_of(mine, seed)
+    if best is None:
+        return None
+    ran = {r["lr"] for r in mine if r["seed"] == seed}
+    return best["lr"], (best["lr"] == max(ran)) - (best["lr"] == min(ran))
+
+
 def optimum_cell(mine: list[dict[str, Any]], grid: dict[str, Any], task: str) -> str:
     """One depth's optimum as the table writes it: ``2e-3 (0.477, 0.480)``, with ``≈`` where a
     neighbouring rate's first-seed NLL lies within the optimum's seed spread (the optimum
-    is not resolved from it) and ``edge`` where it is the sweep's smallest or largest rate;
-    ``2 of 5 rates`` while the sweep is not finished."""
+    is not resolved from it), ``edge`` where it is the sweep's smallest or largest rate and
+    the sweep may extend no further, ``edge, 8e-3 next`` while it may; ``2 of 5 rates``
+    while the sweep is not finished."""
     seeds = grid["seeds"]
     if not swept(mine, grid, task):
         n = len({r["lr"] for r in mine if r["seed"] == seeds[0]} & set(rates(grid, task)))
@@ -60,7 +96,8 @@ def optimum_cell(mine: list[dict[str, Any]], grid: dict[str, Any], task: str) ->
     first = [r for r in mine if r["seed"] == seeds[0]]
     ran = sorted({r["lr"] for r in first})
     if best["lr"] in (ran[0], ran[-1]):
-        text += " edge"
+        after = extension(mine, grid, task)
+        text += " edge" if after is None else f" edge, {lr_text(after)} next"
     if len(nlls) > 1:
         top = max(nlls)
         neighbours = [r for r in first if r["lr"] in (best["lr"] * 2, best["lr"] / 2)]
@@ -69,24 +106,37 @@ def optimum_cell(mine: list[dict[str, Any]], grid: dict[str, Any], task: str) ->
     return text
 
 
-def shift_text(optima: list[float | None]) -> str:
-    """How the optimum moved from the shallowest depth with one to the deepest: ``×4``,
-    ``×1/2``, ``none``."""
-    known = [lr for lr in optima if lr is not None]
+def shift_text(optima: list[tuple | None], depths: list[int]) -> str:
+    """How the resolved optimum (:func:`resolved`: ``(rate, side)`` or None, per depth of
+    ``depths``) moved from the shallowest depth with one to the deepest, with the depths:
+    ``×4 (6L→50L)``, ``×1/2 (6L→18L)``, ``none (…)``; a final edge makes the move a bound
+    (``×2 or more``), two opposite ones leave it open (``unresolved``)."""
+    known = [(n, o) for n, o in zip(depths, optima, strict=True) if o is not None]
     if len(known) < 2:
         return report.NO_RUN
-    k = round(math.log2(known[-1] / known[0]))
-    return "none" if k == 0 else f"×{2**k}" if k > 0 else f"×1/{2 ** (-k)}"
+    (n0, (lr0, side0)), (n1, (lr1, side1)) = known[0], known[-1]
+    k = round(math.log2(lr1 / lr0))
+    low = k if side1 >= 0 and side0 <= 0 else None  # the move's bounds, in factors of 2
+    high = k if side1 <= 0 and side0 >= 0 else None
+    span = f" ({n0}L→{n1}L)"
+    if low is None and high is None:
+        return "unresolved" + span
+    if low is not None and high is not None:
+        return ("none" if k == 0 else _factor(k)) + span
+    return _factor(k) + (" or more" if high is None else " or less") + span
+
+
+def _factor(k: int) -> str:
+    return f"×{2**k}" if k >= 0 else f"×1/{2 ** (-k)}"
 
 
 def optimum_table(runs: list[dict[str, Any]], grid: dict[str, Any], task: str) -> str:
-    depths, seed = grid["depths"], grid["seeds"][0]
+    depths = grid["depths"]
     header = ["row", *(f"{n}L" for n in depths), "optimum moved"]
     rows = []
     for row in grid["rows"]:
         cells = [cell_runs(runs, task, row, n) for n in depths]
-        optima = [optimum_of(c, seed) if swept(c, grid, task) else None for c in cells]
-        moved = shift_text([o["lr"] if o else None for o in optima])
+        moved = shift_text([resolved(c, grid, task) for c in cells], depths)
         rows.append([row, *(optimum_cell(c, grid, task) for c in cells), moved])
     return report.markdown_table(header, rows)
 
@@ -136,7 +186,7 @@ def table(runs: list[dict[str, Any]], settings: dict[str, Any]) -> str:
 def plot(runs: list[dict[str, Any]], settings: dict[str, Any], out: str, name: str) -> str:
     """A panel per task and row: the first seed's NLL against the rate, a line per depth (×
     diverged, at the top); and per task a panel of each row's optimum against depth, at the
-    depths whose sweeps are finished (:func:`optimum_points`; rows offset a little so that
+    depths whose optimum is resolved (:func:`optimum_points`; rows offset a little so that
     rows at one rate stay apart). Rates are ticked at the runs' rates only."""
     plt = report.pyplot()
     grid = settings["grid"]
@@ -152,14 +202,13 @@ def plot(runs: list[dict[str, Any]], settings: dict[str, Any], out: str, name: s
 
 
 def optimum_points(runs: list[dict], grid: dict[str, Any], task: str, row: str) -> list[tuple]:
-    """(depth, optimum rate) of each depth whose first-seed sweep is finished: the points the
-    figure draws, the table's optima (a depth still sweeping has none yet)."""
+    """(depth, optimum rate) of each depth whose optimum is resolved (:func:`resolved`): the
+    points the figure draws, the optima the table's "optimum moved" column compares."""
     points = []
     for n in grid["depths"]:
-        mine = cell_runs(runs, task, row, n)
-        best = optimum_of(mine, grid["seeds"][0]) if swept(mine, grid, task) else None
+        best = resolved(cell_runs(runs, task, row, n), grid, task)
         if best is not None:
-            points.append((n, best["lr"]))
+            points.append((n, best[0]))
     return points
 
 
@@ -198,7 +247,7 @@ def _optimum_panel(ax: Any, runs: list[dict], grid: dict[str, Any], task: str) -
     ax.set_xticks(grid["depths"], labels=[str(n) for n in grid["depths"]])
     ax.set_xticks([], minor=True)
     _rate_ticks(ax.yaxis, ax, sorted(shown or rates(grid, task)))
-    ax.set_title(f"{task}: optimum rate, finished sweeps", fontsize=8)
+    ax.set_title(f"{task}: optimum rate, resolved sweeps", fontsize=8)
     ax.set_xlabel("layers per side", fontsize=7)
     ax.set_ylabel("peak rate (rows offset)", fontsize=7)
     ax.tick_params(labelsize=6)
