@@ -44,8 +44,9 @@ LEDGER_EVERY = 30.0  # seconds between the ledger's writes
 SHARD = flags.DEFINE_string(
     "shard",
     "0/1",
-    "i/n: run every n-th run from the i-th, beside processes running the other "
-    "shards into the same --out (2 shards on 2 cores: about 1.3x the runs per hour)",
+    "i/n: this process is the i-th of n started into the same --out; it runs every n-th run "
+    "from the i-th, or, where the experiment shares its runs (lr_transfer), the next run no "
+    "other process holds (2 shards on 2 cores: about 1.3x the runs per hour)",
 )
 CHECKPOINT_EVERY = flags.DEFINE_integer(
     "checkpoint_every",
@@ -59,7 +60,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")
 
 
 def parse_shard(text: str) -> tuple[int, int]:
-    """``--shard=i/n`` → (i, n): this process runs every n-th run from the i-th (0 ≤ i < n)."""
+    """``--shard=i/n`` → (i, n): this process is the i-th of n (0 ≤ i < n) on one ``--out``."""
     try:
         index, count = (int(part) for part in text.split("/"))
     except ValueError:
