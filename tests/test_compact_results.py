@@ -32,12 +32,13 @@ _FILES = sorted(
 # the largest a compact run of each experiment is (bytes, its JSON line): the committed files'
 # runs are 0.4-1.3 KB (lr_tolerance, model_update), 2.4-3.0 KB (a synthetic depth_table run:
 # 32 training records) and 7.7 KB (a corpus run: 36 training records, 19 diagnostics)
-# lr_transfer's: 0.7 KB (a run the depth table trained, its fields kept without curves)
+# lr_transfer's: 0.7 KB without curves (a run recorded before 2026-12-01), 2.8-3.0 KB with
+# (32 training records of 4 fields)
 _RUN_BYTES = {
     "depth_table": 8_000,
     "model_update": 1_600,  # 1.4 KB once a run records its device, commit and date
     "lr_tolerance": 700,  # 0.6 KB once a run records its device, commit and date
-    "lr_transfer": 1_000,
+    "lr_transfer": 3_500,
     "late_collapse": 4_500,  # 32 training records of 5 fields: 3.6-3.7 KB
     # a 500-update probe: 7.5-7.7 KB (6 diagnostics of 18 layers' vectors, 5 validations); a
     # --setting=full run keeps 19 diagnostics: 23.2 KB (docs/reproduction/

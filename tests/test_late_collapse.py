@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from deepnet_jax.experiments import late_collapse, lr_transfer
+from deepnet_jax.experiments import collapse, late_collapse, lr_transfer
 
 
 def _records(*accuracies):
@@ -15,16 +15,16 @@ def _records(*accuracies):
 
 def test_collapse_is_the_largest_fall_after_fitting():
     # fitted at 75; fell from 1.0 to 0.06 at 125, then recovered: the deepest drop counts
-    run = late_collapse.collapse(_records(0.3, 0.8, 0.99, 1.0, 0.06, 0.9, 1.0), final=1.0)
+    run = collapse.collapse(_records(0.3, 0.8, 0.99, 1.0, 0.06, 0.9, 1.0), final=1.0)
     assert run["fitted_at"] == 75 and run["collapsed"]
     assert run["fall"] == pytest.approx(0.94) and (run["fell_to"], run["fell_at"]) == (0.06, 125)
 
 
 def test_a_drop_before_fitting_and_a_small_one_after_are_not_collapses():
-    run = late_collapse.collapse(_records(0.9, 0.1, 0.995, 0.7, 1.0), final=0.99)
+    run = collapse.collapse(_records(0.9, 0.1, 0.995, 0.7, 1.0), final=0.99)
     assert run["fitted_at"] == 75 and not run["collapsed"]
     assert run["fall"] == pytest.approx(0.295) and run["fell_at"] == 100
-    never = late_collapse.collapse(_records(0.5, 0.98, 0.2), final=0.1)
+    never = collapse.collapse(_records(0.5, 0.98, 0.2), final=0.1)
     assert never == {"fitted_at": None, "fall": 0.0, "fell_to": None, "fell_at": None,
                      "collapsed": False}  # fmt: skip
 
@@ -32,7 +32,7 @@ def test_a_drop_before_fitting_and_a_small_one_after_are_not_collapses():
 def test_a_fall_in_the_last_interval_shows_in_the_validation_after_it():
     """The records average their interval: a run that falls at its last updates is caught by
     its validation accuracy, the last point, at the last record's update."""
-    run = late_collapse.collapse(_records(0.5, 1.0, 1.0, 0.98), final=0.39)
+    run = collapse.collapse(_records(0.5, 1.0, 1.0, 0.98), final=0.39)
     assert run["collapsed"] and (run["fell_to"], run["fell_at"]) == (0.39, 100)
     assert run["fall"] == pytest.approx(0.61)
 
@@ -66,10 +66,53 @@ def test_smoke_records_each_runs_curve_and_fall(tmp_path):
     for run in payload["runs"]:
         assert [r["step"] for r in run["records"]] == [2, 4]
         assert set(run["records"][0]) == {"split", "step", "accuracy", "nll", "grad_norm"}
-        assert not late_collapse.collapse(run["records"], run["eval_accuracy"])["collapsed"]
+        assert not collapse.collapse(run["records"], run["eval_accuracy"])["collapsed"]
         assert run["commit"] and run["cpu_seconds"] > 0 and "diagnostics" not in run
     saved = json.loads((tmp_path / "late_collapse.json").read_text())
     assert saved["runs"] == payload["runs"]
     table = (tmp_path / "late_collapse.md").read_text()
     assert table.strip() == late_collapse.docs_table(saved)
     assert "| recipe | 2 | 0 | 0 (–) |" in table and table.count("| eps_1e-4 | ") == 3
+
+
+def test_lr_transfer_runs_retrains_the_runs_lr_transfer_recorded():
+    """The setting's runs are lr_transfer's CompleteP runs of the docs (the committed results
+    file holds each), each with lr_transfer's own config."""
+    grid = late_collapse.GRIDS["lr_transfer_runs"]
+    base = late_collapse.base_config("lr_transfer_runs")
+    bases = lr_transfer.task_bases(lr_transfer.base_config("quick"), lr_transfer.GRIDS["quick"], "")
+    with open("docs/reproduction/lr_transfer_quick.json") as f:
+        theirs = json.load(f)["runs"]
+    keys = late_collapse.run_keys(grid)
+    assert [k["arm"] for k in keys] == ["recipe"] * 3
+    for key in keys:
+        cell = {"task": "reversal64", "row": "pre_ln+completep"} | {
+            k: key[k] for k in ("layers", "seed", "lr")
+        }
+        assert sum(all(r.get(k) == v for k, v in cell.items()) for r in theirs) == 1, cell
+        mine = late_collapse.run_config(base, grid, key)
+        assert mine.to_dict() == lr_transfer.make_config(bases, cell).to_dict()
+        assert (
+            mine.model.num_encoder_layers == key["layers"]
+            and mine.optimizer.learning_rate == key["lr"]
+        )
+
+
+def test_listed_runs_are_named_by_depth_rate_and_seed():
+    grid = late_collapse.GRIDS["lr_transfer_runs"]
+    curves = {  # fitted at 50 and fell to 0.1 at 100; never fitted
+        1e-3: [_records(0.5, 1.0, 0.1), 0.1],
+        2e-3: [_records(0.5, 0.6, 0.7), 0.7],
+    }
+    runs = [
+        {"arm": "recipe", **run, "records": [{"split": "train", **r} for r in curves[run["lr"]][0]],
+         "eval_accuracy": curves[run["lr"]][1], "eval_loss": 1.0 + run["layers"] / 100}
+        for run in grid["runs"]
+    ]  # fmt: skip
+    table = late_collapse.docs_table({"settings": {"grid": grid}, "runs": runs})
+    assert (
+        "| recipe | 3 | 2 | 2 (6L at 1e-3, seed 0, 50L at 1e-3, seed 0) | 1.500 (1.060–1.500) |"
+        in table
+    )
+    assert "| arm | run | fitted at |" in table
+    assert "| recipe | 50L at 2e-3, seed 1 | – | – | 0.700 | 0.700 | 1.500 |" in table

@@ -20,6 +20,7 @@ from deepnet_jax.experiments import lr_transfer_report as ltr
 from deepnet_jax.experiments.thousand_layers_report import MARGIN_NATS
 from deepnet_jax.model import architectures
 from deepnet_jax.model import inputs as model_inputs
+from deepnet_jax.runs import metrics
 from deepnet_jax.training import config_checks, train
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -166,7 +167,13 @@ def test_reuse_takes_the_depth_tables_runs_at_the_recipe_rate_and_refuses_other_
     assert added == len(expected) == len(results.runs) > 0
     run = results.runs[0]
     assert run["lr"] == 2e-3 and run["reused_from"].endswith("(quick)")
-    assert "records" not in run and "scheme" not in run
+    assert "scheme" not in run and "diagnostics" not in run
+    theirs = next(
+        r
+        for r in expected
+        if (r["scheme"], r["layers"], r["seed"]) == (run["row"], run["layers"], run["seed"])
+    )
+    assert run["records"] == theirs["records"] and run["records"][0]["split"] == "train"
     other = {**payload, "settings": {**payload["settings"], "warmup": 50}}
     other["runs"] = [{**r, "warmup": 50} for r in payload["runs"]]
     (tmp_path / "other.json").write_text(json.dumps(other))
@@ -222,6 +229,38 @@ def test_an_edge_optimum_counts_as_an_optimum_only_once_the_sweep_may_extend_no_
     assert table.splitlines()[2].endswith("| ×16 or more (6L→18L) |")
 
 
+def test_the_sweep_table_marks_a_run_that_fitted_and_fell_back():
+    """From its training records (collapse.collapse): fitted at 50, at its lowest (0.08) at
+    75; one that never fitted, and one recorded without records, read as their verdict."""
+
+    def train(*accuracies):
+        return [{"split": "train", "step": 25 * (i + 1), "accuracy": a}
+                for i, a in enumerate(accuracies)]  # fmt: skip
+
+    rates = ltr.rates(GRID, "reversal64")
+    runs = _runs(dict(zip(rates, [0.9, 0.5, 3.9, 4.0, None], strict=True)))
+    runs[0] |= {"records": train(0.5, 0.9, 0.95), "eval_accuracy": 0.96}
+    runs[1] |= {"records": train(0.5, 0.995, 0.9), "eval_accuracy": 0.99}  # fell 0.095
+    runs[2] |= {"records": train(0.5, 1.0, 0.08), "eval_accuracy": 0.09, "verdict": "stuck"}
+    runs[3] |= {"verdict": "stuck", "eval_accuracy": 0.06}
+    table = ltr.sweep_table(runs, GRID, "reversal64")
+    assert "| pre_ln | 18L | 0.900 | 0.500 | 3.900 fell at 75 | 4.000 stuck | × |" in table
+
+
+def test_a_run_keeps_its_verdict_and_training_records(tmp_path):
+    path = metrics.RunDir(str(tmp_path)).metrics
+    lines = [{"split": "train", "step": 25, "accuracy": 0.4, "nll": 2.0, "lr": 1e-3},
+             {"split": "diagnostics", "step": 25, "model_update": 0.1},
+             {"split": "train", "step": 50, "accuracy": 0.9, "nll": 0.5, "lr": 2e-3},
+             {"split": "eval", "step": 50, "loss": 0.4}]  # fmt: skip
+    pathlib.Path(path).write_text("".join(json.dumps(r) + "\n" for r in lines))
+    levels = {"reversal64": {"unigram_entropy": 4.1}}
+    result = {"task": "reversal64", "eval_loss": 0.4, "nonfinite_step": None, "diagnostics": []}
+    lr_transfer._keep(levels, result, str(tmp_path))
+    assert result["records"] == [lines[0], lines[2]] and "diagnostics" not in result
+    assert result["verdict"] == "trained"
+
+
 def test_the_figure_writes_its_rate_ticks_as_the_docs_write_rates(tmp_path, monkeypatch):
     rates = ltr.rates(GRID, "reversal64")
     runs = _runs(dict(zip(rates, [0.9, 0.51, 0.5, 0.6, None], strict=True)))
@@ -250,6 +289,7 @@ def test_smoke_runs_its_sweeps_follow_ups_and_report_then_resumes_without_traini
         assert lr_transfer.followup(grid, cell, mine) is None  # every cell finished
         assert {r["seed"] for r in mine} == {0, 1}
         assert all(r["verdict"] in ("trained", "stuck", "diverged") for r in mine)
+        assert all(set(r["records"][0]) == {"split", "step", "accuracy", "nll"} for r in mine)
     text = (tmp_path / "lr_transfer.md").read_text()
     row = next(line for line in text.splitlines() if line.startswith("| pre_ln | "))
     assert report.NO_RUN not in row.split("|")[2:4]  # both depths' optima

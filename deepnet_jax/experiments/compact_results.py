@@ -17,9 +17,11 @@ experiment, the splits and fields that a reader takes; every other curve is drop
   all but the corpus runs' chrF, which nothing shows).
 * ``model_update``: each diagnostics record's update and ΔF (:mod:`model_update`'s tables and
   figure), not its per-layer LayerNorm inputs and gradient norms (29 KB a run).
-* ``lr_tolerance`` and ``lr_transfer``: no curve (their tables and figures read the final
-  validation NLL); ``main_job_probes``: none either (each validation's figures are a run field
-  of their own, ``validation``).
+* ``lr_tolerance``: no curve (its tables and figures read the final validation NLL);
+  ``main_job_probes``: none either (each validation's figures are a run field of their own,
+  ``validation``).
+* ``lr_transfer``: the training records' step, accuracy and NLL (its sweep table marks a run
+  that fitted and fell back, :mod:`collapse`; its runs keep them since those of 2026-12-01).
 * ``late_collapse``: the training records' step, accuracy, NLL and gradient norm (its table
   reads the accuracy; the NLL and gradient norm show what the run did before a fall).
 * ``deepnorm18_corpus``: each diagnostics record's update, the encoder's per-layer gradient
@@ -60,7 +62,7 @@ CURVES: dict[str, dict[str, dict[str, tuple[str, ...] | None]]] = {
     },
     "model_update": {"diagnostics": {"diagnostics": ("step", "model_update")}},
     "lr_tolerance": {},
-    "lr_transfer": {},
+    "lr_transfer": {"records": {"train": ("split", "step", "accuracy", "nll")}},
     "late_collapse": {"records": {"train": ("split", "step", "accuracy", "nll", "grad_norm")}},
     "main_job_probes": {},
     "deepnorm18_corpus": {

@@ -19,17 +19,24 @@ table's recipe, :data:`~deepnet_jax.configs.depth_table_recipe.RECIPE`: 800 upda
   config clips at 1).
 
 Per run it keeps the training records (every 25 updates: accuracy, NLL, gradient norm) and its
-validation after the last update; the table reads from them (:func:`collapse`) when the run
-first reached training accuracy :data:`FIT`, the largest fall of its accuracy after that (the
-validation accuracy the last point) and the update it fell to, and whether that fall is at
-least :data:`FALL`.
+validation after the last update; the table reads from them (:func:`collapse.collapse`) when the
+run first reached training accuracy :data:`collapse.FIT`, the largest fall of its accuracy after
+that (the validation accuracy the last point) and the update it fell to, and whether that fall
+is at least :data:`collapse.FALL`.
 
-=========  =============================================  ===================  ==========
-setting    cell                                            arms                 seeds
-=========  =============================================  ===================  ==========
-smoke      the smoke reversal model, 1L-1L, 4 updates      recipe, eps_1e-4     0, 1
-quick      reversal64 6L-6L at 2e-3, 800 updates           :data:`ARMS`         0 … 5
-=========  =============================================  ===================  ==========
+The setting ``lr_transfer_runs`` instead retrains, under the recipe, the ``lr_transfer`` runs of
+the row that docs/reproduction.md reads a fall off (:data:`LR_TRANSFER_RUNS`: a depth, seed and
+rate each), keeping the curves that ``lr_transfer``'s results file did not keep before its runs
+of 2026-12-01; each run's validation NLL against ``lr_transfer``'s says whether it is the same
+run.
+
+================  ==========================================  ==================  ==========
+setting           cell                                         arms                seeds
+================  ==========================================  ==================  ==========
+smoke             the smoke reversal model, 1L-1L, 4 updates   recipe, eps_1e-4    0, 1
+quick             reversal64 6L-6L at 2e-3, 800 updates        :data:`ARMS`        0 … 5
+lr_transfer_runs  reversal64, :data:`LR_TRANSFER_RUNS`         recipe              theirs
+================  ==========================================  ==================  ==========
 
 Run: ``python -m deepnet_jax.experiments.late_collapse --setting=quick --out=DIR``; writes
 ``late_collapse.json`` and ``late_collapse.md`` (a row per arm: runs that fitted, runs that
@@ -50,15 +57,22 @@ import ml_collections
 from deepnet_jax.common import console
 from deepnet_jax.configs import depth_table_recipe as table_recipe
 from deepnet_jax.configs import experiment_rows
-from deepnet_jax.experiments import common, lr_transfer, opening, report, results_file, resumable
+from deepnet_jax.experiments import (
+    collapse,
+    common,
+    lr_transfer,
+    opening,
+    report,
+    results_file,
+    resumable,
+)
+from deepnet_jax.experiments.lr_tolerance import lr_text
 from deepnet_jax.runs import metrics
 
 NAME = "late_collapse"
 FLAGS_FROM = ("resumable",)  # --shard, --checkpoint_every (opening.own_flags)
-SETTINGS = ("smoke", "quick")
+SETTINGS = ("smoke", "quick", "lr_transfer_runs")
 ROW = experiment_rows.COMPLETEP_ROW
-FIT = 0.99  # training accuracy at which a run has fitted reversal64
-FALL = 0.5  # a fall of training accuracy by at least this much after fitting is a collapse
 # an arm: the dotted config fields it changes from the cell
 ARMS: dict[str, dict[str, Any]] = {
     "recipe": {},
@@ -67,6 +81,13 @@ ARMS: dict[str, dict[str, Any]] = {
     "init_std_0.125": {"model.completep_init_std": 0.125},
     "grad_clip_1": {"optimizer.grad_clip": 1.0},
 }
+# the lr_transfer runs of the row whose fall docs/reproduction.md describes (section 5): 6L's 1e-3
+# (seed 0), 50L's 1e-3 (seed 0) and its optimum 2e-3 (seed 1)
+LR_TRANSFER_RUNS = [
+    {"layers": 6, "seed": 0, "lr": 1e-3},
+    {"layers": 50, "seed": 0, "lr": 1e-3},
+    {"layers": 50, "seed": 1, "lr": 2e-3},
+]
 GRIDS: dict[str, dict[str, Any]] = {
     "smoke": {
         "task": "reversal",
@@ -82,6 +103,7 @@ GRIDS: dict[str, dict[str, Any]] = {
         "arms": list(ARMS),
         "seeds": list(range(6)),
     },
+    "lr_transfer_runs": {"task": "reversal64", "arms": ["recipe"], "runs": LR_TRANSFER_RUNS},
 }
 
 
@@ -90,47 +112,37 @@ def base_config(setting: str) -> ml_collections.ConfigDict:
     return lr_transfer.base_config(setting)
 
 
-def cell_key(grid: dict[str, Any], seed: int) -> dict[str, Any]:
-    """The ``lr_transfer`` key of the setting's cell at ``seed``."""
-    return {"task": grid["task"], "row": ROW, "layers": grid["layers"], "seed": seed,
-            "lr": grid["lr"]}  # fmt: skip
+def run_keys(grid: dict[str, Any]) -> list[dict[str, Any]]:
+    """The setting's runs: each arm at each seed of the one cell, or each arm at each of the
+    grid's ``runs`` (a depth, seed and rate each)."""
+    if "runs" in grid:
+        return [{"arm": a, **run} for run in grid["runs"] for a in grid["arms"]]
+    return [{"arm": a, "seed": s} for s in grid["seeds"] for a in grid["arms"]]
+
+
+def cell_key(grid: dict[str, Any], key: dict[str, Any]) -> dict[str, Any]:
+    """The ``lr_transfer`` key of run ``key`` (its seed; its depth and rate, else the
+    grid's)."""
+    return {"task": grid["task"], "row": ROW, "layers": key.get("layers", grid.get("layers")),
+            "seed": key["seed"], "lr": key.get("lr", grid.get("lr"))}  # fmt: skip
 
 
 def run_config(
     base: ml_collections.ConfigDict, grid: dict[str, Any], key: dict[str, Any]
 ) -> ml_collections.ConfigDict:
-    """Run ``key`` (its ``arm`` and ``seed``): the cell as ``lr_transfer`` trains it, with the
-    arm's fields (:data:`ARMS`)."""
-    bases = lr_transfer.task_bases(base, {"tasks": {grid["task"]: grid["lr"]}}, "")
-    c = lr_transfer.make_config(bases, cell_key(grid, key["seed"]))
+    """Run ``key`` (its ``arm`` and ``seed``, and its depth and rate where the grid lists
+    runs): the cell as ``lr_transfer`` trains it, with the arm's fields (:data:`ARMS`)."""
+    bases = lr_transfer.task_bases(base, {"tasks": {grid["task"]: None}}, "")
+    c = lr_transfer.make_config(bases, cell_key(grid, key))
     for path, value in ARMS[key["arm"]].items():
         section, name = path.split(".")
         c[section][name] = value
     return c
 
 
-def collapse(records: list[dict[str, Any]], final: float) -> dict[str, Any]:
-    """From a run's training records (``step``, ``accuracy``: each the mean over the updates
-    since the previous record) and ``final``, its validation accuracy after the last update (a
-    fall within the last interval shows there first): ``fitted_at``, the first update with
-    training accuracy ≥ :data:`FIT` (None if never); ``fall``, the largest drop of the accuracy
-    below its highest value so far, after ``fitted_at`` (``final`` the last point); ``fell_to``
-    and ``fell_at``, the accuracy and update at the bottom of that drop; ``collapsed``, fall ≥
-    :data:`FALL`."""
-    fitted = next((r["step"] for r in records if r["accuracy"] >= FIT), None)
-    out = {"fitted_at": fitted, "fall": 0.0, "fell_to": None, "fell_at": None}
-    if fitted is not None:
-        end = {"step": records[-1]["step"], "accuracy": final}
-        peak = 0.0
-        for r in [*(r for r in records if r["step"] >= fitted), end]:
-            peak = max(peak, r["accuracy"])
-            if peak - r["accuracy"] > out["fall"]:
-                out.update(fall=peak - r["accuracy"], fell_to=r["accuracy"], fell_at=r["step"])
-    return out | {"collapsed": out["fall"] >= FALL}
-
-
 def keep(result: dict[str, Any], workdir: str) -> None:
-    """``run_grid``'s ``keep``: the training records (the table reads :func:`collapse` of them)."""
+    """``run_grid``'s ``keep``: the training records (the table reads their
+    :func:`collapse.collapse`)."""
     result["records"] = [r for r in metrics.read(workdir) if r["split"] == "train"]
     result.pop("diagnostics", None)
 
@@ -149,14 +161,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results = results_file.Results(
         out, NAME, args.setting, settings, grid=["grid", "arms"], head=args.header
     )
-    keys = [{"arm": a, "seed": s} for s in grid["seeds"] for a in grid["arms"]]
+    keys = run_keys(grid)
     common.run_grid(
         results,
         keys[index::count],
         functools.partial(run_config, base, grid),
         None,
         os.path.join(out, "runs"),
-        judged=False,  # what is measured is the fall (:func:`collapse`), not a verdict
+        judged=False,  # what is measured is the fall (collapse.collapse), not a verdict
         keep=keep,
         checkpoint_every=resumable.CHECKPOINT_EVERY.value,
         cache_dir=os.path.join(out, "runs", "xla_cache", str(index)),
@@ -170,17 +182,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 def docs_table(payload: dict[str, Any]) -> str:
     """A row per arm (in the setting's order): its runs, those that fitted and those that
-    collapsed (with their seeds), and the median and range of the final validation NLL; then a
-    row per run."""
+    collapsed (their seeds, or their :func:`label` where the setting lists runs), and the median
+    and range of the final validation NLL; then a row per run."""
     arms = payload["settings"]["grid"]["arms"]
-    header = ["arm", "runs", "fitted", "collapsed (seeds)", "validation NLL: median (range)"]
+    which = "runs" if "runs" in payload["settings"]["grid"] else "seeds"
+    header = ["arm", "runs", "fitted", f"collapsed ({which})", "validation NLL: median (range)"]
     rows = []
     for arm in arms:
-        mine = sorted((r for r in payload["runs"] if r["arm"] == arm), key=lambda r: r["seed"])
+        mine = sorted((r for r in payload["runs"] if r["arm"] == arm), key=_order)
         if not mine:
             continue
-        falls = [_collapse(r) for r in mine]
-        fell = [str(r["seed"]) for r, f in zip(mine, falls, strict=True) if f["collapsed"]]
+        falls = [collapse.of_run(r) for r in mine]
+        fell = [label(r) for r, f in zip(mine, falls, strict=True) if f["collapsed"]]
         nll = [r["eval_loss"] for r in mine]
         spread = f"{statistics.median(nll):.3f} ({min(nll):.3f}–{max(nll):.3f})"
         fitted = sum(f["fitted_at"] is not None for f in falls)
@@ -189,30 +202,35 @@ def docs_table(payload: dict[str, Any]) -> str:
 
 
 def run_table(payload: dict[str, Any], arms: list[str]) -> str:
-    """A row per run: arm, seed, the update it fitted at, its largest fall after that (from the
-    peak to the accuracy and update it fell to: :func:`collapse`; – below 0.005), its last
-    training record's accuracy, and its validation accuracy and NLL after the last update."""
-    header = ["arm", "seed", "fitted at", "largest fall (to, at update)", "last training "
+    """A row per run: arm, seed (or :func:`label`), the update it fitted at, its largest fall
+    after that (from the peak to the accuracy and update it fell to:
+    :func:`collapse.collapse`; – below 0.005), its last training record's accuracy, and its
+    validation accuracy and NLL after the last update."""
+    which = "run" if "runs" in payload["settings"]["grid"] else "seed"
+    header = ["arm", which, "fitted at", "largest fall (to, at update)", "last training "
               "accuracy", "validation accuracy", "validation NLL"]  # fmt: skip
     rows = []
-    for r in sorted(payload["runs"], key=lambda r: (arms.index(r["arm"]), r["seed"])):
-        c = _collapse(r)
+    for r in sorted(payload["runs"], key=lambda r: (arms.index(r["arm"]), *_order(r))):
+        c = collapse.of_run(r)
         shown = c["fall"] >= 0.005  # a fall that rounds to 0.00 is none
         fall = f"{c['fall']:.2f} ({c['fell_to']:.2f}, {c['fell_at']})" if shown else "–"
         fitted = "–" if c["fitted_at"] is None else c["fitted_at"]
-        last = _train(r)[-1]["accuracy"]
-        rows.append([r["arm"], r["seed"], fitted, fall, f"{last:.3f}",
+        last = collapse.training_records(r)[-1]["accuracy"]
+        rows.append([r["arm"], label(r), fitted, fall, f"{last:.3f}",
                      f"{r['eval_accuracy']:.3f}", f"{r['eval_loss']:.3f}"])  # fmt: skip
     return report.markdown_table(header, rows).strip()
 
 
-def _train(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """A run's training records (a file not yet compacted may hold others)."""
-    return [r for r in run["records"] if r["split"] == "train"]
+def label(run: dict[str, Any]) -> str:
+    """A run's name in the tables: its seed, or ``50L at 2e-3, seed 1`` for a run the setting
+    lists with its depth and rate."""
+    if "layers" not in run:
+        return str(run["seed"])
+    return f"{run['layers']}L at {lr_text(run['lr'])}, seed {run['seed']}"
 
 
-def _collapse(run: dict[str, Any]) -> dict[str, Any]:
-    return collapse(_train(run), run["eval_accuracy"])
+def _order(run: dict[str, Any]) -> tuple:
+    return (run.get("layers", 0), run.get("lr", 0.0), run["seed"])
 
 
 if __name__ == "__main__":

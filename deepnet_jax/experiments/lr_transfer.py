@@ -56,6 +56,7 @@ from deepnet_jax.configs import depth_table_recipe as table_recipe
 from deepnet_jax.configs import experiment_rows
 from deepnet_jax.experiments import common, depth_table, opening, report, results_file, resumable
 from deepnet_jax.experiments import lr_transfer_report as transfer_report
+from deepnet_jax.runs import metrics
 
 NAME = "lr_transfer"
 FLAGS_FROM = ("resumable",)  # --shard, --checkpoint_every (opening.own_flags)
@@ -101,7 +102,7 @@ _REUSE = flags.DEFINE_list(
     "depth-table results files (depth_table.json) whose runs with this experiment's configs "
     "are taken instead of trained",
 )
-_NOT_REUSED = ("scheme", "warmup", "records", "diagnostics")  # the key's, and the curves
+_NOT_REUSED = ("scheme", "warmup", "diagnostics")  # the key's, and the curves it does not keep
 _ROWS = flags.DEFINE_list("rows", [], "train only these rows (default: the setting's)")
 _REPORT = flags.DEFINE_bool(
     "report",
@@ -298,8 +299,12 @@ def _train(results, bases, levels, out: str, index: int, keys: list[dict[str, An
 
 
 def _keep(levels: dict[str, Any], result: dict[str, Any], workdir: str) -> None:
-    """A run's verdict by the depth table's rules (:func:`depth_table.verdict`)."""
+    """A run's verdict by the depth table's rules (:func:`depth_table.verdict`), and its
+    training records (every ``log_every`` updates: the sweep table marks a run that fitted and
+    fell back, :func:`collapse.collapse`; kept since the runs of 2026-12-01)."""
     result["verdict"] = depth_table.verdict(result, levels[result["task"]])
+    result["records"] = [r for r in metrics.read(workdir) if r["split"] == "train"]
+    result.pop("diagnostics", None)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,10 @@ spread (``≈``), or the optimum on an edge of the sweep that may extend no furt
 or is still to extend (``edge, 8e-3 next``). The "optimum moved" column compares the
 shallowest and deepest resolved optima (:func:`resolved`: not one still to extend). Then, per
 task, the first seed's NLL at every rate and depth (``×`` diverged, ``stuck`` at the unigram
-entropy).
+entropy, ``fell at 650`` a run that fitted and then lost half its accuracy or more, at its
+lowest at update 650, whether or not it came back: :func:`collapse.collapse` of its training
+records, which the runs keep since those of 2026-12-01; one recorded before reads ``stuck``
+where it ended stuck).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from deepnet_jax.experiments import report
+from deepnet_jax.experiments import collapse, report
 from deepnet_jax.experiments.lr_tolerance import lr_text
 
 
@@ -162,10 +165,15 @@ def sweep_table(runs: list[dict[str, Any]], grid: dict[str, Any], task: str) -> 
 
 
 def _nll(run: dict[str, Any] | None) -> str:
+    """A sweep-table cell: the run's final validation NLL, and how it ended where it did not
+    train (diverged, fitted and fell back, stuck)."""
     if run is None:
         return report.NO_RUN
     if run.get("verdict") == "diverged":
         return "×"
+    fall = collapse.of_run(run)
+    if fall is not None and fall["collapsed"]:
+        return f"{run['eval_loss']:.3f} fell at {fall['fell_at']}"
     return f"{run['eval_loss']:.3f}" + (" stuck" if run.get("verdict") == "stuck" else "")
 
 
@@ -178,7 +186,8 @@ def table(runs: list[dict[str, Any]], settings: dict[str, Any]) -> str:
         seeds = " and ".join(map(str, grid["seeds"]))
         parts.append(f"**{task}**: optimum rate per depth ({unit} of seeds {seeds} at it)\n")
         parts.append(optimum_table(runs, grid, task))
-        parts.append(f"\n{task}: first seed's {unit} at each rate (× diverged)\n")
+        marks = "× diverged, fell at N: fitted, then fell back, at its lowest at update N"
+        parts.append(f"\n{task}: first seed's {unit} at each rate ({marks})\n")
         parts.append(sweep_table(runs, grid, task))
     return "\n".join(parts)
 
