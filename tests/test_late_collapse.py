@@ -84,7 +84,7 @@ def test_lr_transfer_runs_retrains_the_runs_lr_transfer_recorded():
     with open("docs/reproduction/lr_transfer_quick.json") as f:
         theirs = json.load(f)["runs"]
     keys = late_collapse.run_keys(grid)
-    assert [k["arm"] for k in keys] == ["recipe"] * 3
+    assert [k["arm"] for k in keys] == ["recipe"] * 5
     for key in keys:
         cell = {"task": "reversal64", "row": "pre_ln+completep"} | {
             k: key[k] for k in ("layers", "seed", "lr")
@@ -99,7 +99,7 @@ def test_lr_transfer_runs_retrains_the_runs_lr_transfer_recorded():
 
 
 def test_listed_runs_are_named_by_depth_rate_and_seed():
-    grid = late_collapse.GRIDS["lr_transfer_runs"]
+    grid = {**late_collapse.GRIDS["lr_transfer_runs"], "runs": late_collapse.LR_TRANSFER_RUNS[:3]}
     curves = {  # fitted at 50 and fell to 0.1 at 100; never fitted
         1e-3: [_records(0.5, 1.0, 0.1), 0.1],
         2e-3: [_records(0.5, 0.6, 0.7), 0.7],
@@ -116,3 +116,22 @@ def test_listed_runs_are_named_by_depth_rate_and_seed():
     )
     assert "| arm | run | fitted at |" in table
     assert "| recipe | 50L at 2e-3, seed 1 | – | – | 0.700 | 0.700 | 1.500 |" in table
+
+
+def test_the_retrained_runs_sit_beside_lr_transfers_record_of_them():
+    grid = {**late_collapse.GRIDS["lr_transfer_runs"], "runs": late_collapse.LR_TRANSFER_RUNS[:3]}
+    mine = [
+        {"arm": "recipe", **run, "eval_accuracy": 0.09, "eval_loss": 3.9 + run["layers"] / 100,
+         "records": [{"split": "train", **r} for r in _records(0.5, 1.0, 0.1)]}
+        for run in grid["runs"]
+    ]  # fmt: skip
+    key = {"task": "reversal64", "row": "pre_ln+completep"}
+    theirs = {"runs": [{**key, **r, "eval_loss": r["eval_loss"]} for r in mine[:2]]}
+    theirs["runs"][1]["eval_loss"] += 0.0123
+    table = late_collapse.retrained_table({"settings": {"grid": grid}, "runs": mine}, theirs)
+    assert "| 6L at 1e-3, seed 0 | 50 | 0.91 (0.09, 75) | 0.090 | 3.960 | 3.960 | yes |" in table
+    assert (
+        "| 50L at 1e-3, seed 0 | 50 | 0.91 (0.09, 75) | 0.090 | 4.400 | 4.412 | no (-0.012) |"
+        in table
+    )
+    assert "| 50L at 2e-3, seed 1 | 50 | 0.91 (0.09, 75) | 0.090 | 4.400 | — | — |" in table
