@@ -75,6 +75,7 @@ DROPOUT_GAP = f"{_RESULTS}/dropout_gap_quick.json"
 LOSS_SPIKE = f"{_RESULTS}/loss_spike_quick.json"
 LOSS_SPIKE_SINKHORN = f"{_RESULTS}/loss_spike_sinkhorn.json"
 LATE_COLLAPSE = f"{_RESULTS}/late_collapse_quick.json"
+LATE_COLLAPSE_LRT = f"{_RESULTS}/late_collapse_lr_transfer_runs.json"  # lr_transfer's, retrained
 DROPOUT_GAP_DN18 = f"{_RESULTS}/dropout_gap_deepnorm18.json"
 POSTLN_MAIN_JOB = f"{_RESULTS}/postln_main_job_quick.json"
 DN18_PROBES = f"{_RESULTS}/deepnorm18_corpus_probes.json"
@@ -151,6 +152,12 @@ TABLES: tuple[Table, ...] = (
     Table("docs/schemes.md", "loss-spike", (LOSS_SPIKE,), loss_spike.docs_table),
     Table("docs/schemes.md", "loss-spike-mhc", (LOSS_SPIKE_SINKHORN,), loss_spike.docs_table),
     Table(_REPRODUCTION, "late-collapse", (LATE_COLLAPSE,), late_collapse.docs_table),
+    Table(
+        _REPRODUCTION,
+        "late-collapse-lr-transfer",
+        (LATE_COLLAPSE_LRT, LR_TRANSFER),
+        late_collapse.retrained_table,
+    ),
     Table(_REPRODUCTION, "postln-main-job-gradients", (POSTLN_MAIN_JOB,), postln.docs_table),
     Table(
         _REPRODUCTION,
