@@ -3,6 +3,7 @@ and the fall of each run's training accuracy after it fitted (deepnet_jax.experi
 .late_collapse)."""
 
 import json
+import pathlib
 
 import pytest
 
@@ -81,7 +82,9 @@ def test_lr_transfer_runs_retrains_the_runs_lr_transfer_recorded():
     grid = late_collapse.GRIDS["lr_transfer_runs"]
     base = late_collapse.base_config("lr_transfer_runs")
     bases = lr_transfer.task_bases(lr_transfer.base_config("quick"), lr_transfer.GRIDS["quick"], "")
-    with open("docs/reproduction/lr_transfer_quick.json") as f:
+    with open(
+        pathlib.Path(__file__).parent.parent / "docs/reproduction/lr_transfer_quick.json"
+    ) as f:
         theirs = json.load(f)["runs"]
     keys = late_collapse.run_keys(grid)
     assert [k["arm"] for k in keys] == ["recipe"] * 5
@@ -100,7 +103,7 @@ def test_lr_transfer_runs_retrains_the_runs_lr_transfer_recorded():
 
 def test_listed_runs_are_named_by_depth_rate_and_seed():
     grid = {**late_collapse.GRIDS["lr_transfer_runs"], "runs": late_collapse.LR_TRANSFER_RUNS[:3]}
-    curves = {  # fitted at 50 and fell to 0.1 at 100; never fitted
+    curves = {  # fitted at 50, fell to 0.1 at 75; never fitted
         1e-3: [_records(0.5, 1.0, 0.1), 0.1],
         2e-3: [_records(0.5, 0.6, 0.7), 0.7],
     }

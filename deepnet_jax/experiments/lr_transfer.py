@@ -32,7 +32,8 @@ scheme, depth, seed and rate: the depth table trains its cells at the recipe's r
 marked with the file it came from; they are not trained again.
 
 Run: ``python -m deepnet_jax.experiments.lr_transfer --setting=quick --out=DIR``; writes
-``lr_transfer.json``, ``lr_transfer.md`` (the optimum per row and depth with its seed spread,
+``lr_transfer.json`` (each run's final validation, verdict and, since the runs of 2026-12-01,
+training records), ``lr_transfer.md`` (the optimum per row and depth with its seed spread,
 and the NLL at every rate) and ``lr_transfer.png`` (NLL against rate, a line per depth, a
 panel per row and task; and the optimum against depth). Processes started on one ``--out``
 with ``--shard=0/n`` … ``--shard=n-1/n`` share the runs: each walks the same list and takes the
