@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from deepnet_jax.runs import metrics
+
 FIT = 0.99  # training accuracy at which a run has fitted reversal64
 FALL = 0.5  # a fall of training accuracy by at least this much after fitting is a collapse
 
@@ -51,3 +53,10 @@ def of_run(run: dict[str, Any]) -> dict[str, Any] | None:
     if not records or run.get("eval_accuracy") is None:
         return None
     return collapse(records, run["eval_accuracy"])
+
+
+def keep_records(result: dict[str, Any], workdir: str) -> None:
+    """``common.run_grid``'s ``keep`` for runs read by :func:`of_run`: ``result`` takes the
+    training records ``workdir``'s ``metrics.jsonl`` holds and drops its diagnostics."""
+    result["records"] = [r for r in metrics.read(workdir) if r["split"] == "train"]
+    result.pop("diagnostics", None)

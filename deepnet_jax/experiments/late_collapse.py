@@ -67,7 +67,6 @@ from deepnet_jax.experiments import (
     resumable,
 )
 from deepnet_jax.experiments.lr_tolerance import lr_text
-from deepnet_jax.runs import metrics
 
 NAME = "late_collapse"
 FLAGS_FROM = ("resumable",)  # --shard, --checkpoint_every (opening.own_flags)
@@ -144,13 +143,6 @@ def run_config(
     return c
 
 
-def keep(result: dict[str, Any], workdir: str) -> None:
-    """``run_grid``'s ``keep``: the training records (the table reads their
-    :func:`collapse.collapse`)."""
-    result["records"] = [r for r in metrics.read(workdir) if r["split"] == "train"]
-    result.pop("diagnostics", None)
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Train this shard's runs not yet in ``<out>/late_collapse.json``, then write the table of
     every run the file holds; returns the results payload."""
@@ -173,7 +165,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         None,
         os.path.join(out, "runs"),
         judged=False,  # what is measured is the fall (collapse.collapse), not a verdict
-        keep=keep,
+        keep=collapse.keep_records,
         checkpoint_every=resumable.CHECKPOINT_EVERY.value,
         cache_dir=os.path.join(out, "runs", "xla_cache", str(index)),
     )

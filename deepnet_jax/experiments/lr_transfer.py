@@ -55,9 +55,16 @@ from absl import flags
 from deepnet_jax.common import console
 from deepnet_jax.configs import depth_table_recipe as table_recipe
 from deepnet_jax.configs import experiment_rows
-from deepnet_jax.experiments import common, depth_table, opening, report, results_file, resumable
+from deepnet_jax.experiments import (
+    collapse,
+    common,
+    depth_table,
+    opening,
+    report,
+    results_file,
+    resumable,
+)
 from deepnet_jax.experiments import lr_transfer_report as transfer_report
-from deepnet_jax.runs import metrics
 
 NAME = "lr_transfer"
 FLAGS_FROM = ("resumable",)  # --shard, --checkpoint_every (opening.own_flags)
@@ -304,8 +311,7 @@ def _keep(levels: dict[str, Any], result: dict[str, Any], workdir: str) -> None:
     training records (every ``log_every`` updates: the sweep table marks a run that fitted and
     fell back, :func:`collapse.collapse`; kept since the runs of 2026-12-01)."""
     result["verdict"] = depth_table.verdict(result, levels[result["task"]])
-    result["records"] = [r for r in metrics.read(workdir) if r["split"] == "train"]
-    result.pop("diagnostics", None)
+    collapse.keep_records(result, workdir)
 
 
 if __name__ == "__main__":
