@@ -234,7 +234,7 @@ def _sweep_panel(ax: Any, runs: list[dict], grid: dict[str, Any], task: str, row
         for r in mine:
             if r.get("verdict") == "diverged":
                 ax.plot([r["lr"]], [top], marker="x", color=line.get_color())
-    _rate_ticks(ax.xaxis, ax, sorted({r["lr"] for r in first} or rates(grid, task)))
+    _rate_ticks(ax, "x", sorted({r["lr"] for r in first} or rates(grid, task)))
     ax.set_title(f"{task}: {row}", fontsize=8)
     ax.set_xlabel("peak learning rate", fontsize=7)
     ax.set_ylabel("validation NLL", fontsize=7)
@@ -255,7 +255,7 @@ def _optimum_panel(ax: Any, runs: list[dict], grid: dict[str, Any], task: str) -
     ax.set_xscale("log")
     ax.set_xticks(grid["depths"], labels=[str(n) for n in grid["depths"]])
     ax.set_xticks([], minor=True)
-    _rate_ticks(ax.yaxis, ax, sorted(shown or rates(grid, task)))
+    _rate_ticks(ax, "y", sorted(shown or rates(grid, task)))
     ax.set_title(f"{task}: optimum rate, resolved sweeps", fontsize=8)
     ax.set_xlabel("layers per side", fontsize=7)
     ax.set_ylabel("peak rate (rows offset)", fontsize=7)
@@ -264,8 +264,10 @@ def _optimum_panel(ax: Any, runs: list[dict], grid: dict[str, Any], task: str) -
         ax.legend(fontsize=6)
 
 
-def _rate_ticks(axis: Any, ax: Any, lrs: list[float]) -> None:
-    """A log-2 rate axis ticked at ``lrs`` only, each written as the docs write a rate."""
-    (ax.set_xscale if axis is ax.xaxis else ax.set_yscale)("log", base=2)
+def _rate_ticks(ax: Any, which: str, lrs: list[float]) -> None:
+    """``ax``'s ``which`` axis ("x" or "y") on a log-2 rate scale, ticked at ``lrs`` only,
+    each written as the docs write a rate."""
+    getattr(ax, f"set_{which}scale")("log", base=2)
+    axis = getattr(ax, f"{which}axis")
     axis.set_ticks(lrs, labels=[lr_text(lr) for lr in lrs])
     axis.set_ticks([], minor=True)
