@@ -60,6 +60,7 @@ def test_smoke_end_to_end_and_a_second_shard_adds_to_the_same_file(tmp_path):
     assert saved["header"]["commit"] == records.commit() and next(iter(saved)) == "header"
     assert all(r["commit"] == records.commit() and r["date"].endswith("Z") for r in runs)
     assert all(r["cpu"] == records.cpu_model() for r in runs)
+    assert all(r["cores"] == records.cores() >= 1 for r in runs)
     table = (tmp_path / "depth_table.md").read_text()
     assert "| dlcl_pre | " in table and "×2" in table and "seeds 0, 1" in table
     assert "2L-2L: post_ln" in table  # the called differences

@@ -4,6 +4,7 @@ benchmarks' ``--out`` records, their measurements replaced by stand-ins (no timi
 from __future__ import annotations
 
 import json
+import os
 import platform
 
 import pytest
@@ -28,6 +29,17 @@ def test_cpu_model_is_cpuinfos_model_name(tmp_path):
     info.write_text(block.format(0) + block.format(1).replace("26", "25"))
     assert records.cpu_model(str(info)) == "AMD EPYC (family 26, model 2)"
     assert records.cpu_model(str(tmp_path / "absent")) == (platform.processor() or None)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity on this OS")
+def test_cores_are_the_affinitys_and_a_pinned_process_records_one():
+    mine = os.sched_getaffinity(0)
+    assert records.cores() == len(mine)
+    try:
+        os.sched_setaffinity(0, {min(mine)})  # as taskset -c pins a run
+        assert records.cores() == 1
+    finally:
+        os.sched_setaffinity(0, mine)
 
 
 def test_write_puts_the_payload_under_the_given_header(tmp_path):

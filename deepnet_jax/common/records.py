@@ -66,6 +66,15 @@ def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str | None:
     return f"{name} ({', '.join(numbers).replace('cpu family', 'family')})" if numbers else name
 
 
+def cores() -> int | None:
+    """The cores this process may run on: its CPU affinity where the OS has one (Linux), else
+    ``os.cpu_count()``. A run pinned to one core (``taskset -c 0``) gives 1 on a 2-core VM, a
+    free one 2: its ``cpu_seconds`` are one core's, or two cores' shared with whatever else ran."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count()
+
+
 def now() -> str:
     """The UTC date and time to the second, as a record writes it (``2026-11-28T14:03:51Z``)."""
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -111,13 +111,15 @@ class Results:
 
     def provenance(self) -> dict[str, Any]:
         """What a run this command trained records of its making: the ``commit`` its command
-        started from, the ``date`` now (UTC) and the ``cpu`` model of the machine it ended on
+        started from, the ``date`` now (UTC), the ``cpu`` model of the machine it ended on
         (:func:`records.cpu_model`: two 2-core VMs train the same seed of a chaotic cell to
-        different ends, their rounding being different)."""
+        different ends, their rounding being different) and the ``cores`` it could run on
+        (:func:`records.cores`: 1 where it was pinned to one; recorded since 2026-12-01)."""
         return {
             "commit": self.started.get("commit"),
             "date": records.now(),
             "cpu": records.cpu_model(),
+            "cores": records.cores(),
         }
 
     def add(self, key: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
