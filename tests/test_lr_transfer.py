@@ -104,6 +104,16 @@ def test_pending_puts_a_shallower_depths_follow_ups_before_the_deeper_sweep():
     assert max(seconds) < min(i for i, k in enumerate(keys) if k["layers"] == 18)
 
 
+def test_pending_puts_a_cells_follow_up_before_the_next_cells_sweep():
+    first, second = lr_transfer.cells(GRID, 6)[:2]
+    sweep = lr_transfer.cell_sweep(GRID, first)
+    keys = lr_transfer.pending(GRID, [_interior(k) for k in sweep], [6])
+    seed1 = {**first, "seed": 1, "lr": GRID["tasks"][first["task"]]}  # its optimum: the centre
+    assert keys[: len(sweep) + 1] == [*sweep, seed1]
+    assert keys[len(sweep) + 1 : 2 * len(sweep) + 1] == lr_transfer.cell_sweep(GRID, second)
+    assert [k for k in keys if k["seed"] == 1] == [seed1]  # no other cell's sweep is finished
+
+
 def test_processes_share_the_runs_and_take_a_follow_up_as_soon_as_another_allows_it():
     grid = {**GRID, "rows": ["pre_ln"], "depths": [6, 18]}
     results, trained = types.SimpleNamespace(runs=[]), []

@@ -120,14 +120,24 @@ _REPORT = flags.DEFINE_bool(
 )
 
 
-def sweep_keys(grid: dict[str, Any], depth: int) -> list[dict[str, Any]]:
-    """The first seed's runs at ``depth``: every task, row and rate of the grid."""
+def cells(grid: dict[str, Any], depth: int) -> list[dict[str, Any]]:
+    """The grid's cells at ``depth`` (``task``, ``row``, ``layers``), task by task."""
     return [
-        {"task": task, "row": row, "layers": depth, "seed": grid["seeds"][0], "lr": lr}
+        {"task": task, "row": row, "layers": depth}
         for task in grid["tasks"]
         for row in grid["rows"]
-        for lr in transfer_report.rates(grid, task)
     ]
+
+
+def cell_sweep(grid: dict[str, Any], cell: dict[str, Any]) -> list[dict[str, Any]]:
+    """The first seed's runs of one cell: every rate of its task's grid."""
+    seed0 = grid["seeds"][0]
+    return [{**cell, "seed": seed0, "lr": lr} for lr in transfer_report.rates(grid, cell["task"])]
+
+
+def sweep_keys(grid: dict[str, Any], depth: int) -> list[dict[str, Any]]:
+    """The first seed's runs at ``depth``: every task, row and rate of the grid."""
+    return [k for cell in cells(grid, depth) for k in cell_sweep(grid, cell)]
 
 
 def followup(grid: dict[str, Any], cell: dict[str, Any], runs: list[dict[str, Any]]):
@@ -150,13 +160,8 @@ def followup(grid: dict[str, Any], cell: dict[str, Any], runs: list[dict[str, An
 
 def followups(grid: dict[str, Any], runs: list[dict[str, Any]], depths: list[int]):
     """Every cell's :func:`followup` at ``depths``, in the grid's order."""
-    cells = [
-        {"task": task, "row": row, "layers": depth}
-        for depth in depths
-        for task in grid["tasks"]
-        for row in grid["rows"]
-    ]
-    return [k for k in (followup(grid, cell, runs) for cell in cells) if k is not None]
+    every = [cell for depth in depths for cell in cells(grid, depth)]
+    return [k for k in (followup(grid, cell, runs) for cell in every) if k is not None]
 
 
 def base_config(setting: str) -> ml_collections.ConfigDict:
@@ -256,9 +261,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def pending(grid: dict[str, Any], runs: list[dict[str, Any]], depths: list[int]):
-    """The runs that can start now at ``depths``, shallowest depth first: each depth's sweep,
-    then the follow-ups its finished sweeps allow (those of ``runs``); finished ones included."""
-    return [k for d in depths for k in sweep_keys(grid, d) + followups(grid, runs, [d])]
+    """The runs that can start now at ``depths``, shallowest depth first, cell by cell: each
+    cell's sweep, then the follow-up its finished sweep allows (:func:`followup`, from
+    ``runs``): a cell's extensions and second seed come before the later cells' sweeps, so
+    the cells finish one after another, not all at the depth's end; finished runs included."""
+    out = []
+    for cell in [c for d in depths for c in cells(grid, d)]:
+        after = followup(grid, cell, runs)
+        out += cell_sweep(grid, cell) + ([after] if after is not None else [])
+    return out
 
 
 def train_all(grid: dict[str, Any], results: results_file.Results, train) -> None:
