@@ -57,6 +57,7 @@ def of_run(run: dict[str, Any]) -> dict[str, Any] | None:
 
 def keep_records(result: dict[str, Any], workdir: str) -> None:
     """``common.run_grid``'s ``keep`` for runs read by :func:`of_run`: ``result`` takes the
-    training records ``workdir``'s ``metrics.jsonl`` holds and drops its diagnostics."""
+    training records of ``workdir``'s metrics (:func:`metrics.read`) and drops its
+    diagnostics."""
     result["records"] = [r for r in metrics.read(workdir) if r["split"] == "train"]
     result.pop("diagnostics", None)
