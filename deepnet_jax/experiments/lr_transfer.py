@@ -158,12 +158,6 @@ def followup(grid: dict[str, Any], cell: dict[str, Any], runs: list[dict[str, An
     return None if any(all(r[k] == v for k, v in key.items()) for r in runs) else key
 
 
-def followups(grid: dict[str, Any], runs: list[dict[str, Any]], depths: list[int]):
-    """Every cell's :func:`followup` at ``depths``, in the grid's order."""
-    every = [cell for depth in depths for cell in cells(grid, depth)]
-    return [k for k in (followup(grid, cell, runs) for cell in every) if k is not None]
-
-
 def base_config(setting: str) -> ml_collections.ConfigDict:
     """The depth table's synthetic base (its recipe; smoke: its smoke model and recipe)."""
     return table_recipe.base_config("smoke" if setting == "smoke" else "quick")
