@@ -10,6 +10,7 @@ import signal
 import ml_collections
 import pytest
 
+from deepnet_jax.common import records
 from deepnet_jax.configs import depth_table_recipe as table_recipe
 from deepnet_jax.experiments import common, depth_table, results_file, resumable
 from deepnet_jax.experiments import depth_table_settings as dts
@@ -53,9 +54,15 @@ def test_a_run_stopped_mid_way_resumes_to_the_uninterrupted_result(tmp_path, mon
     assert [r["split"] for r in partial] == ["train", "train_partial"]  # stopped inside 3-4
     ledger = json.loads((workdir / "experiment_cost.json").read_text())
     assert len(ledger["segments"]) == 1 and ledger["segments"][0]["cpu_seconds"] > 0
+    made = {k: ledger["segments"][0][k] for k in ("commit", "cpu")}
+    assert made == {"commit": records.commit(), "cpu": records.cpu_model()}
 
     resumed = depth_table.main([*ARGS, f"--out={stopped_out}"])["runs"]
     assert len(resumed) == 1 and resumed[0]["segments"] == 2
+    # each process that trained it names its commit and machine (both this one's here)
+    assert resumed[0]["segment_commits"] == [made["commit"]] * 2
+    assert resumed[0]["segment_cpus"] == [made["cpu"]] * 2
+    assert "segment_commits" not in whole[0]  # one segment: the run's own commit and cpu
     assert not RunDir(workdir).has_checkpoints()  # recorded: its checkpoints are dropped
     assert (workdir / "metrics.jsonl").exists()
     for field in COMPARED:

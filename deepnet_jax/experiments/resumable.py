@@ -14,7 +14,10 @@ Its cost is kept in the workdir's ``experiment_cost.json`` (:class:`CostLedger`)
 process that trained the run, each segment's CPU and wall seconds written every
 :data:`LEDGER_EVERY` seconds by a daemon thread, so a process killed without warning loses at
 most that much of its count. A run's ``cpu_seconds`` is the sum over its segments, updates
-redone after a kill included: what the run cost, not what an uninterrupted run would.
+redone after a kill included: what the run cost, not what an uninterrupted run would. Each
+segment also names the ``commit`` and ``cpu`` model its process ran (since 2026-12-02): a run
+resumed on another machine or at another commit says so (``segment_commits``,
+``segment_cpus``), where the results file's ``commit`` and ``cpu`` are the last process's.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any
 import ml_collections
 from absl import flags
 
+from deepnet_jax.common import records
 from deepnet_jax.runs import metrics
 from deepnet_jax.runs.workdir import RunDir
 from deepnet_jax.training import actions, train
@@ -101,11 +105,15 @@ def drop_checkpoints(workdir: str) -> None:
 
 
 class CostLedger:
-    """The CPU and wall seconds a run spent, segment by segment (a context: one segment).
+    """The CPU and wall seconds a run spent, segment by segment (a context: one segment), and
+    each segment's ``commit`` and ``cpu`` model (:func:`records.commit`,
+    :func:`records.cpu_model`; absent from a ledger written before 2026-12-02).
 
     ``totals()`` after the context: ``{"cpu_seconds", "seconds", "segments"}`` over every
-    segment the workdir's ledger holds, this one included. CPU is the process's
-    (``time.process_time``: all its threads), so one run per process."""
+    segment the workdir's ledger holds, this one included, and where there was more than one,
+    ``segment_commits`` and ``segment_cpus`` (one entry a segment, in order; None where the
+    segment did not record it). CPU is the process's (``time.process_time``: all its
+    threads), so one run per process."""
 
     def __init__(self, workdir: str, every: float = LEDGER_EVERY):
         self.path = RunDir(workdir).experiment_cost
@@ -114,6 +122,7 @@ class CostLedger:
         if os.path.exists(self.path):
             with open(self.path) as f:
                 self.earlier = json.load(f)["segments"]
+        self.made = {"commit": records.commit(), "cpu": records.cpu_model()}
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -135,6 +144,7 @@ class CostLedger:
         return {
             "cpu_seconds": time.process_time() - self._cpu0,
             "seconds": time.perf_counter() - self._wall0,
+            **self.made,
         }
 
     def _keep_writing(self) -> None:
@@ -148,14 +158,19 @@ class CostLedger:
             os.replace(self.path + ".tmp", self.path)
 
     def totals(self) -> dict[str, Any]:
-        """CPU and wall seconds over every segment, and how many segments there were."""
+        """CPU and wall seconds over every segment, how many segments there were and, where
+        more than one, each one's commit and CPU model."""
         with open(self.path) as f:
             segments = json.load(f)["segments"]
-        return {
+        out = {
             "cpu_seconds": sum(s["cpu_seconds"] for s in segments),
             "seconds": sum(s["seconds"] for s in segments),
             "segments": len(segments),
         }
+        if len(segments) > 1:
+            out["segment_commits"] = [s.get("commit") for s in segments]
+            out["segment_cpus"] = [s.get("cpu") for s in segments]
+        return out
 
 
 def train_once(
@@ -165,8 +180,8 @@ def train_once(
     ``eval_accuracy``, ``train_loss``, ``eval_bleu_greedy`` (with ``decode.eval_sentences`` >
     0), ``nonfinite_step`` (the update whose loss or gradient was not finite, else None),
     ``seconds`` and ``cpu_seconds`` (over every process that trained it:
-    :class:`CostLedger`), ``segments`` (how many) and
-    ``diagnostics`` (the run's diagnostics records).
+    :class:`CostLedger`), ``segments`` (how many; where more than one, ``segment_commits``
+    and ``segment_cpus``: each one's) and ``diagnostics`` (the run's diagnostics records).
 
     The workdir is emptied first, except ``resume`` where it holds a checkpoint: the run then
     continues from it (exactly; a checkpoint of another config stops with the trainer's
